@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what mcptap's build and tests need on a fresh Debian machine that has only the Rust
+# toolchain. Idempotent: installs only what is missing.
+#   scripts/setup.sh          build deps (libpcap-dev)
+#   scripts/setup.sh --test   plus test deps (promtool/prometheus, tcpdump, systemd-analyze, jq)
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+want() { for p in "$@"; do have_pkg "$p" || need+=("$p"); done; }
+
+want libpcap-dev pkg-config
+if [[ "${1:-}" == "--test" ]]; then
+  want prometheus tcpdump jq python3-venv systemd
+fi
+if ((${#need[@]})); then
+  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  echo "setup: installing ${need[*]}" >&2
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, unit and pipeline tests, the
+# operations checks (alert rules, dashboard, systemd unit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --locked
+if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

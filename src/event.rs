@@ -1,0 +1,370 @@
+//! Typed outputs of the pipeline.
+//!
+//! [`Event`]s are the product: one NDJSON line each (`handshake`, `alert`, `exchange`,
+//! `session_end`). [`Telemetry`] values describe the monitor's own health (gaps, drops, parse
+//! errors); sinks turn both into log lines and counters.
+
+use crate::mcp::caps::{HandshakeDiff, PathDiff};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use std::net::SocketAddr;
+
+/// Packet time in nanoseconds since the Unix epoch. Never the wall clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub fn from_secs(s: i64) -> Self {
+        Timestamp(s.saturating_mul(1_000_000_000))
+    }
+
+    /// Milliseconds from `earlier` to `self`, never negative.
+    pub fn millis_since(self, earlier: Timestamp) -> f64 {
+        (self.0.saturating_sub(earlier.0)).max(0) as f64 / 1e6
+    }
+
+    /// RFC 3339, UTC, microseconds: `2026-11-30T17:25:46.123456Z`.
+    pub fn rfc3339(self) -> String {
+        let secs = self.0.div_euclid(1_000_000_000);
+        let micros = self.0.rem_euclid(1_000_000_000) / 1000;
+        match time::OffsetDateTime::from_unix_timestamp(secs) {
+            Ok(t) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                micros
+            ),
+            Err(_) => format!("@{}", self.0),
+        }
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.rfc3339())
+    }
+}
+
+fn addr<S: Serializer>(a: &SocketAddr, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(a)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Handshake(Box<Handshake>),
+    Alert(Box<Alert>),
+    Exchange(Box<Exchange>),
+    SessionEnd(SessionEnd),
+}
+
+impl Event {
+    pub fn ts(&self) -> Timestamp {
+        match self {
+            Event::Handshake(h) => h.ts,
+            Event::Alert(a) => a.ts,
+            Event::Exchange(e) => e.ts,
+            Event::SessionEnd(e) => e.ts,
+        }
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Event::Handshake(h) => h.session_id.as_deref(),
+            Event::Alert(a) => a.session_id.as_deref(),
+            Event::Exchange(e) => e.session_id.as_deref(),
+            Event::SessionEnd(e) => e.session_id.as_deref(),
+        }
+    }
+
+    pub fn server(&self) -> SocketAddr {
+        match self {
+            Event::Handshake(h) => h.server,
+            Event::Alert(a) => a.server,
+            Event::Exchange(e) => e.server,
+            Event::SessionEnd(e) => e.server,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Accepted,
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// One `initialize` exchange, first or later, with everything negotiated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Handshake {
+    pub ts: Timestamp,
+    pub session_id: Option<String>,
+    /// 1 for the session's first handshake, then 2, 3, ...
+    pub seq: u32,
+    pub outcome: Outcome,
+    pub http_status: u16,
+    pub error_code: Option<i64>,
+    pub error_message: Option<String>,
+    #[serde(serialize_with = "addr")]
+    pub client: SocketAddr,
+    #[serde(serialize_with = "addr")]
+    pub server: SocketAddr,
+    pub host: Option<String>,
+    pub path: String,
+    pub protocol_version_requested: Option<String>,
+    pub protocol_version: Option<String>,
+    pub client_info: Value,
+    pub server_info: Value,
+    pub client_capabilities: Value,
+    pub server_capabilities: Value,
+    /// For seq > 1: paths removed and added per side against the session's first handshake.
+    pub diff: Option<HandshakeDiff>,
+    /// The client declared fewer capabilities but the server kept its first answer.
+    pub client_near_miss: bool,
+    /// Lineage: the rejected, expired or deleted session this client came from.
+    pub predecessor_session_id: Option<String>,
+    pub lineage: Option<HandshakeDiff>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    pub ts: Timestamp,
+    pub session_id: Option<String>,
+    #[serde(serialize_with = "addr")]
+    pub server: SocketAddr,
+    #[serde(serialize_with = "addr")]
+    pub client: SocketAddr,
+    #[serde(flatten)]
+    pub kind: AlertKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AlertKind {
+    CapabilityNarrowing(CapabilityChange),
+    CapabilityWidening(CapabilityChange),
+    ContentTypeDivergence(Divergence),
+    EmptyToolResult(EmptyResult),
+}
+
+impl AlertKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AlertKind::CapabilityNarrowing(_) => "capability_narrowing",
+            AlertKind::CapabilityWidening(_) => "capability_widening",
+            AlertKind::ContentTypeDivergence(_) => "content_type_divergence",
+            AlertKind::EmptyToolResult(_) => "empty_tool_result",
+        }
+    }
+
+    pub const ALL: [&'static str; 4] = [
+        "capability_narrowing",
+        "capability_widening",
+        "content_type_divergence",
+        "empty_tool_result",
+    ];
+}
+
+/// A re-initialize that changed the server's capabilities against the first accepted one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapabilityChange {
+    /// The handshake (seq) that changed them.
+    pub handshake_seq: u32,
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
+    /// The server capabilities of the session's first accepted handshake.
+    pub previous: Value,
+    pub current: Value,
+    /// What the client's own declaration lost or gained: usually the root cause.
+    pub client_removed: Vec<String>,
+    pub client_added: Vec<String>,
+}
+
+impl CapabilityChange {
+    pub fn new(
+        seq: u32,
+        server: &PathDiff,
+        client: &PathDiff,
+        previous: Value,
+        current: Value,
+    ) -> Self {
+        CapabilityChange {
+            handshake_seq: seq,
+            removed: server.removed.clone(),
+            added: server.added.clone(),
+            previous,
+            current,
+            client_removed: client.removed.clone(),
+            client_added: client.added.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Divergence {
+    pub method: String,
+    pub request_id: Value,
+    pub tool: Option<String>,
+    pub expected: String,
+    pub observed: String,
+    pub reason: DivergenceReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DivergenceReason {
+    /// No server response mode (sse, json, auto) explains every answer of the session.
+    ModeContradiction,
+    /// `tools.streaming: true` was negotiated and the answer was JSON.
+    StreamingNegotiated,
+    /// The media type is not one the request's Accept listed.
+    NotAccepted,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmptyResult {
+    pub request_id: Value,
+    pub tool: Option<String>,
+    pub reason: EmptyReason,
+    pub sse_events: u32,
+    pub ended_by: StreamEnd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmptyReason {
+    NoEvents,
+    OnlyPriming,
+    OnlyNotifications,
+}
+
+impl EmptyReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmptyReason::NoEvents => "no_events",
+            EmptyReason::OnlyPriming => "only_priming",
+            EmptyReason::OnlyNotifications => "only_notifications",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEnd {
+    FinalChunk,
+    ServerClosed,
+}
+
+/// One JSON-RPC request and how it was answered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Exchange {
+    /// Time of the request.
+    pub ts: Timestamp,
+    pub session_id: Option<String>,
+    #[serde(serialize_with = "addr")]
+    pub server: SocketAddr,
+    #[serde(serialize_with = "addr")]
+    pub client: SocketAddr,
+    pub method: String,
+    pub request_id: Value,
+    pub tool: Option<String>,
+    pub http_status: u16,
+    /// `json`, `sse`, `other` or `none`.
+    pub media_type: &'static str,
+    /// Events on the response stream up to the answer (SSE only).
+    pub sse_events: u32,
+    pub duration_ms: f64,
+    /// Whether a JSON-RPC response for the id was seen.
+    pub answered: bool,
+    pub error_code: Option<i64>,
+    /// tools/call only: the result had an empty `content` array and no `structuredContent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub empty_content: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Deleted,
+    Expired,
+    Idle,
+    Evicted,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Deleted => "deleted",
+            EndReason::Expired => "expired",
+            EndReason::Idle => "idle",
+            EndReason::Evicted => "evicted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionEnd {
+    pub ts: Timestamp,
+    pub session_id: Option<String>,
+    #[serde(serialize_with = "addr")]
+    pub server: SocketAddr,
+    pub reason: EndReason,
+    pub handshakes: u32,
+    pub requests: u64,
+    pub alerts: u32,
+}
+
+/// The monitor's own health, one typed value per noteworthy thing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Telemetry {
+    FlowOpened,
+    FlowClosed {
+        reason: &'static str,
+    },
+    FlowEvicted {
+        reason: &'static str,
+    },
+    TcpGap {
+        reason: &'static str,
+        bytes: u64,
+    },
+    TcpOverlap {
+        conflicting: bool,
+    },
+    HttpError {
+        reason: &'static str,
+    },
+    JsonRpcError {
+        reason: &'static str,
+    },
+    /// A response to an MCP request, for status counts (the 502 of the incident lands here).
+    HttpResponse {
+        server: SocketAddr,
+        status: u16,
+    },
+    Request {
+        server: SocketAddr,
+        method: String,
+    },
+    SessionStarted {
+        server: SocketAddr,
+        midstream: bool,
+    },
+    /// A value the session layer refused (e.g. a session id with control characters).
+    LimitHit {
+        limit: &'static str,
+    },
+}

@@ -1,0 +1,833 @@
+//! HTTP/1.1 message framing over a reassembled TCP connection.
+//!
+//! Each direction of a connection gets a [`HalfParser`]; the [`Connection`] pairs requests with
+//! responses in order (pipelining, keep-alive). Heads are parsed with `httparse`; bodies with a
+//! push state machine (Content-Length, chunked, read-until-close). Only messages that can carry
+//! MCP have their bodies kept (JSON) or parsed as SSE; every other body is skipped by length
+//! without buffering.
+
+pub mod chunked;
+
+use crate::sse::{SseItem, SseParser};
+use chunked::ChunkedDecoder;
+use std::collections::VecDeque;
+
+/// Limits for one connection's parsing; all are counted when hit.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    pub max_head_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_sse_event_bytes: usize,
+    /// Requests awaiting a response on one connection (pipelining depth).
+    pub max_pending_requests: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            max_head_bytes: 64 * 1024,
+            max_message_bytes: 4 * 1024 * 1024,
+            max_sse_event_bytes: 4 * 1024 * 1024,
+            max_pending_requests: 1024,
+        }
+    }
+}
+
+/// The request facts later layers need. Other headers (Authorization, Cookie, ...) are never
+/// copied out of the packet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: String,
+    pub path: String,
+    pub host: Option<String>,
+    pub accept: Option<String>,
+    pub content_type: Option<String>,
+    pub session_id: Option<String>,
+    pub protocol_version: Option<String>,
+}
+
+impl RequestHead {
+    /// Whether this request can be part of an MCP conversation, i.e. whether its body and its
+    /// response are worth parsing.
+    fn may_be_mcp(&self) -> bool {
+        self.session_id.is_some()
+            || (self.method == "POST" && self.content_type.as_deref().is_some_and(is_json))
+            || (self.method == "GET"
+                && self
+                    .accept
+                    .as_deref()
+                    .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream")))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    /// Media type, lowercased, without parameters.
+    pub media_type: Option<String>,
+    pub session_id: Option<String>,
+}
+
+/// How a response body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// Framing says the body is complete (Content-Length reached, final chunk).
+    Complete,
+    /// A read-until-close body ended by the server closing the connection (FIN).
+    ServerClosed,
+    /// The connection was reset or bytes were lost: the body is incomplete.
+    Aborted,
+    /// The capture ended or the flow timed out while the body was still open.
+    Unfinished,
+}
+
+/// Parse and limit problems, one label value each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpError {
+    BadRequestHead,
+    BadResponseHead,
+    BadChunk,
+    HeadTooLarge,
+    MessageTooLarge,
+    UnmatchedResponse,
+    TooManyPending,
+}
+
+impl HttpError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpError::BadRequestHead => "bad_request_head",
+            HttpError::BadResponseHead => "bad_response_head",
+            HttpError::BadChunk => "bad_chunk",
+            HttpError::HeadTooLarge => "head_too_large",
+            HttpError::MessageTooLarge => "message_too_large",
+            HttpError::UnmatchedResponse => "unmatched_response",
+            HttpError::TooManyPending => "too_many_pending",
+        }
+    }
+}
+
+/// Output of the HTTP layer, in wire order. `exchange` numbers requests on the connection;
+/// a response carries the number of the request it answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpEvent {
+    Request {
+        exchange: u64,
+        head: RequestHead,
+        body: Vec<u8>,
+    },
+    ResponseHead {
+        exchange: u64,
+        head: ResponseHead,
+    },
+    /// A complete JSON response body.
+    ResponseJson {
+        exchange: u64,
+        body: Vec<u8>,
+    },
+    ResponseSse {
+        exchange: u64,
+        item: SseItem,
+    },
+    ResponseEnd {
+        exchange: u64,
+        end: BodyEnd,
+    },
+    Error(HttpError),
+}
+
+/// Which way a half-connection's bytes travel, once known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Debug)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    UntilClose,
+}
+
+#[derive(Debug)]
+enum Sink {
+    Discard,
+    Json(Vec<u8>),
+    Sse(Box<SseParser>),
+}
+
+// One per half-connection and replaced in place, so the size gap costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum State {
+    /// At a message boundary.
+    Idle,
+    /// Lost (midstream pickup or after a gap): scanning for the next message start.
+    Resync,
+    /// Accumulating a head that spans segments.
+    Head,
+    Body {
+        framing: Framing,
+        sink: Sink,
+        exchange: Option<u64>,
+        request: Option<RequestHead>,
+        is_request: bool,
+    },
+    /// Not HTTP (or switched protocols): ignore the rest of this direction.
+    Ignored,
+}
+
+/// Parser for one direction of a connection.
+#[derive(Debug)]
+pub struct HalfParser {
+    state: State,
+    head_buf: Vec<u8>,
+    /// Bytes scanned in Resync without finding a message start.
+    resync_scanned: u64,
+}
+
+/// Give up on a direction that shows no HTTP message start within this many bytes.
+const MAX_RESYNC_SCAN: u64 = 256 * 1024;
+
+const METHODS: &[&[u8]] = &[
+    b"GET ",
+    b"POST ",
+    b"DELETE ",
+    b"PUT ",
+    b"HEAD ",
+    b"OPTIONS ",
+    b"PATCH ",
+];
+
+impl HalfParser {
+    fn new(synchronised: bool) -> Self {
+        HalfParser {
+            state: if synchronised {
+                State::Idle
+            } else {
+                State::Resync
+            },
+            head_buf: Vec::new(),
+            resync_scanned: 0,
+        }
+    }
+
+    pub fn is_ignored(&self) -> bool {
+        matches!(self.state, State::Ignored)
+    }
+}
+
+/// Both halves of a connection plus the queue pairing requests with responses.
+#[derive(Debug)]
+pub struct Connection {
+    halves: [HalfParser; 2],
+    /// Which half (0 or 1) carries requests, once seen.
+    client_half: Option<usize>,
+    pending: VecDeque<(u64, RequestHead)>,
+    next_exchange: u64,
+    limits: HttpLimits,
+}
+
+fn is_json(content_type: &str) -> bool {
+    let mt = media_type(content_type);
+    mt == "application/json" || mt.ends_with("+json")
+}
+
+/// Lowercased media type without parameters.
+pub fn media_type(value: &str) -> String {
+    value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+fn header_str(value: &[u8]) -> String {
+    String::from_utf8_lossy(value).trim().to_string()
+}
+
+impl Connection {
+    /// `synchronised`: the connection was seen from its SYN, so both directions start at a
+    /// message boundary; otherwise they resynchronise at the next message start.
+    pub fn new(synchronised: bool, limits: HttpLimits) -> Self {
+        Connection {
+            halves: [HalfParser::new(synchronised), HalfParser::new(synchronised)],
+            client_half: None,
+            pending: VecDeque::new(),
+            next_exchange: 0,
+            limits,
+        }
+    }
+
+    /// Which half carries requests, once known.
+    pub fn client_half(&self) -> Option<usize> {
+        self.client_half
+    }
+
+    /// Both directions have given up on HTTP: the flow can be skipped entirely.
+    pub fn is_ignored(&self) -> bool {
+        self.halves.iter().all(HalfParser::is_ignored)
+    }
+
+    /// Feeds reassembled bytes of half `half` (0 or 1).
+    pub fn on_data(&mut self, half: usize, mut data: &[u8], out: &mut Vec<HttpEvent>) {
+        let half = half.min(1);
+        while !data.is_empty() {
+            let used = self.step(half, data, out);
+            if used == 0 {
+                break;
+            }
+            data = &data[used..];
+        }
+    }
+
+    /// Bytes were lost in half `half`: abandon the current message and resynchronise.
+    pub fn on_gap(&mut self, half: usize, out: &mut Vec<HttpEvent>) {
+        let half = half.min(1);
+        if let State::Body {
+            exchange: Some(ex),
+            is_request: false,
+            ..
+        } = self.halves[half].state
+        {
+            out.push(HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Aborted,
+            });
+        }
+        if Some(half) == self.client_half {
+            // Requests may have been lost, so responses can no longer be paired by order.
+            self.pending.clear();
+        }
+        if !self.halves[half].is_ignored() {
+            self.halves[half].state = State::Resync;
+            self.halves[half].head_buf.clear();
+            self.halves[half].resync_scanned = 0;
+        }
+    }
+
+    /// Half `half` ended. `fin` is a clean close by its sender; otherwise a reset, timeout or
+    /// the end of the capture (`unfinished`).
+    pub fn on_close(&mut self, half: usize, how: BodyEnd, out: &mut Vec<HttpEvent>) {
+        let half = half.min(1);
+        let state = std::mem::replace(&mut self.halves[half].state, State::Ignored);
+        if let State::Body {
+            framing,
+            sink,
+            exchange,
+            request,
+            is_request: false,
+        } = state
+        {
+            let until_close = matches!(framing, Framing::UntilClose);
+            let end = match how {
+                BodyEnd::ServerClosed if until_close => BodyEnd::ServerClosed,
+                BodyEnd::ServerClosed => BodyEnd::Aborted,
+                other => other,
+            };
+            self.finish_body(sink, exchange, request, end, out);
+        }
+    }
+
+    fn step(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
+        match &mut self.halves[half].state {
+            State::Ignored => data.len(),
+            State::Resync => self.resync(half, data, out),
+            State::Idle | State::Head => self.head(half, data, out),
+            State::Body { .. } => self.body(half, data, out),
+        }
+    }
+
+    fn resync(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
+        let want_response = self.client_half.map(|c| c != half);
+        let found = find_message_start(data, want_response);
+        let parser = &mut self.halves[half];
+        match found {
+            Some(pos) => {
+                parser.state = State::Idle;
+                parser.resync_scanned = 0;
+                if pos == 0 {
+                    // Already at the start: parse now rather than report no progress.
+                    return self.head(half, data, out);
+                }
+                pos
+            }
+            None => {
+                parser.resync_scanned += data.len() as u64;
+                if parser.resync_scanned > MAX_RESYNC_SCAN {
+                    parser.state = State::Ignored;
+                }
+                data.len()
+            }
+        }
+    }
+
+    fn head(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
+        let limits = self.limits;
+        let parser = &mut self.halves[half];
+        let fresh = matches!(parser.state, State::Idle);
+        if fresh && !looks_like_http_start(data) {
+            // Not HTTP at a message boundary: a TLS or other protocol flow.
+            parser.state = State::Ignored;
+            return data.len();
+        }
+        // Zero-copy when the whole head is in this segment; otherwise accumulate.
+        let (buf, carried): (&[u8], usize) = if parser.head_buf.is_empty() {
+            (data, 0)
+        } else {
+            let carried = parser.head_buf.len();
+            let take = data
+                .len()
+                .min(limits.max_head_bytes + 4 - carried.min(limits.max_head_bytes));
+            parser.head_buf.extend_from_slice(&data[..take]);
+            (&parser.head_buf[..], carried)
+        };
+        let parsed = parse_head(buf);
+        match parsed {
+            HeadParse::Partial => {
+                let parser = &mut self.halves[half];
+                if carried == 0 {
+                    parser.head_buf.extend_from_slice(data);
+                }
+                if parser.head_buf.len() > limits.max_head_bytes {
+                    out.push(HttpEvent::Error(HttpError::HeadTooLarge));
+                    parser.head_buf.clear();
+                    parser.state = State::Resync;
+                } else {
+                    parser.state = State::Head;
+                }
+                data.len()
+            }
+            HeadParse::Invalid { response } => {
+                out.push(HttpEvent::Error(if response {
+                    HttpError::BadResponseHead
+                } else {
+                    HttpError::BadRequestHead
+                }));
+                let parser = &mut self.halves[half];
+                parser.head_buf.clear();
+                parser.state = State::Resync;
+                // Skip one byte so resync looks for the next start past this one.
+                1.min(data.len())
+            }
+            HeadParse::Request { head, len, framing } => {
+                self.halves[half].head_buf.clear();
+                let used = len - carried;
+                self.start_request(half, head, framing, out);
+                used
+            }
+            HeadParse::Response {
+                head,
+                len,
+                framing,
+                switching,
+            } => {
+                self.halves[half].head_buf.clear();
+                let used = len - carried;
+                self.start_response(half, head, framing, switching, out);
+                used
+            }
+        }
+    }
+
+    fn start_request(
+        &mut self,
+        half: usize,
+        head: RequestHead,
+        framing: Framing,
+        out: &mut Vec<HttpEvent>,
+    ) {
+        self.client_half.get_or_insert(half);
+        let exchange = self.next_exchange;
+        self.next_exchange += 1;
+        let keep = head.may_be_mcp();
+        let sink = if keep && !matches!(framing, Framing::None) {
+            Sink::Json(Vec::new())
+        } else {
+            Sink::Discard
+        };
+        if self.pending.len() >= self.limits.max_pending_requests {
+            out.push(HttpEvent::Error(HttpError::TooManyPending));
+            self.pending.pop_front();
+        }
+        self.pending.push_back((exchange, head.clone()));
+        let parser = &mut self.halves[half];
+        match framing {
+            Framing::None => {
+                parser.state = State::Idle;
+                if keep {
+                    out.push(HttpEvent::Request {
+                        exchange,
+                        head,
+                        body: Vec::new(),
+                    });
+                }
+            }
+            framing => {
+                parser.state = State::Body {
+                    framing,
+                    sink,
+                    exchange: keep.then_some(exchange),
+                    request: keep.then_some(head),
+                    is_request: true,
+                };
+            }
+        }
+    }
+
+    fn start_response(
+        &mut self,
+        half: usize,
+        head: ResponseHead,
+        mut framing: Framing,
+        switching: bool,
+        out: &mut Vec<HttpEvent>,
+    ) {
+        if self.client_half.is_none() {
+            self.client_half = Some(1 - half);
+        }
+        let interim = (100..200).contains(&head.status) && !switching;
+        let matched = if interim {
+            self.pending.front().cloned()
+        } else {
+            self.pending.pop_front()
+        };
+        let parser = &mut self.halves[half];
+        if switching {
+            parser.state = State::Ignored;
+            return;
+        }
+        let Some((exchange, request)) = matched else {
+            out.push(HttpEvent::Error(HttpError::UnmatchedResponse));
+            parser.state = if matches!(framing, Framing::None) {
+                State::Idle
+            } else {
+                State::Body {
+                    framing,
+                    sink: Sink::Discard,
+                    exchange: None,
+                    request: None,
+                    is_request: false,
+                }
+            };
+            return;
+        };
+        if interim {
+            parser.state = State::Idle;
+            return;
+        }
+        if request.method == "HEAD" || head.status == 204 || head.status == 304 {
+            framing = Framing::None;
+        }
+        let mcp = request.may_be_mcp();
+        let sink = match head.media_type.as_deref() {
+            Some("text/event-stream") if mcp => {
+                Sink::Sse(Box::new(SseParser::new(self.limits.max_sse_event_bytes)))
+            }
+            Some(mt) if mcp && is_json(mt) => Sink::Json(Vec::new()),
+            _ => Sink::Discard,
+        };
+        if mcp {
+            out.push(HttpEvent::ResponseHead { exchange, head });
+        }
+        let exchange = mcp.then_some(exchange);
+        let request = mcp.then_some(request);
+        if matches!(framing, Framing::None) {
+            parser.state = State::Idle;
+            self.finish_body(sink, exchange, request, BodyEnd::Complete, out);
+        } else {
+            self.halves[half].state = State::Body {
+                framing,
+                sink,
+                exchange,
+                request,
+                is_request: false,
+            };
+        }
+    }
+
+    fn body(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
+        let max_message = self.limits.max_message_bytes;
+        let State::Body {
+            framing,
+            sink,
+            exchange,
+            ..
+        } = &mut self.halves[half].state
+        else {
+            return 0;
+        };
+        let exchange = *exchange;
+        let mut too_large = false;
+        let mut feed = |sink: &mut Sink, bytes: &[u8], out: &mut Vec<HttpEvent>| match sink {
+            Sink::Discard => {}
+            Sink::Json(buf) => {
+                if buf.len() + bytes.len() > max_message {
+                    too_large = true;
+                    *sink = Sink::Discard;
+                } else {
+                    buf.extend_from_slice(bytes);
+                }
+            }
+            Sink::Sse(parser) => {
+                let mut items = Vec::new();
+                parser.push(bytes, &mut items);
+                if let Some(ex) = exchange {
+                    out.extend(
+                        items
+                            .into_iter()
+                            .map(|item| HttpEvent::ResponseSse { exchange: ex, item }),
+                    );
+                }
+            }
+        };
+        let progress = match framing {
+            Framing::None => Ok((0, true)),
+            Framing::Length(remaining) => {
+                let take = (*remaining).min(data.len() as u64) as usize;
+                feed(sink, &data[..take], out);
+                *remaining -= take as u64;
+                Ok((take, *remaining == 0))
+            }
+            Framing::UntilClose => {
+                feed(sink, data, out);
+                Ok((data.len(), false))
+            }
+            Framing::Chunked(decoder) => decoder
+                .push(data, &mut |bytes: &[u8]| feed(sink, bytes, out))
+                .map(|status| (status.consumed, status.done)),
+        };
+        if too_large {
+            out.push(HttpEvent::Error(HttpError::MessageTooLarge));
+        }
+        let (used, end) = match progress {
+            Ok((used, true)) => (used, BodyEnd::Complete),
+            Ok((used, false)) => return used,
+            Err(_) => {
+                out.push(HttpEvent::Error(HttpError::BadChunk));
+                (data.len(), BodyEnd::Aborted)
+            }
+        };
+        let next = if end == BodyEnd::Complete {
+            State::Idle
+        } else {
+            State::Resync
+        };
+        let state = std::mem::replace(&mut self.halves[half].state, next);
+        if let State::Body {
+            sink,
+            exchange,
+            request,
+            is_request,
+            ..
+        } = state
+        {
+            if is_request {
+                if let (Some(ex), Some(head), BodyEnd::Complete) = (exchange, request, end) {
+                    let body = match sink {
+                        Sink::Json(b) => b,
+                        _ => Vec::new(),
+                    };
+                    out.push(HttpEvent::Request {
+                        exchange: ex,
+                        head,
+                        body,
+                    });
+                }
+            } else {
+                self.finish_body(sink, exchange, request, end, out);
+            }
+        }
+        used
+    }
+
+    /// Emits the end of a response body (requests are emitted whole, never ended).
+    fn finish_body(
+        &mut self,
+        sink: Sink,
+        exchange: Option<u64>,
+        request: Option<RequestHead>,
+        end: BodyEnd,
+        out: &mut Vec<HttpEvent>,
+    ) {
+        let Some(ex) = exchange else { return };
+        if request.is_none() {
+            return;
+        }
+        match sink {
+            Sink::Json(body) if end == BodyEnd::Complete && !body.is_empty() => {
+                out.push(HttpEvent::ResponseJson { exchange: ex, body })
+            }
+            Sink::Sse(mut parser) => {
+                parser.finish();
+            }
+            _ => {}
+        }
+        out.push(HttpEvent::ResponseEnd { exchange: ex, end });
+    }
+
+    /// Which half a request-carrying body belongs to is known only after the first request;
+    /// requests in flight when a half closes are simply dropped.
+    pub fn pending_requests(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+enum HeadParse {
+    Partial,
+    Invalid {
+        response: bool,
+    },
+    Request {
+        head: RequestHead,
+        len: usize,
+        framing: Framing,
+    },
+    Response {
+        head: ResponseHead,
+        len: usize,
+        framing: Framing,
+        switching: bool,
+    },
+}
+
+const MAX_HEADERS: usize = 96;
+
+fn parse_head(buf: &[u8]) -> HeadParse {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    if buf.starts_with(b"HTTP/") {
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(buf) {
+            Ok(httparse::Status::Partial) => HeadParse::Partial,
+            Err(_) => HeadParse::Invalid { response: true },
+            Ok(httparse::Status::Complete(len)) => {
+                let status = resp.code.unwrap_or(0);
+                let mut head = ResponseHead {
+                    status,
+                    ..Default::default()
+                };
+                let framing = framing_from(resp.headers, &mut |name, value| {
+                    if name.eq_ignore_ascii_case("content-type") {
+                        head.media_type = Some(media_type(&header_str(value)));
+                    } else if name.eq_ignore_ascii_case("mcp-session-id") {
+                        head.session_id = Some(header_str(value));
+                    }
+                });
+                let framing = framing.unwrap_or(Framing::UntilClose);
+                let no_body = (100..200).contains(&status);
+                HeadParse::Response {
+                    head,
+                    len,
+                    framing: if no_body { Framing::None } else { framing },
+                    switching: status == 101,
+                }
+            }
+        }
+    } else {
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(buf) {
+            Ok(httparse::Status::Partial) => HeadParse::Partial,
+            Err(_) => HeadParse::Invalid { response: false },
+            Ok(httparse::Status::Complete(len)) => {
+                let mut head = RequestHead {
+                    method: req.method.unwrap_or("").to_string(),
+                    path: req.path.unwrap_or("").to_string(),
+                    ..Default::default()
+                };
+                let framing = framing_from(req.headers, &mut |name, value| {
+                    let slot = if name.eq_ignore_ascii_case("host") {
+                        &mut head.host
+                    } else if name.eq_ignore_ascii_case("accept") {
+                        &mut head.accept
+                    } else if name.eq_ignore_ascii_case("content-type") {
+                        &mut head.content_type
+                    } else if name.eq_ignore_ascii_case("mcp-session-id") {
+                        &mut head.session_id
+                    } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
+                        &mut head.protocol_version
+                    } else {
+                        return;
+                    };
+                    *slot = Some(header_str(value));
+                });
+                HeadParse::Request {
+                    head,
+                    len,
+                    framing: framing.unwrap_or(Framing::None),
+                }
+            }
+        }
+    }
+}
+
+/// Reads the framing headers, passing every header to `visit`. None: no framing header.
+fn framing_from(
+    headers: &[httparse::Header<'_>],
+    visit: &mut dyn FnMut(&str, &[u8]),
+) -> Option<Framing> {
+    let mut chunked = false;
+    let mut length: Option<u64> = None;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked |= String::from_utf8_lossy(h.value)
+                .to_ascii_lowercase()
+                .contains("chunked");
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            length = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok());
+        } else {
+            visit(h.name, h.value);
+        }
+    }
+    // RFC 9112 §6.3: chunked wins over Content-Length.
+    if chunked {
+        Some(Framing::Chunked(ChunkedDecoder::new()))
+    } else {
+        length.map(|n| {
+            if n == 0 {
+                Framing::None
+            } else {
+                Framing::Length(n)
+            }
+        })
+    }
+}
+
+fn looks_like_http_start(data: &[u8]) -> bool {
+    let n = data.len().min(8);
+    let prefix = &data[..n];
+    if b"HTTP/1."[..n.min(7)] == prefix[..n.min(7)] {
+        return true;
+    }
+    METHODS
+        .iter()
+        .any(|m| m[..n.min(m.len())] == prefix[..n.min(m.len())])
+}
+
+/// Finds the offset of the next plausible message start at a line beginning. `want_response`
+/// narrows the search once the direction is known.
+fn find_message_start(data: &[u8], want_response: Option<bool>) -> Option<usize> {
+    let mut line_start = 0;
+    loop {
+        let rest = data.get(line_start..)?;
+        let is_response = rest.starts_with(b"HTTP/1.");
+        let is_request = METHODS.iter().any(|m| rest.starts_with(m));
+        let ok = match want_response {
+            Some(true) => is_response,
+            Some(false) => is_request,
+            None => is_response || is_request,
+        };
+        if ok {
+            return Some(line_start);
+        }
+        let nl = memchr::memchr(b'\n', rest)?;
+        line_start += nl + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,277 @@
+use super::*;
+use crate::sse::SseItem;
+
+fn run(conn: &mut Connection, half: usize, bytes: &[u8], out: &mut Vec<HttpEvent>) {
+    conn.on_data(half, bytes, out);
+}
+
+/// Feeds `bytes` in pieces of `step` bytes.
+fn run_split(
+    conn: &mut Connection,
+    half: usize,
+    bytes: &[u8],
+    step: usize,
+    out: &mut Vec<HttpEvent>,
+) {
+    for piece in bytes.chunks(step.max(1)) {
+        conn.on_data(half, piece, out);
+    }
+}
+
+const INIT_REQ: &[u8] = b"POST /mcp HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer secret\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 44\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/x\"}\n";
+
+fn sse_resp() -> Vec<u8> {
+    let body = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\r\n\r\n";
+    let mut r = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: s1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for part in [&body[..10], &body[10..31], &body[31..]] {
+        r.extend_from_slice(format!("{:x}\r\n{}\r\n", part.len(), part).as_bytes());
+    }
+    r.extend_from_slice(b"0\r\n\r\n");
+    r
+}
+
+#[test]
+fn request_and_chunked_sse_response_at_any_split() {
+    let resp = sse_resp();
+    for step in [1, 2, 3, 7, 64, 10_000] {
+        let mut c = Connection::new(true, HttpLimits::default());
+        let mut out = Vec::new();
+        run_split(&mut c, 0, INIT_REQ, step, &mut out);
+        run_split(&mut c, 1, &resp, step, &mut out);
+        let Some(HttpEvent::Request {
+            exchange: 0,
+            head,
+            body,
+        }) = out.first()
+        else {
+            panic!("no request: {out:?}");
+        };
+        assert_eq!(head.method, "POST");
+        assert_eq!(
+            head.accept.as_deref(),
+            Some("application/json, text/event-stream")
+        );
+        assert_eq!(body.len(), 44);
+        assert!(
+            matches!(&out[1], HttpEvent::ResponseHead { exchange: 0, head } if head.status == 200 && head.media_type.as_deref() == Some("text/event-stream") && head.session_id.as_deref() == Some("s1"))
+        );
+        assert!(
+            matches!(&out[2], HttpEvent::ResponseSse { exchange: 0, item: SseItem::Event(e) } if e.data.contains("\"result\"")),
+            "step {step}: {out:?}"
+        );
+        assert_eq!(
+            out[3],
+            HttpEvent::ResponseEnd {
+                exchange: 0,
+                end: BodyEnd::Complete
+            }
+        );
+        assert_eq!(out.len(), 4);
+    }
+}
+
+#[test]
+fn pipelined_requests_pair_with_responses_in_order() {
+    let mut c = Connection::new(true, HttpLimits::default());
+    let mut out = Vec::new();
+    let mut reqs = Vec::new();
+    let mut resps = Vec::new();
+    for i in 0..5 {
+        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}");
+        reqs.extend_from_slice(format!("POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nMcp-Session-Id: s\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+        let rb = format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":{{}}}}");
+        resps.extend_from_slice(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{rb}", rb.len()).as_bytes());
+    }
+    run(&mut c, 0, &reqs, &mut out);
+    run(&mut c, 1, &resps, &mut out);
+    let jsons: Vec<(u64, String)> = out
+        .iter()
+        .filter_map(|e| match e {
+            HttpEvent::ResponseJson { exchange, body } => {
+                Some((*exchange, String::from_utf8_lossy(body).to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jsons.len(), 5);
+    for (i, (ex, body)) in jsons.iter().enumerate() {
+        assert_eq!(*ex, i as u64);
+        assert!(body.contains(&format!("\"id\":{i}")));
+    }
+}
+
+#[test]
+fn non_mcp_bodies_are_skipped_and_not_http_is_ignored() {
+    let mut c = Connection::new(true, HttpLimits::default());
+    let mut out = Vec::new();
+    run(
+        &mut c,
+        0,
+        b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n",
+        &mut out,
+    );
+    run(
+        &mut c,
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\nhello",
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    let mut tls = Connection::new(true, HttpLimits::default());
+    run(
+        &mut tls,
+        0,
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        &mut out,
+    );
+    run(&mut tls, 1, b"\x16\x03\x03\x00\x7a\x02", &mut out);
+    assert!(tls.is_ignored());
+}
+
+#[test]
+fn head_204_304_and_1xx_have_no_body() {
+    let mut c = Connection::new(true, HttpLimits::default());
+    let mut out = Vec::new();
+    let req = b"POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"jsonrpc\":\"2.0\",\"method\":\"notify/x\"}   ";
+    run(&mut c, 0, req, &mut out);
+    run(&mut c, 0, req, &mut out);
+    run(&mut c, 1, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", &mut out);
+    let ends: Vec<&HttpEvent> = out
+        .iter()
+        .filter(|e| matches!(e, HttpEvent::ResponseEnd { .. }))
+        .collect();
+    assert_eq!(ends.len(), 2, "{out:?}");
+    assert!(!out.iter().any(|e| matches!(e, HttpEvent::Error(_))));
+}
+
+#[test]
+fn read_until_close_ends_on_server_close() {
+    let mut c = Connection::new(true, HttpLimits::default());
+    let mut out = Vec::new();
+    run(
+        &mut c,
+        0,
+        b"GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: s\r\n\r\n",
+        &mut out,
+    );
+    run(
+        &mut c,
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n: hi\n\ndata: {}\n\n",
+        &mut out,
+    );
+    c.on_close(1, BodyEnd::ServerClosed, &mut out);
+    assert_eq!(
+        out.last(),
+        Some(&HttpEvent::ResponseEnd {
+            exchange: 0,
+            end: BodyEnd::ServerClosed
+        })
+    );
+    let items = out
+        .iter()
+        .filter(|e| matches!(e, HttpEvent::ResponseSse { .. }))
+        .count();
+    assert_eq!(items, 2);
+}
+
+#[test]
+fn midstream_pickup_resynchronises_at_next_message() {
+    let mut c = Connection::new(false, HttpLimits::default());
+    let mut out = Vec::new();
+    let mut data = b"tail of an earlier body\"}\r\n".to_vec();
+    data.extend_from_slice(INIT_REQ);
+    run(&mut c, 0, &data, &mut out);
+    run(&mut c, 1, b"ody of old response\r\n", &mut out);
+    run(&mut c, 1, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 35\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", &mut out);
+    assert!(matches!(out[0], HttpEvent::Request { .. }), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, HttpEvent::ResponseJson { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn gap_abandons_message_and_resyncs() {
+    let mut c = Connection::new(true, HttpLimits::default());
+    let mut out = Vec::new();
+    run(&mut c, 0, INIT_REQ, &mut out);
+    run(
+        &mut c,
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"json",
+        &mut out,
+    );
+    c.on_gap(1, &mut out);
+    assert!(out.iter().any(|e| matches!(
+        e,
+        HttpEvent::ResponseEnd {
+            end: BodyEnd::Aborted,
+            ..
+        }
+    )));
+    run(&mut c, 0, INIT_REQ, &mut out);
+    run(&mut c, 1, b"garbage\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", &mut out);
+    assert!(
+        matches!(
+            out.last(),
+            Some(HttpEvent::ResponseEnd {
+                exchange: 1,
+                end: BodyEnd::Complete
+            })
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn limits_are_counted() {
+    let limits = HttpLimits {
+        max_head_bytes: 256,
+        max_message_bytes: 16,
+        ..HttpLimits::default()
+    };
+    let mut c = Connection::new(true, limits);
+    let mut out = Vec::new();
+    let mut big = b"POST /mcp HTTP/1.1\r\n".to_vec();
+    for i in 0..100 {
+        big.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+    }
+    run_split(&mut c, 0, &big, 50, &mut out);
+    assert!(out.contains(&HttpEvent::Error(HttpError::HeadTooLarge)));
+    let mut c = Connection::new(true, limits);
+    let mut out = Vec::new();
+    run(&mut c, 0, INIT_REQ, &mut out);
+    assert!(out.contains(&HttpEvent::Error(HttpError::MessageTooLarge)));
+}
+
+#[test]
+fn garbage_never_panics() {
+    let mut seed = 0x1234_5678_u64;
+    for _ in 0..200 {
+        let mut c = Connection::new(seed.is_multiple_of(2), HttpLimits::default());
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for _ in 0..300 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            buf.push(match seed % 5 {
+                0 => b'\r',
+                1 => b'\n',
+                2 => b"HTTP/1.1 200 POST 0 chunked"[(seed >> 8) as usize % 27],
+                _ => (seed >> 16) as u8,
+            });
+        }
+        run_split(
+            &mut c,
+            (seed % 2) as usize,
+            &buf,
+            1 + (seed % 13) as usize,
+            &mut out,
+        );
+        c.on_close(0, BodyEnd::Aborted, &mut out);
+        c.on_close(1, BodyEnd::ServerClosed, &mut out);
+    }
+}

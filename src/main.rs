@@ -1,0 +1,167 @@
+//! The `mcptap` command line.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mcptap::event::Event;
+use mcptap::mcp::Output;
+use mcptap::pipeline::Limits;
+use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "mcptap",
+    version,
+    about = "Passive monitor for MCP over HTTP: handshakes, capability narrowing, Content-Type drift, empty tool results"
+)]
+struct Cli {
+    /// Log format on standard error.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `mcptap=debug`.
+    #[arg(long, default_value = "info", global = true)]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay pcap/pcapng files (or `-` for standard input) as one capture, in timestamp order.
+    Replay {
+        /// Capture files; several files are merged by timestamp (a rotated set).
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// Write NDJSON events here instead of standard output.
+        #[arg(long)]
+        events: Option<String>,
+        /// Exit with status 3 when any alert fired.
+        #[arg(long)]
+        fail_on_alert: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+}
+
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Maximum tracked TCP flows (least recently seen are evicted).
+    #[arg(long, default_value_t = Limits::default().max_flows)]
+    max_flows: usize,
+    /// Out-of-order bytes buffered per flow direction before a gap is declared.
+    #[arg(long, default_value_t = Limits::default().max_flow_buffer_bytes)]
+    max_flow_buffer_bytes: usize,
+    /// Largest JSON-RPC message body kept for parsing, in bytes.
+    #[arg(long, default_value_t = Limits::default().http.max_message_bytes)]
+    max_message_bytes: usize,
+    /// Maximum tracked MCP sessions.
+    #[arg(long, default_value_t = Limits::default().session.max_sessions)]
+    max_sessions: usize,
+    /// Window for linking a new session to a rejected/expired/deleted one, in seconds.
+    #[arg(long, default_value_t = 600)]
+    lineage_window_secs: u64,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        let mut l = Limits {
+            max_flows: self.max_flows,
+            max_flow_buffer_bytes: self.max_flow_buffer_bytes,
+            ..Limits::default()
+        };
+        l.http.max_message_bytes = self.max_message_bytes;
+        l.session.max_sessions = self.max_sessions;
+        l.session.lineage_window_ns =
+            (self.lineage_window_secs as i64).saturating_mul(1_000_000_000);
+        l
+    }
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
+    match format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log_level);
+    match cli.command {
+        Command::Replay {
+            files,
+            events,
+            fail_on_alert,
+            limits,
+        } => replay(&files, events.as_deref(), fail_on_alert, limits.limits()),
+    }
+}
+
+fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: Limits) -> ExitCode {
+    let sink: Box<dyn Write> = match events {
+        Some(path) => match File::create(path) {
+            Ok(f) => Box::new(BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("mcptap: error: {path}: cannot create events file: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Box::new(BufWriter::new(io::stdout().lock())),
+    };
+    let mut writer = NdjsonWriter::new(sink);
+    let mut summary = Summary::default();
+    let mut write_error: Option<io::Error> = None;
+    let started = Instant::now();
+    let result = mcptap::replay::replay(files, limits, &mut |o: &Output| {
+        summary.observe(o);
+        log::log_output(o);
+        if let (Output::Event(ev), None) = (o, &write_error) {
+            write_event(&mut writer, ev, &mut write_error);
+        }
+    });
+    let flushed = writer.flush();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcptap: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for t in &report.read.truncations {
+        tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
+    }
+    for w in &report.read.warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(e) = write_error.or(flushed.err())
+        && e.kind() != io::ErrorKind::BrokenPipe
+    {
+        eprintln!("mcptap: error: writing events: {e}");
+        return ExitCode::from(2);
+    }
+    eprintln!("{}", summary.render(&report.stats, started.elapsed()));
+    if fail_on_alert && summary.total_alerts() > 0 {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn write_event(writer: &mut NdjsonWriter<Box<dyn Write>>, ev: &Event, err: &mut Option<io::Error>) {
+    if let Err(e) = writer.write(ev) {
+        *err = Some(e);
+    }
+}

@@ -1,0 +1,161 @@
+//! Capability objects as sets of dotted paths, and their differences.
+//!
+//! `{"tools": {"listChanged": true, "streaming": false}, "logging": {}}` is the set
+//! `{logging, tools, tools.listChanged}`: an object (even empty) is a capability, `true` is one,
+//! `false` and `null` are not. Other scalars count as present, so a changed value elsewhere
+//! still shows up as presence.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+pub type CapPaths = BTreeSet<String>;
+
+/// Depth beyond which nested capability objects are not expanded (bounded work on hostile input).
+const MAX_DEPTH: usize = 8;
+/// At most this many paths per capability object.
+const MAX_PATHS: usize = 512;
+
+pub fn paths(caps: &Value) -> CapPaths {
+    let mut out = CapPaths::new();
+    if let Value::Object(map) = caps {
+        for (k, v) in map {
+            walk(k.clone(), v, 1, &mut out);
+        }
+    }
+    out
+}
+
+fn walk(path: String, v: &Value, depth: usize, out: &mut CapPaths) {
+    if out.len() >= MAX_PATHS {
+        return;
+    }
+    match v {
+        Value::Bool(false) | Value::Null => {}
+        Value::Object(map) => {
+            if depth < MAX_DEPTH {
+                for (k, child) in map {
+                    walk(format!("{path}.{k}"), child, depth + 1, out);
+                }
+            }
+            out.insert(path);
+        }
+        _ => {
+            out.insert(path);
+        }
+    }
+}
+
+/// What one side lost and gained between two handshakes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PathDiff {
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
+}
+
+impl PathDiff {
+    pub fn between(before: &CapPaths, after: &CapPaths) -> PathDiff {
+        PathDiff {
+            removed: before.difference(after).cloned().collect(),
+            added: after.difference(before).cloned().collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.added.is_empty()
+    }
+}
+
+/// Both sides' differences.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HandshakeDiff {
+    pub client: PathDiff,
+    pub server: PathDiff,
+}
+
+/// The top-level capability a path belongs to, bounded to known names for metric labels.
+pub fn scope(path: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "tools",
+        "resources",
+        "prompts",
+        "logging",
+        "completions",
+        "sampling",
+        "roots",
+        "elicitation",
+        "experimental",
+    ];
+    let top = path.split('.').next().unwrap_or("");
+    KNOWN
+        .iter()
+        .find(|k| **k == top)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// `tools.streaming: true` in a capability object.
+pub fn streaming_enabled(caps: &Value) -> bool {
+    caps.pointer("/tools/streaming") == Some(&Value::Bool(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(items: &[&str]) -> CapPaths {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn objects_and_true_are_capabilities_false_is_not() {
+        let caps =
+            json!({"tools": {"listChanged": true, "streaming": false}, "logging": {}, "x": null});
+        assert_eq!(
+            paths(&caps),
+            set(&["logging", "tools", "tools.listChanged"])
+        );
+        assert_eq!(paths(&json!(null)), set(&[]));
+    }
+
+    #[test]
+    fn narrowing_streaming_true_to_false_or_absent() {
+        let before = paths(&json!({"tools": {"streaming": true, "listChanged": true}}));
+        for after in [
+            json!({"tools": {"streaming": false, "listChanged": true}}),
+            json!({"tools": {"listChanged": true}}),
+        ] {
+            let d = PathDiff::between(&before, &paths(&after));
+            assert_eq!(d.removed, vec!["tools.streaming".to_string()]);
+            assert!(d.added.is_empty());
+        }
+    }
+
+    #[test]
+    fn whole_object_removed_lists_every_path() {
+        let before = paths(&json!({"resources": {"subscribe": true}, "tools": {}}));
+        let d = PathDiff::between(&before, &paths(&json!({"tools": {}})));
+        assert_eq!(d.removed, vec!["resources", "resources.subscribe"]);
+        let d = PathDiff::between(&paths(&json!({"tools": {}})), &before);
+        assert_eq!(d.added, vec!["resources", "resources.subscribe"]);
+    }
+
+    #[test]
+    fn scopes_are_bounded() {
+        assert_eq!(scope("tools.streaming"), "tools");
+        assert_eq!(scope("vendorThing.x"), "other");
+    }
+
+    #[test]
+    fn deep_or_wide_input_is_bounded() {
+        let mut v = json!(true);
+        for _ in 0..100 {
+            v = json!({ "a": v });
+        }
+        assert!(paths(&json!({ "deep": v })).len() <= MAX_DEPTH);
+        let wide: serde_json::Map<String, Value> =
+            (0..5000).map(|i| (format!("k{i}"), json!(true))).collect();
+        assert_eq!(paths(&Value::Object(wide)).len(), MAX_PATHS);
+    }
+}

@@ -1,0 +1,368 @@
+//! The sans-IO pipeline: packets and their timestamps in, outputs out.
+//!
+//! decode → flow table + reassembly → HTTP → session layer (JSON-RPC, MCP, detectors).
+//! Replay and live capture drive this same type, so they behave identically.
+
+use crate::decode::{self, Decoded, SkipReason, TcpSegment};
+use crate::event::{Telemetry, Timestamp};
+use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
+use crate::mcp::{FlowCtx, Output, SessionLimits, Tracker};
+use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// Every limit of the pipeline; each is counted when hit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_flows: usize,
+    /// Out-of-order bytes buffered per direction before a gap is declared.
+    pub max_flow_buffer_bytes: usize,
+    pub flow_idle_timeout_ns: i64,
+    pub http: HttpLimits,
+    pub session: SessionLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_flows: 262_144,
+            max_flow_buffer_bytes: 1024 * 1024,
+            flow_idle_timeout_ns: 300 * 1_000_000_000,
+            http: HttpLimits::default(),
+            session: SessionLimits::default(),
+        }
+    }
+}
+
+/// Packet-level counters (kept as plain numbers: they are bumped on the hot path).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PacketStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub skipped_unsupported_link: u64,
+    pub skipped_not_ip: u64,
+    pub skipped_not_tcp: u64,
+    pub skipped_ip_fragment: u64,
+    pub skipped_malformed: u64,
+}
+
+impl PacketStats {
+    fn count_skip(&mut self, reason: SkipReason) {
+        let slot = match reason {
+            SkipReason::UnsupportedLink => &mut self.skipped_unsupported_link,
+            SkipReason::NotIp => &mut self.skipped_not_ip,
+            SkipReason::NotTcp => &mut self.skipped_not_tcp,
+            SkipReason::IpFragment => &mut self.skipped_ip_fragment,
+            SkipReason::Malformed => &mut self.skipped_malformed,
+        };
+        *slot += 1;
+    }
+
+    /// (reason label, count) pairs for metrics and the summary.
+    pub fn skipped(&self) -> [(&'static str, u64); 5] {
+        [
+            (
+                SkipReason::UnsupportedLink.as_str(),
+                self.skipped_unsupported_link,
+            ),
+            (SkipReason::NotIp.as_str(), self.skipped_not_ip),
+            (SkipReason::NotTcp.as_str(), self.skipped_not_tcp),
+            (SkipReason::IpFragment.as_str(), self.skipped_ip_fragment),
+            (SkipReason::Malformed.as_str(), self.skipped_malformed),
+        ]
+    }
+}
+
+/// Canonical flow key: the lower endpoint first, so both directions find the same flow.
+type FlowKey = (SocketAddr, SocketAddr);
+
+struct Flow {
+    id: u64,
+    key: FlowKey,
+    /// Index 0 carries bytes from `key.0` to `key.1`; index 1 the other way.
+    streams: [Reassembler; 2],
+    http: Connection,
+    last_seen: Timestamp,
+}
+
+impl Flow {
+    fn ctx(&self) -> Option<FlowCtx> {
+        let client_half = self.http.client_half()?;
+        let (client, server) = if client_half == 0 {
+            (self.key.0, self.key.1)
+        } else {
+            (self.key.1, self.key.0)
+        };
+        Some(FlowCtx {
+            flow: self.id,
+            client,
+            server,
+        })
+    }
+}
+
+/// Feeds reassembled bytes of one direction into the HTTP parser.
+struct HttpFeed<'a> {
+    conn: &'a mut Connection,
+    half: usize,
+    events: &'a mut Vec<HttpEvent>,
+}
+
+impl StreamConsumer for HttpFeed<'_> {
+    fn on_data(&mut self, data: &[u8]) {
+        self.conn.on_data(self.half, data, self.events);
+    }
+    fn on_gap(&mut self, _len: u64) {
+        self.conn.on_gap(self.half, self.events);
+    }
+}
+
+/// How often (in packet time) idle flows and sessions are swept.
+const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
+
+pub struct Pipeline {
+    limits: Limits,
+    flows: HashMap<FlowKey, Flow>,
+    next_flow_id: u64,
+    tracker: Tracker,
+    stats: PacketStats,
+    last_sweep: Timestamp,
+    /// Latest packet time seen; time never runs backwards for sweeps.
+    now: Timestamp,
+    http_events: Vec<HttpEvent>,
+}
+
+impl Pipeline {
+    pub fn new(limits: Limits) -> Self {
+        Pipeline {
+            limits,
+            flows: HashMap::new(),
+            next_flow_id: 0,
+            tracker: Tracker::new(limits.session),
+            stats: PacketStats::default(),
+            last_sweep: Timestamp(i64::MIN),
+            now: Timestamp(i64::MIN),
+            http_events: Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> &PacketStats {
+        &self.stats
+    }
+
+    pub fn active_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn active_sessions(&self) -> usize {
+        self.tracker.active_sessions()
+    }
+
+    /// Processes one captured frame of link type `linktype`.
+    pub fn handle_packet(
+        &mut self,
+        ts: Timestamp,
+        linktype: u32,
+        frame: &[u8],
+        out: &mut Vec<Output>,
+    ) {
+        self.stats.packets += 1;
+        self.stats.bytes += frame.len() as u64;
+        if ts > self.now {
+            self.now = ts;
+        }
+        match decode::decode(linktype, frame) {
+            Decoded::Tcp(seg) => self.handle_segment(ts, &seg, out),
+            Decoded::Skipped(reason) => self.stats.count_skip(reason),
+        }
+        if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
+            self.last_sweep = self.now;
+            self.sweep(out);
+        }
+    }
+
+    fn handle_segment(&mut self, ts: Timestamp, seg: &TcpSegment<'_>, out: &mut Vec<Output>) {
+        let key = if seg.src <= seg.dst {
+            (seg.src, seg.dst)
+        } else {
+            (seg.dst, seg.src)
+        };
+        let half = usize::from(seg.src != key.0);
+        if !self.flows.contains_key(&key) {
+            // Only a SYN or data opens a flow; stray ACKs and RSTs of unknown flows don't.
+            let opens = seg.flags.syn || !seg.payload.is_empty();
+            if seg.flags.rst || !opens {
+                return;
+            }
+            self.make_room(out);
+            let synchronised = seg.flags.syn && !seg.flags.ack;
+            let flow = Flow {
+                id: self.next_flow_id,
+                key,
+                streams: [
+                    Reassembler::new(self.limits.max_flow_buffer_bytes),
+                    Reassembler::new(self.limits.max_flow_buffer_bytes),
+                ],
+                http: Connection::new(synchronised, self.limits.http),
+                last_seen: ts,
+            };
+            self.next_flow_id += 1;
+            self.flows.insert(key, flow);
+            out.push(Output::Telemetry(Telemetry::FlowOpened));
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        flow.last_seen = ts;
+        if flow.http.is_ignored() {
+            // Not HTTP: skip reassembly entirely, only watch for the end of the flow.
+            if seg.flags.rst || seg.flags.fin {
+                let reason = if seg.flags.rst { "rst" } else { "fin" };
+                self.remove_flow(key, BodyEnd::Aborted, Some(reason), out);
+            }
+            return;
+        }
+        let mut report = PushReport::default();
+        let mut events = std::mem::take(&mut self.http_events);
+        {
+            let stream = &mut flow.streams[half];
+            if seg.flags.syn {
+                stream.on_syn(seg.seq);
+            }
+            let mut feed = HttpFeed {
+                conn: &mut flow.http,
+                half,
+                events: &mut events,
+            };
+            stream.push(seg.seq, seg.payload, seg.flags.fin, &mut feed, &mut report);
+            if stream.is_finished() && !seg.flags.rst {
+                flow.http.on_close(half, BodyEnd::ServerClosed, &mut events);
+            }
+        }
+        report_telemetry(&report, out);
+        let ctx = flow.ctx();
+        let both_done = flow.streams.iter().all(Reassembler::is_finished);
+        self.deliver(ctx, ts, &mut events, out);
+        self.http_events = events;
+        if seg.flags.rst {
+            self.remove_flow(key, BodyEnd::Aborted, Some("rst"), out);
+        } else if both_done {
+            self.remove_flow(key, BodyEnd::Aborted, Some("fin"), out);
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        ctx: Option<FlowCtx>,
+        ts: Timestamp,
+        events: &mut Vec<HttpEvent>,
+        out: &mut Vec<Output>,
+    ) {
+        for ev in events.drain(..) {
+            match (ctx, ev) {
+                (_, HttpEvent::Error(e)) => out.push(Output::Telemetry(Telemetry::HttpError {
+                    reason: e.as_str(),
+                })),
+                (Some(ctx), ev) => self.tracker.on_http(ctx, ts, ev, out),
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// Ends a flow: open bodies end as `end`, out-of-order leftovers are dropped.
+    fn remove_flow(
+        &mut self,
+        key: FlowKey,
+        end: BodyEnd,
+        closed: Option<&'static str>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(mut flow) = self.flows.remove(&key) else {
+            return;
+        };
+        let mut events = std::mem::take(&mut self.http_events);
+        for half in 0..2 {
+            let mut report = PushReport::default();
+            if end == BodyEnd::Aborted {
+                let mut feed = HttpFeed {
+                    conn: &mut flow.http,
+                    half,
+                    events: &mut events,
+                };
+                flow.streams[half].flush(GapReason::Closed, &mut feed, &mut report);
+            }
+            report_telemetry(&report, out);
+            flow.http.on_close(half, end, &mut events);
+        }
+        let ctx = flow.ctx();
+        let ts = self.now;
+        self.deliver(ctx, ts, &mut events, out);
+        self.http_events = events;
+        self.tracker.on_flow_closed(flow.id);
+        if let Some(reason) = closed {
+            out.push(Output::Telemetry(Telemetry::FlowClosed { reason }));
+        }
+    }
+
+    /// Keeps the flow table under its cap by evicting the least recently seen flows.
+    fn make_room(&mut self, out: &mut Vec<Output>) {
+        let max = self.limits.max_flows.max(1);
+        if self.flows.len() < max {
+            return;
+        }
+        // A batch at a time, so a SYN flood costs O(n) per batch rather than per packet.
+        let mut by_age: Vec<(Timestamp, FlowKey)> =
+            self.flows.values().map(|f| (f.last_seen, f.key)).collect();
+        let batch = (max / 16).max(1).min(by_age.len());
+        by_age.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
+        for (_, key) in by_age.into_iter().take(batch) {
+            self.remove_flow(key, BodyEnd::Unfinished, None, out);
+            out.push(Output::Telemetry(Telemetry::FlowEvicted {
+                reason: "flow_limit",
+            }));
+        }
+    }
+
+    fn sweep(&mut self, out: &mut Vec<Output>) {
+        let now = self.now;
+        let timeout = self.limits.flow_idle_timeout_ns;
+        let idle: Vec<FlowKey> = self
+            .flows
+            .values()
+            .filter(|f| now.0.saturating_sub(f.last_seen.0) > timeout)
+            .map(|f| f.key)
+            .collect();
+        for key in idle {
+            self.remove_flow(key, BodyEnd::Unfinished, None, out);
+            out.push(Output::Telemetry(Telemetry::FlowEvicted { reason: "idle" }));
+        }
+        self.tracker.sweep(now, out);
+    }
+
+    /// End of input: open streams were cut off by the end of the capture, not ended.
+    pub fn finish(&mut self, out: &mut Vec<Output>) {
+        let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
+        for key in keys {
+            self.remove_flow(key, BodyEnd::Unfinished, None, out);
+        }
+    }
+}
+
+fn report_telemetry(report: &PushReport, out: &mut Vec<Output>) {
+    for (reason, bytes) in &report.gaps {
+        out.push(Output::Telemetry(Telemetry::TcpGap {
+            reason: reason.as_str(),
+            bytes: *bytes,
+        }));
+    }
+    for _ in 0..report.conflicting_overlaps {
+        out.push(Output::Telemetry(Telemetry::TcpOverlap {
+            conflicting: true,
+        }));
+    }
+    for _ in 0..report.identical_overlaps {
+        out.push(Output::Telemetry(Telemetry::TcpOverlap {
+            conflicting: false,
+        }));
+    }
+}

@@ -1,0 +1,405 @@
+//! TCP stream reassembly for one direction of a connection.
+//!
+//! Sequence numbers are mapped to a 64-bit stream offset relative to the next expected byte,
+//! so wraparound needs no special case. In-order data is handed to the consumer straight from
+//! the packet (zero-copy); only out-of-order data is buffered, up to a byte cap. When the cap
+//! is hit, or the stream ends with holes, the hole is declared as an explicit gap so the
+//! consumer can resynchronise instead of waiting forever.
+
+use std::collections::BTreeMap;
+
+/// What the reassembler hands downstream, in stream order.
+pub trait StreamConsumer {
+    fn on_data(&mut self, data: &[u8]);
+    /// `len` bytes of the stream will never be seen.
+    fn on_gap(&mut self, len: u64);
+}
+
+/// Why a gap was declared; used for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapReason {
+    BufferLimit,
+    Closed,
+    Timeout,
+}
+
+impl GapReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapReason::BufferLimit => "buffer_limit",
+            GapReason::Closed => "closed",
+            GapReason::Timeout => "timeout",
+        }
+    }
+}
+
+/// Counts of noteworthy things seen while pushing segments; the caller turns them into
+/// telemetry events.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PushReport {
+    pub gaps: Vec<(GapReason, u64)>,
+    pub identical_overlaps: u32,
+    pub conflicting_overlaps: u32,
+}
+
+#[derive(Debug)]
+pub struct Reassembler {
+    /// Sequence number of the next byte to deliver; None until the first segment or SYN.
+    next_seq: Option<u32>,
+    /// Stream offset of `next_seq` (bytes delivered or skipped so far).
+    offset: u64,
+    /// Out-of-order segments keyed by stream offset; ranges never overlap.
+    pending: BTreeMap<u64, Vec<u8>>,
+    buffered: usize,
+    max_buffered: usize,
+    /// Stream offset of the FIN, once seen.
+    fin_at: Option<u64>,
+    finished: bool,
+}
+
+impl Reassembler {
+    pub fn new(max_buffered: usize) -> Self {
+        Reassembler {
+            next_seq: None,
+            offset: 0,
+            pending: BTreeMap::new(),
+            buffered: 0,
+            max_buffered,
+            fin_at: None,
+            finished: false,
+        }
+    }
+
+    /// True once the FIN has been reached (all bytes before it delivered or declared lost).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered
+    }
+
+    /// True when no segment has established a sequence number yet.
+    pub fn is_unsynchronised(&self) -> bool {
+        self.next_seq.is_none()
+    }
+
+    /// A SYN fixes the initial sequence number: data starts at `isn + 1`.
+    pub fn on_syn(&mut self, isn: u32) {
+        if self.next_seq.is_none() {
+            self.next_seq = Some(isn.wrapping_add(1));
+        }
+    }
+
+    /// Pushes one segment. `fin` marks the end of the stream after this payload.
+    pub fn push(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        fin: bool,
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        if self.finished {
+            return;
+        }
+        // Midstream pickup: the first segment we see defines the start of the stream.
+        let next = *self.next_seq.get_or_insert(seq);
+        let rel = i64::from(seq.wrapping_sub(next) as i32);
+        let start = self.offset as i64 + rel;
+        if fin {
+            let end = start + payload.len() as i64;
+            if end >= self.offset as i64 && self.fin_at.is_none() {
+                self.fin_at = Some(end as u64);
+            }
+        }
+        if !payload.is_empty() {
+            self.accept(start, payload, consumer, report);
+        }
+        self.check_fin(consumer, report);
+    }
+
+    fn accept(
+        &mut self,
+        start: i64,
+        payload: &[u8],
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        let end = start + payload.len() as i64;
+        let cur = self.offset as i64;
+        if end <= cur {
+            // Pure retransmission of delivered bytes: we keep no copy to compare with.
+            report.identical_overlaps += 1;
+            return;
+        }
+        let (start, payload) = if start < cur {
+            report.identical_overlaps += 1;
+            (cur, &payload[(cur - start) as usize..])
+        } else {
+            (start, payload)
+        };
+        if start == cur && self.pending.is_empty() {
+            // Fast path: in-order data with nothing buffered goes straight through.
+            self.deliver(payload, consumer);
+            return;
+        }
+        // Through the buffer, so that bytes buffered earlier keep precedence (first copy wins).
+        self.buffer(start as u64, payload, report);
+        self.drain(consumer, report);
+        if self.buffered > self.max_buffered {
+            self.skip_to_first_pending(GapReason::BufferLimit, consumer, report);
+        }
+    }
+
+    fn deliver(&mut self, data: &[u8], consumer: &mut dyn StreamConsumer) {
+        if data.is_empty() {
+            return;
+        }
+        consumer.on_data(data);
+        self.advance(data.len() as u64);
+    }
+
+    fn advance(&mut self, n: u64) {
+        self.offset += n;
+        if let Some(next) = self.next_seq.as_mut() {
+            *next = next.wrapping_add(n as u32);
+        }
+    }
+
+    /// Stores an out-of-order segment, keeping the first copy of every byte.
+    fn buffer(&mut self, start: u64, payload: &[u8], report: &mut PushReport) {
+        let end = start + payload.len() as u64;
+        let mut pieces: Vec<(u64, u64)> = vec![(start, end)];
+        // Only ranges that can intersect [start, end): the one starting before and those inside.
+        let overlapping: Vec<(u64, u64)> = self
+            .pending
+            .range(..end)
+            .rev()
+            .take_while(|(s, v)| **s + v.len() as u64 > start)
+            .map(|(s, v)| (*s, *s + v.len() as u64))
+            .filter(|(s, e)| *e > start && *s < end)
+            .collect();
+        for (ps, pe) in overlapping {
+            let os = ps.max(start);
+            let oe = pe.min(end);
+            if os < oe {
+                let old = self
+                    .pending
+                    .get(&ps)
+                    .map(|v| &v[(os - ps) as usize..(oe - ps) as usize]);
+                let new = &payload[(os - start) as usize..(oe - start) as usize];
+                if old == Some(new) {
+                    report.identical_overlaps += 1;
+                } else {
+                    report.conflicting_overlaps += 1;
+                }
+            }
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(s, e)| {
+                    let mut out = Vec::with_capacity(2);
+                    if s < ps.min(e) {
+                        out.push((s, ps.min(e)));
+                    }
+                    if pe.max(s) < e {
+                        out.push((pe.max(s), e));
+                    }
+                    out
+                })
+                .collect();
+        }
+        for (s, e) in pieces {
+            let bytes = payload[(s - start) as usize..(e - start) as usize].to_vec();
+            self.buffered += bytes.len();
+            self.pending.insert(s, bytes);
+        }
+    }
+
+    /// Delivers buffered segments that have become contiguous.
+    fn drain(&mut self, consumer: &mut dyn StreamConsumer, report: &mut PushReport) {
+        while let Some(entry) = self.pending.first_entry() {
+            let start = *entry.key();
+            if start > self.offset {
+                break;
+            }
+            let bytes = entry.remove();
+            self.buffered -= bytes.len();
+            let end = start + bytes.len() as u64;
+            if end <= self.offset {
+                report.identical_overlaps += 1;
+                continue;
+            }
+            let skip = (self.offset - start) as usize;
+            self.deliver(&bytes[skip..], consumer);
+        }
+    }
+
+    fn skip_to_first_pending(
+        &mut self,
+        reason: GapReason,
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        if let Some((&start, _)) = self.pending.first_key_value()
+            && start > self.offset
+        {
+            let len = start - self.offset;
+            consumer.on_gap(len);
+            report.gaps.push((reason, len));
+            self.advance(len);
+        }
+        self.drain(consumer, report);
+    }
+
+    fn check_fin(&mut self, consumer: &mut dyn StreamConsumer, report: &mut PushReport) {
+        if let Some(fin_at) = self.fin_at
+            && self.offset >= fin_at
+        {
+            self.finished = true;
+            self.discard_pending();
+        }
+        let _ = (consumer, report);
+    }
+
+    fn discard_pending(&mut self) {
+        self.pending.clear();
+        self.buffered = 0;
+    }
+
+    /// The connection is gone (RST, idle timeout, eviction, end of capture): whatever is
+    /// buffered beyond a hole is delivered after an explicit gap.
+    pub fn flush(
+        &mut self,
+        reason: GapReason,
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        while !self.pending.is_empty() {
+            self.skip_to_first_pending(reason, consumer, report);
+        }
+        if let Some(fin_at) = self.fin_at
+            && fin_at > self.offset
+        {
+            let len = fin_at - self.offset;
+            consumer.on_gap(len);
+            report.gaps.push((reason, len));
+            self.advance(len);
+        }
+        self.finished = self.fin_at.is_some();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect {
+        bytes: Vec<u8>,
+        gaps: Vec<u64>,
+    }
+    impl StreamConsumer for Collect {
+        fn on_data(&mut self, data: &[u8]) {
+            self.bytes.extend_from_slice(data);
+        }
+        fn on_gap(&mut self, len: u64) {
+            self.gaps.push(len);
+            self.bytes.extend(std::iter::repeat_n(b'?', len as usize));
+        }
+    }
+
+    fn run(isn: u32, segs: &[(u32, &[u8])], cap: usize) -> (Collect, PushReport) {
+        let mut r = Reassembler::new(cap);
+        r.on_syn(isn);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        for (off, data) in segs {
+            r.push(
+                isn.wrapping_add(1).wrapping_add(*off),
+                data,
+                false,
+                &mut c,
+                &mut rep,
+            );
+        }
+        r.flush(GapReason::Closed, &mut c, &mut rep);
+        (c, rep)
+    }
+
+    #[test]
+    fn in_order_and_out_of_order_deliver_the_same_bytes() {
+        let (c, _) = run(100, &[(0, b"hello "), (6, b"world")], 1 << 20);
+        assert_eq!(c.bytes, b"hello world");
+        let (c, rep) = run(100, &[(6, b"world"), (0, b"hello ")], 1 << 20);
+        assert_eq!(c.bytes, b"hello world");
+        assert!(rep.gaps.is_empty());
+    }
+
+    #[test]
+    fn sequence_wraparound() {
+        let isn = u32::MAX - 3;
+        let (c, rep) = run(isn, &[(4, b"defg"), (0, b"abcd"), (8, b"hij")], 1 << 20);
+        assert_eq!(c.bytes, b"abcddefghij");
+        assert!(rep.gaps.is_empty());
+    }
+
+    #[test]
+    fn retransmissions_and_overlaps_first_copy_wins() {
+        let (c, rep) = run(
+            0,
+            &[
+                (0, b"abc"),
+                (0, b"abc"),
+                (5, b"fgh"),
+                (4, b"XYZW"),
+                (3, b"de"),
+            ],
+            1 << 20,
+        );
+        // "fgh" at 5 arrived first, so "XYZW" at 4 contributes only 'X' at 4, which in turn
+        // beats the later 'e' at 4.
+        assert_eq!(c.bytes, b"abcdXfgh");
+        assert!(rep.identical_overlaps >= 1);
+        assert_eq!(rep.conflicting_overlaps, 2);
+    }
+
+    #[test]
+    fn buffer_cap_declares_a_gap_and_resumes() {
+        let (c, rep) = run(0, &[(10, b"0123456789"), (20, b"abcdefghij")], 15);
+        assert_eq!(c.gaps, vec![10]);
+        assert_eq!(&c.bytes[10..], b"0123456789abcdefghij");
+        assert_eq!(rep.gaps, vec![(GapReason::BufferLimit, 10)]);
+    }
+
+    #[test]
+    fn flush_declares_holes() {
+        let (c, rep) = run(0, &[(0, b"ab"), (5, b"fg")], 1 << 20);
+        assert_eq!(c.bytes, b"ab???fg");
+        assert_eq!(rep.gaps, vec![(GapReason::Closed, 3)]);
+    }
+
+    #[test]
+    fn midstream_pickup_starts_at_first_segment() {
+        let mut r = Reassembler::new(1024);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        r.push(5000, b"xyz", false, &mut c, &mut rep);
+        r.push(5003, b"!", true, &mut c, &mut rep);
+        assert_eq!(c.bytes, b"xyz!");
+        assert!(r.is_finished());
+    }
+
+    #[test]
+    fn fin_before_missing_data_waits_for_it() {
+        let mut r = Reassembler::new(1024);
+        r.on_syn(0);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        r.push(4, b"de", true, &mut c, &mut rep);
+        assert!(!r.is_finished());
+        r.push(1, b"abc", false, &mut c, &mut rep);
+        assert!(r.is_finished());
+        assert_eq!(c.bytes, b"abcde");
+    }
+}

@@ -1,0 +1,128 @@
+//! Human-readable `tracing` lines: handshakes at INFO, alerts at WARN, the rest at DEBUG.
+//! Only the fields of the event are logged: never headers such as Authorization or Cookie,
+//! never bodies beyond capabilities, client/server info, methods, tool names and ids.
+
+use crate::event::{AlertKind, Event, Telemetry};
+use crate::mcp::Output;
+
+fn json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+pub fn log_output(output: &Output) {
+    match output {
+        Output::Event(ev) => log_event(ev),
+        Output::Telemetry(t) => log_telemetry(t),
+    }
+}
+
+pub fn log_event(ev: &Event) {
+    match ev {
+        Event::Handshake(h) => tracing::info!(
+            target: "mcptap::handshake",
+            ts = %h.ts.rfc3339(),
+            session_id = h.session_id.as_deref().unwrap_or("-"),
+            seq = h.seq,
+            outcome = h.outcome.as_str(),
+            http_status = h.http_status,
+            error_code = h.error_code,
+            error_message = h.error_message.as_deref(),
+            client = %h.client,
+            server = %h.server,
+            host = h.host.as_deref(),
+            path = %h.path,
+            protocol_version_requested = h.protocol_version_requested.as_deref(),
+            protocol_version = h.protocol_version.as_deref(),
+            client_info = %json(&h.client_info),
+            server_info = %json(&h.server_info),
+            client_capabilities = %json(&h.client_capabilities),
+            server_capabilities = %json(&h.server_capabilities),
+            diff = h.diff.as_ref().map(json),
+            client_near_miss = h.client_near_miss,
+            predecessor_session_id = h.predecessor_session_id.as_deref(),
+            lineage = h.lineage.as_ref().map(json),
+            "handshake"
+        ),
+        Event::Alert(a) => {
+            let detail = match &a.kind {
+                AlertKind::CapabilityNarrowing(c) => format!(
+                    "server removed {:?}; client removed {:?} (handshake {})",
+                    c.removed, c.client_removed, c.handshake_seq
+                ),
+                AlertKind::CapabilityWidening(c) => format!(
+                    "server added {:?}; client added {:?} (handshake {})",
+                    c.added, c.client_added, c.handshake_seq
+                ),
+                AlertKind::ContentTypeDivergence(d) => format!(
+                    "{} id={} expected {} observed {} ({:?})",
+                    d.method, d.request_id, d.expected, d.observed, d.reason
+                ),
+                AlertKind::EmptyToolResult(e) => format!(
+                    "tools/call id={} tool={} stream ended ({:?}) without a response: {}",
+                    e.request_id,
+                    e.tool.as_deref().unwrap_or("?"),
+                    e.ended_by,
+                    e.reason.as_str()
+                ),
+            };
+            tracing::warn!(
+                target: "mcptap::alert",
+                ts = %a.ts.rfc3339(),
+                kind = a.kind.as_str(),
+                session_id = a.session_id.as_deref().unwrap_or("-"),
+                server = %a.server,
+                client = %a.client,
+                "{detail}"
+            );
+        }
+        Event::Exchange(e) => tracing::debug!(
+            target: "mcptap::exchange",
+            ts = %e.ts.rfc3339(),
+            session_id = e.session_id.as_deref().unwrap_or("-"),
+            method = %e.method,
+            request_id = %e.request_id,
+            tool = e.tool.as_deref(),
+            http_status = e.http_status,
+            media_type = e.media_type,
+            sse_events = e.sse_events,
+            duration_ms = e.duration_ms,
+            answered = e.answered,
+            "exchange"
+        ),
+        Event::SessionEnd(s) => tracing::info!(
+            target: "mcptap::session",
+            ts = %s.ts.rfc3339(),
+            session_id = s.session_id.as_deref().unwrap_or("-"),
+            server = %s.server,
+            reason = s.reason.as_str(),
+            handshakes = s.handshakes,
+            requests = s.requests,
+            alerts = s.alerts,
+            "session end"
+        ),
+    }
+}
+
+pub fn log_telemetry(t: &Telemetry) {
+    match t {
+        Telemetry::TcpGap { reason, bytes } => {
+            tracing::debug!(target: "mcptap::tcp", reason, bytes, "reassembly gap")
+        }
+        Telemetry::TcpOverlap { conflicting: true } => {
+            tracing::debug!(target: "mcptap::tcp", "overlapping segment with different bytes")
+        }
+        Telemetry::HttpError { reason } => {
+            tracing::debug!(target: "mcptap::http", reason, "HTTP parse error")
+        }
+        Telemetry::JsonRpcError { reason } => {
+            tracing::debug!(target: "mcptap::jsonrpc", reason, "JSON-RPC parse error")
+        }
+        Telemetry::FlowEvicted { reason } => {
+            tracing::debug!(target: "mcptap::flow", reason, "flow evicted")
+        }
+        Telemetry::LimitHit { limit } => {
+            tracing::debug!(target: "mcptap::limit", limit, "limit hit")
+        }
+        _ => {}
+    }
+}

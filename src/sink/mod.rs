@@ -1,0 +1,6 @@
+//! Sinks: where outputs go. Every output becomes a log line, a counter, or both; product
+//! events also become NDJSON lines.
+
+pub mod log;
+pub mod ndjson;
+pub mod summary;

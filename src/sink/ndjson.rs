@@ -1,0 +1,58 @@
+//! NDJSON event output: one JSON object per line.
+
+use crate::event::Event;
+use std::io::{self, Write};
+
+pub struct NdjsonWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> NdjsonWriter<W> {
+    pub fn new(out: W) -> Self {
+        NdjsonWriter { out }
+    }
+
+    pub fn write(&mut self, event: &Event) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, event)?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EndReason, SessionEnd, Timestamp};
+
+    #[test]
+    fn one_object_per_line_with_event_ts_and_session_id() {
+        let mut w = NdjsonWriter::new(Vec::new());
+        let ev = Event::SessionEnd(SessionEnd {
+            ts: Timestamp(1_700_000_000_123_456_789),
+            session_id: Some("s1".into()),
+            server: "127.0.0.1:8080".parse().unwrap(),
+            reason: EndReason::Deleted,
+            handshakes: 1,
+            requests: 3,
+            alerts: 0,
+        });
+        w.write(&ev).unwrap();
+        w.write(&ev).unwrap();
+        let text = String::from_utf8(w.into_inner()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["event"], "session_end");
+        assert_eq!(v["ts"], "2023-11-14T22:13:20.123456Z");
+        assert_eq!(v["session_id"], "s1");
+        assert_eq!(v["server"], "127.0.0.1:8080");
+        assert_eq!(v["reason"], "deleted");
+    }
+}
