@@ -1,1 +1,551 @@
+use super::*;
+use crate::http::{HttpEvent, RequestHead, ResponseHead};
+use crate::sse::{SseEvent, SseItem};
+use serde_json::json;
 
+const SERVER: &str = "10.0.0.1:8080";
+
+fn ctx(flow: u64, client_port: u16) -> FlowCtx {
+    FlowCtx {
+        flow,
+        client: format!("10.0.0.2:{client_port}").parse().expect("addr"),
+        server: SERVER.parse().expect("addr"),
+    }
+}
+
+fn post(session: Option<&str>) -> RequestHead {
+    RequestHead {
+        method: "POST".into(),
+        path: "/mcp".into(),
+        host: Some("mcp.example".into()),
+        accept: Some("application/json, text/event-stream".into()),
+        content_type: Some("application/json".into()),
+        session_id: session.map(str::to_string),
+        protocol_version: Some("2025-06-18".into()),
+    }
+}
+
+fn resp(status: u16, media: &str, session: Option<&str>) -> ResponseHead {
+    ResponseHead {
+        status,
+        media_type: Some(media.into()),
+        session_id: session.map(str::to_string),
+    }
+}
+
+fn sse_data(v: serde_json::Value) -> SseItem {
+    SseItem::Event(SseEvent {
+        event_type: Some("message".into()),
+        data: v.to_string(),
+        id: None,
+        retry: None,
+    })
+}
+
+/// Drives one tracker and collects events only.
+struct Harness {
+    t: Tracker,
+    out: Vec<Output>,
+    now: i64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            t: Tracker::new(SessionLimits::default()),
+            out: Vec::new(),
+            now: 1_000_000_000,
+        }
+    }
+
+    fn send(&mut self, c: FlowCtx, ev: HttpEvent) {
+        self.now += 1_000_000;
+        self.t.on_http(c, Timestamp(self.now), ev, &mut self.out);
+    }
+
+    fn events(&self) -> Vec<serde_json::Value> {
+        self.out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(e) => serde_json::to_value(e).ok(),
+                Output::Telemetry(_) => None,
+            })
+            .collect()
+    }
+
+    fn of(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    /// initialize on a new connection; the server assigns `sid`.
+    fn handshake(
+        &mut self,
+        c: FlowCtx,
+        ex: u64,
+        reinit: Option<&str>,
+        sid: &str,
+        client_caps: serde_json::Value,
+        server_caps: serde_json::Value,
+    ) {
+        let body = json!({"jsonrpc":"2.0","id":ex,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":client_caps,"clientInfo":{"name":"agent","version":"1"}}});
+        self.send(
+            c,
+            HttpEvent::Request {
+                exchange: ex,
+                head: post(reinit),
+                body: body.to_string().into_bytes(),
+            },
+        );
+        self.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: ex,
+                head: resp(200, "application/json", Some(sid)),
+            },
+        );
+        let result = json!({"jsonrpc":"2.0","id":ex,"result":{"protocolVersion":"2025-06-18","capabilities":server_caps,"serverInfo":{"name":"srv","version":"2"}}});
+        self.send(
+            c,
+            HttpEvent::ResponseJson {
+                exchange: ex,
+                body: result.to_string().into_bytes(),
+            },
+        );
+        self.send(
+            c,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Complete,
+            },
+        );
+    }
+
+    fn tool_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str, items: Vec<SseItem>, end: BodyEnd) {
+        let body =
+            json!({"jsonrpc":"2.0","id":ex,"method":"tools/call","params":{"name":"search"}});
+        self.send(
+            c,
+            HttpEvent::Request {
+                exchange: ex,
+                head: post(Some(sid)),
+                body: body.to_string().into_bytes(),
+            },
+        );
+        self.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: ex,
+                head: resp(200, "text/event-stream", None),
+            },
+        );
+        for item in items {
+            self.send(c, HttpEvent::ResponseSse { exchange: ex, item });
+        }
+        self.send(c, HttpEvent::ResponseEnd { exchange: ex, end });
+    }
+}
+
+#[test]
+fn handshake_creates_the_session_from_the_response_header() {
+    let mut h = Harness::new();
+    h.handshake(
+        ctx(1, 5000),
+        0,
+        None,
+        "s1",
+        json!({"tools":{"streaming":true}}),
+        json!({"tools":{"streaming":true}}),
+    );
+    let hs = h.of("handshake");
+    assert_eq!(hs.len(), 1);
+    assert_eq!(hs[0]["session_id"], "s1");
+    assert_eq!(hs[0]["seq"], 1);
+    assert_eq!(hs[0]["host"], "mcp.example");
+    assert_eq!(hs[0]["protocol_version_requested"], "2025-06-18");
+    assert_eq!(hs[0]["server_info"]["name"], "srv");
+    assert_eq!(h.t.active_sessions(), 1);
+}
+
+#[test]
+fn answers_on_a_get_stream_correlate_by_id_within_the_session() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
+    // The POST is answered 202 with no body; the answer comes on the GET stream (flow 2).
+    let body = json!({"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"name":"t"}});
+    h.send(
+        c,
+        HttpEvent::Request {
+            exchange: 1,
+            head: post(Some("s1")),
+            body: body.to_string().into_bytes(),
+        },
+    );
+    let g = ctx(2, 5001);
+    let get = RequestHead {
+        method: "GET".into(),
+        accept: Some("text/event-stream".into()),
+        session_id: Some("s1".into()),
+        ..RequestHead::default()
+    };
+    h.send(
+        g,
+        HttpEvent::Request {
+            exchange: 0,
+            head: get,
+            body: Vec::new(),
+        },
+    );
+    h.send(
+        g,
+        HttpEvent::ResponseHead {
+            exchange: 0,
+            head: resp(200, "text/event-stream", None),
+        },
+    );
+    h.send(
+        g,
+        HttpEvent::ResponseSse {
+            exchange: 0,
+            item: sse_data(json!({"jsonrpc":"2.0","id":"abc","result":{"content":[]}})),
+        },
+    );
+    let ex = h.of("exchange");
+    let call = ex
+        .iter()
+        .find(|e| e["method"] == "tools/call")
+        .expect("exchange");
+    assert_eq!(call["request_id"], "abc");
+    assert_eq!(call["answered"], true);
+    assert_eq!(call["empty_content"], true);
+    assert!(h.of("alert").is_empty());
+}
+
+#[test]
+fn batches_are_answered_per_id() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({}));
+    let batch = json!([
+        {"jsonrpc":"2.0","id":10,"method":"tools/list"},
+        {"jsonrpc":"2.0","method":"notifications/progress"},
+        {"jsonrpc":"2.0","id":11,"method":"ping"}
+    ]);
+    h.send(
+        c,
+        HttpEvent::Request {
+            exchange: 1,
+            head: post(Some("s1")),
+            body: batch.to_string().into_bytes(),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseHead {
+            exchange: 1,
+            head: resp(200, "application/json", None),
+        },
+    );
+    let answer = json!([{"jsonrpc":"2.0","id":11,"result":{}},{"jsonrpc":"2.0","id":10,"result":{"tools":[]}}]);
+    h.send(
+        c,
+        HttpEvent::ResponseJson {
+            exchange: 1,
+            body: answer.to_string().into_bytes(),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseEnd {
+            exchange: 1,
+            end: BodyEnd::Complete,
+        },
+    );
+    let methods: Vec<String> = h
+        .of("exchange")
+        .iter()
+        .filter(|e| e["answered"] == true)
+        .map(|e| e["method"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(methods, vec!["initialize", "ping", "tools/list"]);
+}
+
+#[test]
+fn midstream_sessions_have_no_baseline_until_a_handshake() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.tool_call_sse(
+        c,
+        0,
+        "old",
+        vec![sse_data(
+            json!({"jsonrpc":"2.0","id":0,"result":{"content":[{"type":"text","text":"x"}]}}),
+        )],
+        BodyEnd::Complete,
+    );
+    assert_eq!(h.t.active_sessions(), 1);
+    assert!(h.out.iter().any(|o| matches!(
+        o,
+        Output::Telemetry(Telemetry::SessionStarted {
+            midstream: true,
+            ..
+        })
+    )));
+    // A later re-initialize is the first handshake seen: it becomes the baseline, no alert.
+    h.handshake(c, 1, Some("old"), "old", json!({}), json!({"tools":{}}));
+    assert!(h.of("alert").is_empty());
+    assert_eq!(h.of("handshake")[0]["seq"], 1);
+}
+
+#[test]
+fn baseline_is_the_first_handshake_not_the_last() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    let full = json!({"tools":{"streaming":true,"listChanged":true}});
+    h.handshake(c, 0, None, "s1", json!({}), full.clone());
+    h.handshake(
+        c,
+        1,
+        Some("s1"),
+        "s1",
+        json!({}),
+        json!({"tools":{"listChanged":true}}),
+    );
+    // Third handshake still lacks streaming: narrowing again against the FIRST, not the second.
+    h.handshake(
+        c,
+        2,
+        Some("s1"),
+        "s1",
+        json!({}),
+        json!({"tools":{"listChanged":true}}),
+    );
+    let alerts = h.of("alert");
+    assert_eq!(alerts.len(), 2);
+    assert!(
+        alerts
+            .iter()
+            .all(|a| a["kind"] == "capability_narrowing" && a["previous"] == full)
+    );
+    assert_eq!(alerts[1]["handshake_seq"], 3);
+}
+
+#[test]
+fn empty_stream_reasons_and_unfinished_streams() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({}));
+    h.tool_call_sse(c, 1, "s1", vec![], BodyEnd::Complete);
+    h.tool_call_sse(
+        c,
+        2,
+        "s1",
+        vec![
+            SseItem::Comment,
+            SseItem::NoData {
+                id: Some("1".into()),
+            },
+        ],
+        BodyEnd::Complete,
+    );
+    h.tool_call_sse(
+        c,
+        3,
+        "s1",
+        vec![sse_data(
+            json!({"jsonrpc":"2.0","method":"notifications/message","params":{}}),
+        )],
+        BodyEnd::ServerClosed,
+    );
+    h.tool_call_sse(c, 4, "s1", vec![], BodyEnd::Unfinished);
+    h.tool_call_sse(c, 5, "s1", vec![], BodyEnd::Aborted);
+    let reasons: Vec<String> = h
+        .of("alert")
+        .iter()
+        .map(|a| a["reason"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        reasons,
+        vec!["no_events", "only_priming", "only_notifications"]
+    );
+}
+
+#[test]
+fn delete_and_404_end_sessions_and_feed_lineage() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(
+        c,
+        0,
+        None,
+        "s1",
+        json!({"sampling":{}}),
+        json!({"tools":{}}),
+    );
+    let del = RequestHead {
+        method: "DELETE".into(),
+        session_id: Some("s1".into()),
+        ..RequestHead::default()
+    };
+    h.send(
+        c,
+        HttpEvent::Request {
+            exchange: 1,
+            head: del,
+            body: Vec::new(),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseHead {
+            exchange: 1,
+            head: ResponseHead {
+                status: 200,
+                media_type: None,
+                session_id: None,
+            },
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseEnd {
+            exchange: 1,
+            end: BodyEnd::Complete,
+        },
+    );
+    let ends = h.of("session_end");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "deleted");
+    // Same client host (new port), same clientInfo: linked, and the lost capability is shown.
+    h.handshake(ctx(2, 5001), 0, None, "s2", json!({}), json!({"tools":{}}));
+    let hs = h.of("handshake");
+    assert_eq!(hs[1]["predecessor_session_id"], "s1");
+    assert_eq!(hs[1]["lineage"]["client"]["removed"], json!(["sampling"]));
+}
+
+#[test]
+fn lineage_window_is_honoured() {
+    let mut h = Harness::new();
+    h.t = Tracker::new(SessionLimits {
+        lineage_window_ns: 1_000,
+        ..SessionLimits::default()
+    });
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({}));
+    let del = RequestHead {
+        method: "DELETE".into(),
+        session_id: Some("s1".into()),
+        ..RequestHead::default()
+    };
+    h.send(
+        c,
+        HttpEvent::Request {
+            exchange: 1,
+            head: del,
+            body: Vec::new(),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseHead {
+            exchange: 1,
+            head: ResponseHead {
+                status: 204,
+                media_type: None,
+                session_id: None,
+            },
+        },
+    );
+    h.handshake(ctx(2, 5001), 0, None, "s2", json!({}), json!({}));
+    assert!(h.of("handshake")[1]["predecessor_session_id"].is_null());
+}
+
+#[test]
+fn hostile_session_ids_are_refused_and_counted() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    for sid in ["bad\u{7}id".to_string(), "x".repeat(10_000), String::new()] {
+        h.tool_call_sse(c, 0, &sid, vec![], BodyEnd::Complete);
+    }
+    assert_eq!(h.t.active_sessions(), 0);
+    let refused = h
+        .out
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::LimitHit {
+                    limit: "invalid_session_id"
+                })
+            )
+        })
+        .count();
+    assert!(refused >= 3);
+}
+
+#[test]
+fn session_cap_evicts_least_recently_seen() {
+    let mut h = Harness::new();
+    h.t = Tracker::new(SessionLimits {
+        max_sessions: 32,
+        ..SessionLimits::default()
+    });
+    let c = ctx(1, 5000);
+    for i in 0..1000 {
+        h.tool_call_sse(c, i, &format!("s{i}"), vec![], BodyEnd::Unfinished);
+    }
+    assert!(h.t.active_sessions() <= 32);
+    let evicted = h
+        .of("session_end")
+        .iter()
+        .filter(|e| e["reason"] == "evicted")
+        .count();
+    assert!(evicted >= 968 - 1, "{evicted}");
+}
+
+#[test]
+fn stateless_servers_log_handshakes_without_a_session() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}});
+    h.send(
+        c,
+        HttpEvent::Request {
+            exchange: 0,
+            head: post(None),
+            body: body.to_string().into_bytes(),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseHead {
+            exchange: 0,
+            head: resp(200, "application/json", None),
+        },
+    );
+    h.send(
+        c,
+        HttpEvent::ResponseJson {
+            exchange: 0,
+            body: json!({"jsonrpc":"2.0","id":1,"result":{"capabilities":{}}})
+                .to_string()
+                .into_bytes(),
+        },
+    );
+    let hs = h.of("handshake");
+    assert_eq!(hs.len(), 1);
+    assert!(hs[0]["session_id"].is_null());
+    assert_eq!(h.t.active_sessions(), 0);
+}
+
+#[test]
+fn idle_sessions_end() {
+    let mut h = Harness::new();
+    h.handshake(ctx(1, 5000), 0, None, "s1", json!({}), json!({}));
+    let later = Timestamp(h.now + SessionLimits::default().session_idle_timeout_ns + 1);
+    h.t.sweep(later, &mut h.out);
+    assert_eq!(h.of("session_end")[0]["reason"], "idle");
+}
