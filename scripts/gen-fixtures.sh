@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Regenerate the packet-capture fixtures in tests/fixtures/.
+#
+# For each fixture: start tcpdump on lo for the fixture's client-facing port
+# only, run the traffic (official MCP Python SDK pair, or a scripted scenario
+# from scripts/fixtures/scenarios.py) against 127.0.0.1, stop tcpdump and move
+# the pcap into place. A pcap is replaced only when its traffic run succeeded.
+#
+# Needs: root (tcpdump on lo), tcpdump, python3 >= 3.10, PyPI access the first
+# time (a venv is made at .venv-fixtures); optionally node + npm (npm registry
+# the first time) for the TypeScript SDK fixture. Idempotent; every step is
+# bounded.
+#
+#   scripts/gen-fixtures.sh            # all fixtures
+#   scripts/gen-fixtures.sh incident   # only the named ones
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="$ROOT/scripts/fixtures"
+OUT="$ROOT/tests/fixtures"
+VENV="$ROOT/.venv-fixtures"
+PYTHON="${PYTHON:-python3}"
+STEP_TIMEOUT=60       # seconds for one traffic run
+MAX_FIXTURE=102400    # bytes: each pcap stays well under 100 KB
+MAX_TOTAL=1048576     # bytes: all pcaps together
+
+die() { echo "gen-fixtures: $*" >&2; exit 1; }
+
+command -v tcpdump >/dev/null || die "tcpdump not found (apt-get install tcpdump)"
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "need Python >= 3.10 for mcp"
+
+# Keep the venv out of git (append only if no line names it yet).
+if ! grep -qsE '^/?\.venv-fixtures/?$' "$ROOT/.gitignore"; then
+  # Do not glue our line onto a last line that lacks its newline.
+  if [ -s "$ROOT/.gitignore" ] && [ -n "$(tail -c1 "$ROOT/.gitignore")" ]; then
+    echo >> "$ROOT/.gitignore"
+  fi
+  echo '/.venv-fixtures/' >> "$ROOT/.gitignore"
+fi
+
+# Venv: (re)install only when requirements.txt changed since the last install.
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PY="$VENV/bin/python"
+stamp="$VENV/.requirements.sha256"
+want="$(sha256sum "$SRC/requirements.txt" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  timeout 600 "$PY" -m pip install --disable-pip-version-check -q -r "$SRC/requirements.txt" \
+    || die "pip install failed"
+  echo "$want" > "$stamp"
+fi
+
+# Optional: the TypeScript SDK pair (ts_sdk_sse.pcap) when node and npm exist.
+# Pinned 1.x SDK, installed into the (git-ignored) venv folder, not the repo.
+TS_PACKAGES="@modelcontextprotocol/sdk@1.32.2 zod@3.25.76"
+NODE_DIR="$VENV/node"
+HAVE_TS=0
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  if [ "$(cat "$NODE_DIR/.packages" 2>/dev/null || true)" != "$TS_PACKAGES" ]; then
+    mkdir -p "$NODE_DIR"
+    # shellcheck disable=SC2086 # word splitting of the package list is intended
+    timeout 600 npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error $TS_PACKAGES \
+      || die "npm install failed"
+    echo "$TS_PACKAGES" > "$NODE_DIR/.packages"
+  fi
+  HAVE_TS=1
+else
+  echo "gen-fixtures: node/npm not found, skipping ts_sdk_sse.pcap" >&2
+fi
+
+mkdir -p "$OUT"
+WORK="$(mktemp -d)"
+TCPDUMP_PID=""
+RUN_PID=""
+cleanup() {
+  # Only the processes this script started, by pid.
+  [ -n "$RUN_PID" ] && kill "$RUN_PID" 2>/dev/null || true
+  [ -n "$TCPDUMP_PID" ] && kill "$TCPDUMP_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# tcpdump drops privileges to its own user by default, which then cannot write
+# into the repo; as root keep root.
+ZFLAG=()
+[ "$(id -u)" = 0 ] && ZFLAG=(-Z root)
+
+start_capture() { # name port
+  local name=$1 port=$2 log="$WORK/$1.tcpdump.log"
+  : > "$log" # exists before tcpdump's redirect opens it, for the grep below
+  # --immediate-mode: without it libpcap's ring buffer holds packets back and a
+  # short run can end up with an empty pcap when tcpdump is stopped.
+  tcpdump -i lo -U --immediate-mode -s 0 "${ZFLAG[@]}" -w "$WORK/$name.pcap" "tcp port $port" 2>"$log" &
+  TCPDUMP_PID=$!
+  # Ready once it has said "listening on" (the filter is attached by then).
+  for _ in $(seq 100); do
+    grep -q "listening on" "$log" && return 0
+    kill -0 "$TCPDUMP_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  cat "$log" >&2
+  die "tcpdump did not start for $name"
+}
+
+stop_capture() { # name [nocheck]
+  local log="$WORK/$1.tcpdump.log"
+  kill -INT "$TCPDUMP_PID" 2>/dev/null || true
+  for _ in $(seq 100); do
+    kill -0 "$TCPDUMP_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$TCPDUMP_PID" 2>/dev/null && kill -KILL "$TCPDUMP_PID"
+  wait "$TCPDUMP_PID" 2>/dev/null || true
+  TCPDUMP_PID=""
+  [ "${2:-}" = nocheck ] && return 0
+  if grep -qE '^0 packets captured' "$log"; then
+    cat "$log" >&2
+    die "$1: nothing captured"
+  fi
+  if grep -qE '^[1-9][0-9]* packets? dropped by kernel' "$log"; then
+    cat "$log" >&2
+    die "$1: tcpdump dropped packets"
+  fi
+}
+
+fail_run() { # name
+  [ -n "$TCPDUMP_PID" ] && stop_capture "$1" nocheck
+  cat "$WORK/$1.out" >&2
+  die "$1: traffic run failed"
+}
+
+record() { # name port command...
+  local name=$1 port=$2
+  shift 2
+  echo "== $name (tcp port $port)"
+  start_capture "$name" "$port"
+  timeout "$STEP_TIMEOUT" "$@" >"$WORK/$name.out" 2>&1 || fail_run "$name"
+  sleep 0.3 # let the last segments (FIN/ACK) reach tcpdump
+  stop_capture "$name"
+  mv -f "$WORK/$name.pcap" "$OUT/$name.pcap"
+}
+
+# Like record, but the run keeps its last stream open and says so by creating a
+# hold file; the capture is stopped while the stream is open, then the hold
+# file is removed so the run can finish (empty_stream).
+record_held() { # name port command... (command gets --hold-file)
+  local name=$1 port=$2 hold="$WORK/$1.hold"
+  shift 2
+  echo "== $name (tcp port $port, capture stops while a stream is open)"
+  start_capture "$name" "$port"
+  timeout "$STEP_TIMEOUT" "$@" --hold-file "$hold" >"$WORK/$name.out" 2>&1 &
+  RUN_PID=$!
+  for _ in $(seq 400); do
+    [ -e "$hold" ] && break
+    kill -0 "$RUN_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -e "$hold" ] || { wait "$RUN_PID" || true; RUN_PID=""; fail_run "$name"; }
+  sleep 0.3 # the open stream's first bytes are on the wire; let tcpdump write them
+  stop_capture "$name"
+  rm -f "$hold"
+  wait "$RUN_PID" || { RUN_PID=""; fail_run "$name"; }
+  RUN_PID=""
+  mv -f "$WORK/$name.pcap" "$OUT/$name.pcap"
+}
+
+SELECTED=("$@")
+want_fixture() { # name: named on the command line, or nothing named
+  [ ${#SELECTED[@]} -eq 0 ] && return 0
+  local n
+  for n in "${SELECTED[@]}"; do [ "$n" = "$1" ] && return 0; done
+  return 1
+}
+
+started=$(date +%s)
+
+want_fixture sdk_sse && record sdk_sse 18101 "$PY" "$SRC/sdk_pair.py" --mode sse --port 18101
+want_fixture sdk_json && record sdk_json 18102 "$PY" "$SRC/sdk_pair.py" --mode json --port 18102
+if [ "$HAVE_TS" = 1 ] && want_fixture ts_sdk_sse; then
+  record ts_sdk_sse 18103 node "$SRC/ts_sdk_pair.mjs" --port 18103 --node-modules "$NODE_DIR"
+fi
+
+# Scenario names and ports come from scenarios.py itself.
+while read -r name port _; do
+  want_fixture "$name" || continue
+  if [ "$name" = empty_stream ]; then
+    record_held "$name" "$port" "$PY" "$SRC/scenarios.py" "$name" --port "$port"
+  else
+    record "$name" "$port" "$PY" "$SRC/scenarios.py" "$name" --port "$port"
+  fi
+done < <("$PY" "$SRC/scenarios.py" --list)
+
+# Size limits: fixtures live in git.
+total=0
+for f in "$OUT"/*.pcap; do
+  size=$(stat -c %s "$f")
+  total=$((total + size))
+  printf '%8d  %s\n' "$size" "${f#"$ROOT"/}"
+  [ "$size" -lt "$MAX_FIXTURE" ] || die "$f is too big ($size bytes)"
+done
+[ "$total" -lt "$MAX_TOTAL" ] || die "fixtures total $total bytes"
+echo "total $total bytes; took $(( $(date +%s) - started )) s"

@@ -1,0 +1,180 @@
+//! The `mcptap replay` command as an operator runs it: output contract, exit codes, bad input.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcptap"))
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run mcptap")
+}
+
+fn stdout_events(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+#[test]
+fn replay_writes_ndjson_with_the_common_fields_and_a_summary() {
+    let out = run(&["replay", &fixture("incident.pcap")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs = stdout_events(&out);
+    assert!(!evs.is_empty());
+    for e in &evs {
+        assert!(e["event"].is_string(), "{e}");
+        let ts = e["ts"].as_str().expect("ts");
+        // RFC 3339, UTC, microseconds.
+        assert_eq!(ts.len(), "2026-11-30T17:35:00.995335Z".len(), "{ts}");
+        assert!(ts.ends_with('Z'));
+        assert!(e.get("session_id").is_some(), "{e}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("mcptap summary"), "{stderr}");
+    assert!(stderr.contains("capability_narrowing=1"), "{stderr}");
+    // Handshakes at INFO with the full capability sets, alerts at WARN.
+    assert!(
+        stderr.contains("INFO") && stderr.contains("server_capabilities"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("WARN"), "{stderr}");
+    assert!(!stderr.contains("fixture-secret-token"));
+}
+
+#[test]
+fn fail_on_alert_exits_3_only_when_an_alert_fired() {
+    let bad = run(&["replay", "--fail-on-alert", &fixture("incident.pcap")]);
+    assert_eq!(bad.status.code(), Some(3));
+    let good = run(&["replay", "--fail-on-alert", &fixture("sdk_sse.pcap")]);
+    assert_eq!(good.status.code(), Some(0));
+}
+
+#[test]
+fn events_file_and_standard_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = dir.path().join("events.ndjson");
+    let capture = std::fs::read(fixture("incident.pcap")).expect("fixture");
+    let mut child = bin()
+        .args(["replay", "--events", events.to_str().expect("utf8"), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&capture)
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let text = std::fs::read_to_string(&events).expect("events file");
+    assert!(text.lines().any(|l| l.contains("\"capability_narrowing\"")));
+}
+
+#[test]
+fn several_files_are_one_capture_in_timestamp_order() {
+    // Given in either order, the earlier capture's session comes out first.
+    let sessions = |args: &[&str]| -> Vec<String> {
+        let mut seen = Vec::new();
+        for e in stdout_events(&run(args)) {
+            if let Some(s) = e["session_id"].as_str()
+                && !seen.iter().any(|x| x == s)
+            {
+                seen.push(s.to_string());
+            }
+        }
+        seen
+    };
+    let a = sessions(&[
+        "replay",
+        &fixture("widening.pcap"),
+        &fixture("incident.pcap"),
+    ]);
+    let b = sessions(&[
+        "replay",
+        &fixture("incident.pcap"),
+        &fixture("widening.pcap"),
+    ]);
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!(a, b);
+    let first_ts = |f: &str| {
+        stdout_events(&run(&["replay", &fixture(f)]))[0]["ts"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let incident_first = first_ts("incident.pcap") < first_ts("widening.pcap");
+    assert_eq!(a[0] == "incident-s1", incident_first, "{a:?}");
+}
+
+#[test]
+fn missing_file_is_one_clear_line_and_exit_2() {
+    let out = run(&["replay", "/nonexistent/day.pcap"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("/nonexistent/day.pcap"), "{stderr}");
+}
+
+#[test]
+fn a_file_that_is_not_a_capture_is_rejected() {
+    let out = run(&[
+        "replay",
+        &format!("{}/Cargo.toml", env!("CARGO_MANIFEST_DIR")),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a pcap or pcapng"), "{stderr}");
+}
+
+#[test]
+fn truncated_file_keeps_events_up_to_the_cut_and_warns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = dir.path().join("cut.pcap");
+    let full = std::fs::read(fixture("incident.pcap")).expect("fixture");
+    std::fs::write(&cut, &full[..full.len() * 2 / 3 + 5]).expect("write");
+    let out = run(&["replay", cut.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("truncated") && stderr.contains("cut.pcap"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("offset"), "{stderr}");
+    let evs = stdout_events(&out);
+    assert!(evs.iter().any(|e| e["event"] == "handshake"));
+}
+
+#[test]
+fn garbage_after_a_valid_header_does_not_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("junk.pcap");
+    let mut bytes = std::fs::read(fixture("incident.pcap")).expect("fixture")[..24].to_vec();
+    let mut seed = 7u32;
+    for _ in 0..50_000 {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        bytes.push((seed >> 16) as u8);
+    }
+    std::fs::write(&path, bytes).expect("write");
+    let out = run(&["replay", path.to_str().expect("utf8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(matches!(out.status.code(), Some(0) | Some(2)), "{stderr}");
+}
