@@ -6,14 +6,18 @@
 //! [`sink`]. File reading ([`capture`]), live capture and the metrics server are thin adapters.
 
 pub mod capture;
+pub mod config;
+pub mod daemon;
 pub mod decode;
 pub mod detect;
 pub mod event;
 pub mod http;
 pub mod jsonrpc;
+pub mod live;
 pub mod mcp;
 pub mod pipeline;
 pub mod reassembly;
 pub mod replay;
+pub mod server;
 pub mod sink;
 pub mod sse;

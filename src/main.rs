@@ -1,6 +1,7 @@
 //! The `mcptap` command line.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mcptap::config::{self, Config};
 use mcptap::event::Event;
 use mcptap::mcp::Output;
 use mcptap::pipeline::Limits;
@@ -17,12 +18,12 @@ use std::time::Instant;
     about = "Passive monitor for MCP over HTTP: handshakes, capability narrowing, Content-Type drift, empty tool results"
 )]
 struct Cli {
-    /// Log format on standard error.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
-    log_format: LogFormat,
-    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `mcptap=debug`.
-    #[arg(long, default_value = "info", global = true)]
-    log_level: String,
+    /// Log format on standard error [default: text, or the config file's].
+    #[arg(long, value_enum, global = true)]
+    log_format: Option<LogFormat>,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `mcptap=debug` [default: info].
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,6 +32,15 @@ struct Cli {
 enum LogFormat {
     Text,
     Json,
+}
+
+impl From<LogFormat> for config::LogFormat {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::Text => config::LogFormat::Text,
+            LogFormat::Json => config::LogFormat::Json,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -49,6 +59,72 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
+    /// Capture live on one or more interfaces; serve metrics; write events.
+    Run(RunArgs),
+    /// Validate a configuration file and print the effective configuration.
+    CheckConfig { file: String },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// TOML configuration file; flags given here override it.
+    #[arg(long, short = 'c')]
+    config: Option<String>,
+    /// Interface to capture on (repeatable); `any` captures all interfaces.
+    #[arg(long = "interface", short = 'i')]
+    interfaces: Vec<String>,
+    /// BPF capture filter [default: tcp].
+    #[arg(long, short = 'f')]
+    filter: Option<String>,
+    /// Put the interfaces in promiscuous mode.
+    #[arg(long)]
+    promiscuous: bool,
+    /// Kernel capture buffer per interface, bytes [default: 64 MiB].
+    #[arg(long)]
+    buffer_bytes: Option<u32>,
+    /// Metrics endpoint address [default: 127.0.0.1:9917].
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// NDJSON events file (reopened on SIGHUP).
+    #[arg(long)]
+    events: Option<String>,
+    /// Also write events to standard output.
+    #[arg(long)]
+    events_stdout: bool,
+    /// Drop root privileges to this user after opening the capture.
+    #[arg(long)]
+    user: Option<String>,
+}
+
+impl RunArgs {
+    fn config(&self) -> Result<Config, String> {
+        let mut cfg = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        if !self.interfaces.is_empty() {
+            cfg.capture.interfaces = self.interfaces.clone();
+        }
+        if let Some(f) = &self.filter {
+            cfg.capture.filter = f.clone();
+        }
+        cfg.capture.promiscuous |= self.promiscuous;
+        if let Some(b) = self.buffer_bytes {
+            cfg.capture.buffer_bytes = b;
+        }
+        if let Some(l) = self.listen {
+            cfg.metrics.listen = l;
+        }
+        if let Some(e) = &self.events {
+            cfg.events.file = Some(e.clone());
+        }
+        cfg.events.stdout |= self.events_stdout;
+        if let Some(u) = &self.user {
+            cfg.user = Some(u.clone());
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
 }
 
 #[derive(clap::Args)]
@@ -85,29 +161,61 @@ impl LimitArgs {
     }
 }
 
-fn init_logging(format: LogFormat, level: &str) {
+fn init_logging(format: config::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr);
     match format {
-        LogFormat::Text => builder.with_target(false).init(),
-        LogFormat::Json => builder.json().init(),
+        config::LogFormat::Text => builder.with_target(false).init(),
+        config::LogFormat::Json => builder.json().init(),
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log_level);
+    let format = cli.log_format.map(config::LogFormat::from);
     match cli.command {
         Command::Replay {
             files,
             events,
             fail_on_alert,
             limits,
-        } => replay(&files, events.as_deref(), fail_on_alert, limits.limits()),
+        } => {
+            init_logging(
+                format.unwrap_or(config::LogFormat::Text),
+                cli.log_level.as_deref().unwrap_or("info"),
+            );
+            replay(&files, events.as_deref(), fail_on_alert, limits.limits())
+        }
+        Command::Run(args) => {
+            let cfg = match args.config() {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            init_logging(
+                format.unwrap_or(cfg.log.format),
+                cli.log_level.as_deref().unwrap_or(&cfg.log.level),
+            );
+            match mcptap::daemon::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(cfg) => {
+                print!("{}", cfg.to_toml());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
     }
+}
+
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("mcptap: error: {msg}");
+    ExitCode::from(2)
 }
 
 fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: Limits) -> ExitCode {

@@ -339,6 +339,17 @@ impl Pipeline {
         self.tracker.sweep(now, out);
     }
 
+    /// Lets time pass without packets (live capture on a quiet link), so timeouts still fire.
+    pub fn advance_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
+        if ts > self.now {
+            self.now = ts;
+        }
+        if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
+            self.last_sweep = self.now;
+            self.sweep(out);
+        }
+    }
+
     /// End of input: open streams were cut off by the end of the capture, not ended.
     pub fn finish(&mut self, out: &mut Vec<Output>) {
         let keys: Vec<FlowKey> = self.flows.keys().copied().collect();

@@ -2,5 +2,6 @@
 //! events also become NDJSON lines.
 
 pub mod log;
+pub mod metrics;
 pub mod ndjson;
 pub mod summary;

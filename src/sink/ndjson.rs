@@ -26,6 +26,43 @@ impl<W: Write> NdjsonWriter<W> {
     }
 }
 
+/// An events file that can be reopened (after logrotate moved it away), appending.
+pub struct EventFile {
+    path: std::path::PathBuf,
+    writer: NdjsonWriter<std::io::BufWriter<std::fs::File>>,
+}
+
+fn open_append(path: &std::path::Path) -> io::Result<std::io::BufWriter<std::fs::File>> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    Ok(std::io::BufWriter::new(f))
+}
+
+impl EventFile {
+    pub fn open(path: impl Into<std::path::PathBuf>) -> io::Result<Self> {
+        let path = path.into();
+        let writer = NdjsonWriter::new(open_append(&path)?);
+        Ok(EventFile { path, writer })
+    }
+
+    pub fn write(&mut self, event: &Event) -> io::Result<()> {
+        self.writer.write(event)
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.writer.flush()
+    }
+
+    /// Flushes and reopens the same path (SIGHUP).
+    pub fn reopen(&mut self) -> io::Result<()> {
+        self.writer.flush()?;
+        self.writer = NdjsonWriter::new(open_append(&self.path)?);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

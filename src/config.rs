@@ -1,0 +1,241 @@
+//! Daemon configuration: a TOML file, overridden by command-line flags.
+
+use crate::pipeline::Limits;
+use crate::sink::metrics::LabelConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub capture: CaptureConfig,
+    pub metrics: MetricsConfig,
+    pub events: EventsConfig,
+    pub limits: LimitsConfig,
+    pub log: LogConfig,
+    /// Drop root privileges to this user once the capture handles are open.
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CaptureConfig {
+    /// Interfaces to capture on; `any` captures all (Linux cooked SLL2).
+    pub interfaces: Vec<String>,
+    /// BPF filter.
+    pub filter: String,
+    pub snaplen: u32,
+    pub promiscuous: bool,
+    /// Kernel capture buffer per interface, bytes. libpcap's 2 MiB default drops under bursts.
+    pub buffer_bytes: u32,
+    /// Read timeout in ms: packets are delivered in batches (TPACKET_V3 stays on).
+    pub read_timeout_ms: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub listen: SocketAddr,
+    /// Distinct `server` label values before new servers are counted as `other`.
+    pub max_servers: usize,
+    /// Display names for servers: "10.0.0.5:8080" = "tools-gateway".
+    pub server_names: BTreeMap<SocketAddr, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// NDJSON events file, reopened on SIGHUP (for logrotate).
+    pub file: Option<String>,
+    /// Also write events to standard output.
+    pub stdout: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_flows: usize,
+    pub max_flow_buffer_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_head_bytes: usize,
+    pub max_sessions: usize,
+    pub flow_idle_timeout_secs: u64,
+    pub session_idle_timeout_secs: u64,
+    pub lineage_window_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// tracing filter, e.g. `info` or `mcptap=debug`.
+    pub level: String,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig {
+            interfaces: Vec::new(),
+            filter: "tcp".into(),
+            snaplen: 262_144,
+            promiscuous: false,
+            buffer_bytes: 64 * 1024 * 1024,
+            read_timeout_ms: 100,
+        }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9917)),
+            max_servers: 64,
+            server_names: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let l = Limits::default();
+        LimitsConfig {
+            max_flows: l.max_flows,
+            max_flow_buffer_bytes: l.max_flow_buffer_bytes,
+            max_message_bytes: l.http.max_message_bytes,
+            max_head_bytes: l.http.max_head_bytes,
+            max_sessions: l.session.max_sessions,
+            flow_idle_timeout_secs: (l.flow_idle_timeout_ns / 1_000_000_000) as u64,
+            session_idle_timeout_secs: (l.session.session_idle_timeout_ns / 1_000_000_000) as u64,
+            lineage_window_secs: (l.session.lineage_window_ns / 1_000_000_000) as u64,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+fn secs_to_ns(s: u64) -> i64 {
+    i64::try_from(s)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000_000)
+}
+
+impl LimitsConfig {
+    pub fn to_limits(&self) -> Limits {
+        let mut l = Limits {
+            max_flows: self.max_flows,
+            max_flow_buffer_bytes: self.max_flow_buffer_bytes,
+            flow_idle_timeout_ns: secs_to_ns(self.flow_idle_timeout_secs),
+            ..Limits::default()
+        };
+        l.http.max_message_bytes = self.max_message_bytes;
+        l.http.max_sse_event_bytes = self.max_message_bytes;
+        l.http.max_head_bytes = self.max_head_bytes;
+        l.session.max_sessions = self.max_sessions;
+        l.session.session_idle_timeout_ns = secs_to_ns(self.session_idle_timeout_secs);
+        l.session.lineage_window_ns = secs_to_ns(self.lineage_window_secs);
+        l
+    }
+}
+
+impl MetricsConfig {
+    pub fn labels(&self) -> LabelConfig {
+        LabelConfig {
+            server_names: self
+                .server_names
+                .iter()
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
+            max_servers: self.max_servers,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file; the error is one line naming the file.
+    pub fn load(path: &str) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{path}: cannot read config: {e}"))?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| {
+            let msg = e.message().replace('\n', " ");
+            match e.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    format!("{path}: line {line}: {msg}")
+                }
+                None => format!("{path}: {msg}"),
+            }
+        })?;
+        cfg.validate().map_err(|e| format!("{path}: {e}"))?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.capture.snaplen < 96 {
+            return Err("capture.snaplen must be at least 96".into());
+        }
+        if self.limits.max_flows == 0 || self.limits.max_sessions == 0 {
+            return Err("limits.max_flows and limits.max_sessions must be at least 1".into());
+        }
+        if self.metrics.max_servers == 0 {
+            return Err("metrics.max_servers must be at least 1".into());
+        }
+        if self.capture.read_timeout_ms == 0 {
+            return Err("capture.read_timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_round_trips() {
+        let path = format!("{}/mcptap.example.toml", env!("CARGO_MANIFEST_DIR"));
+        let cfg = Config::load(&path).expect("example config");
+        assert_eq!(cfg.capture.filter, "tcp port 8080 or tcp port 443");
+        let again: Config = toml::from_str(&cfg.to_toml()).expect("round trip");
+        assert_eq!(again, cfg);
+    }
+
+    #[test]
+    fn empty_config_is_the_defaults() {
+        let cfg: Config = toml::from_str("").expect("empty");
+        assert_eq!(cfg, Config::default());
+        assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9917");
+        assert_eq!(cfg.capture.buffer_bytes, 64 * 1024 * 1024);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("bad.toml");
+        std::fs::write(&p, "[capture]\nfilter = \"tcp\"\nsnaplen = \"big\"\n").expect("write");
+        let e = Config::load(p.to_str().expect("utf8")).expect_err("bad");
+        assert!(e.contains("line 3"), "{e}");
+        assert!(!e.contains('\n'));
+        std::fs::write(&p, "[capture]\nfliter = \"tcp\"\n").expect("write");
+        let e = Config::load(p.to_str().expect("utf8")).expect_err("unknown key");
+        assert!(e.contains("fliter"), "{e}");
+    }
+}

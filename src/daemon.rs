@@ -1,0 +1,270 @@
+//! `mcptap run`: live capture threads → one pipeline thread → events, logs and metrics, with
+//! the metrics endpoint and signal handling on a small tokio runtime.
+
+use crate::config::Config;
+use crate::event::Timestamp;
+use crate::live::{self, Batch, CaptureHealth};
+use crate::mcp::Output;
+use crate::pipeline::{PacketStats, Pipeline};
+use crate::server::{self, ServerState};
+use crate::sink::log;
+use crate::sink::metrics::Metrics;
+use crate::sink::ndjson::{EventFile, NdjsonWriter};
+use crate::sink::summary::Summary;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where product events go.
+struct EventSinks {
+    file: Option<EventFile>,
+    stdout: Option<NdjsonWriter<std::io::Stdout>>,
+    dirty: bool,
+}
+
+impl EventSinks {
+    fn write(&mut self, output: &Output) {
+        let Output::Event(ev) = output else { return };
+        if let Some(f) = self.file.as_mut()
+            && let Err(e) = f.write(ev)
+        {
+            tracing::error!("writing events file: {e}");
+        }
+        if let Some(w) = self.stdout.as_mut() {
+            let _ = w.write(ev);
+        }
+        self.dirty = true;
+    }
+
+    fn flush(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        if let Some(f) = self.file.as_mut()
+            && let Err(e) = f.flush()
+        {
+            tracing::error!("flushing events file: {e}");
+        }
+        if let Some(w) = self.stdout.as_mut() {
+            let _ = w.flush();
+        }
+        self.dirty = false;
+    }
+}
+
+fn wall_clock() -> Timestamp {
+    let ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp(ns)
+}
+
+/// The pipeline thread: everything downstream of capture.
+struct Worker {
+    pipeline: Pipeline,
+    sinks: EventSinks,
+    metrics: Arc<Metrics>,
+    summary: Summary,
+    reopen: Arc<AtomicBool>,
+}
+
+impl Worker {
+    fn drain(&mut self, outputs: &mut Vec<Output>) {
+        for o in outputs.drain(..) {
+            self.summary.observe(&o);
+            self.metrics.observe(&o);
+            log::log_output(&o);
+            self.sinks.write(&o);
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Batch>) -> (Summary, PacketStats) {
+        let mut outputs = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_millis(250)) {
+                Ok(batch) => {
+                    for (ts, frame) in batch.iter() {
+                        self.pipeline.handle_packet(
+                            Timestamp(ts),
+                            batch.linktype,
+                            frame,
+                            &mut outputs,
+                        );
+                        self.drain(&mut outputs);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // No traffic: let time pass so idle flows and sessions still expire.
+                    self.pipeline.advance_time(wall_clock(), &mut outputs);
+                    self.drain(&mut outputs);
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            self.metrics
+                .set_packet_stats(self.pipeline.stats(), self.pipeline.active_flows());
+            if self.reopen.swap(false, Ordering::SeqCst)
+                && let Some(f) = self.sinks.file.as_mut()
+            {
+                match f.reopen() {
+                    Ok(()) => tracing::info!("events file reopened"),
+                    Err(e) => tracing::error!("reopening events file: {e}"),
+                }
+            }
+            self.sinks.flush();
+        }
+        self.pipeline.finish(&mut outputs);
+        self.drain(&mut outputs);
+        self.sinks.flush();
+        self.metrics
+            .set_packet_stats(self.pipeline.stats(), self.pipeline.active_flows());
+        (self.summary, self.pipeline.stats().clone())
+    }
+}
+
+/// Switches to `user` (and its primary group) after the privileged setup is done.
+fn drop_privileges(user: &str) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid, User, setgid, setgroups, setuid};
+    if !Uid::effective().is_root() {
+        return Err(format!("--user {user}: only possible when started as root"));
+    }
+    let u = User::from_name(user)
+        .map_err(|e| format!("--user {user}: {e}"))?
+        .ok_or_else(|| format!("--user {user}: no such user"))?;
+    setgroups(&[u.gid]).map_err(|e| format!("--user {user}: setgroups: {e}"))?;
+    setgid(u.gid).map_err(|e| format!("--user {user}: setgid: {e}"))?;
+    setuid(u.uid).map_err(|e| format!("--user {user}: setuid: {e}"))?;
+    if Uid::effective().is_root() || Gid::effective().as_raw() != u.gid.as_raw() {
+        return Err(format!("--user {user}: privileges were not dropped"));
+    }
+    Ok(())
+}
+
+/// Runs until SIGTERM/SIGINT (exit 0) or a capture failure (error).
+pub fn run(cfg: Config) -> Result<(), String> {
+    let captures = live::open(&cfg.capture)?;
+    let listener = std::net::TcpListener::bind(cfg.metrics.listen).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                "cannot listen on {}: address already in use",
+                cfg.metrics.listen
+            )
+        } else {
+            format!("cannot listen on {}: {e}", cfg.metrics.listen)
+        }
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.metrics.listen))?;
+    let file = match &cfg.events.file {
+        Some(path) => Some(
+            EventFile::open(path).map_err(|e| format!("{path}: cannot open events file: {e}"))?,
+        ),
+        None => None,
+    };
+    if let Some(user) = &cfg.user {
+        drop_privileges(user)?;
+    }
+    let metrics =
+        Arc::new(Metrics::new(cfg.metrics.labels()).map_err(|e| format!("metrics: {e}"))?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reopen = Arc::new(AtomicBool::new(false));
+    let health = Arc::new(CaptureHealth::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
+    let n_captures = captures.len();
+    let mut threads = Vec::new();
+    for oc in captures {
+        tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, "capturing");
+        threads.push(
+            live::spawn(
+                oc,
+                tx.clone(),
+                stop.clone(),
+                health.clone(),
+                metrics.clone(),
+            )
+            .map_err(|e| format!("cannot start capture thread: {e}"))?,
+        );
+    }
+    drop(tx);
+    let worker = Worker {
+        pipeline: Pipeline::new(cfg.limits.to_limits()),
+        sinks: EventSinks {
+            file,
+            stdout: cfg
+                .events
+                .stdout
+                .then(|| NdjsonWriter::new(std::io::stdout())),
+            dirty: false,
+        },
+        metrics: metrics.clone(),
+        summary: Summary::default(),
+        reopen: reopen.clone(),
+    };
+    let started = Instant::now();
+    let worker = std::thread::Builder::new()
+        .name("pipeline".into())
+        .spawn(move || worker.run(rx))
+        .map_err(|e| format!("cannot start pipeline thread: {e}"))?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let listen = cfg.metrics.listen;
+    let failed = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let state = Arc::new(ServerState {
+            metrics: metrics.clone(),
+            health: health.clone(),
+            captures: n_captures,
+        });
+        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        tracing::info!(%listen, "metrics endpoint up");
+        let failed = wait_for_stop(&reopen, &health).await?;
+        let _ = shutdown_tx.send(true);
+        let _ = server.await;
+        Ok::<bool, String>(failed)
+    })?;
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    let (summary, stats) = worker
+        .join()
+        .map_err(|_| "pipeline thread panicked".to_string())?;
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "{}", summary.render(&stats, started.elapsed()));
+    if failed {
+        Err("capture failed; see the log above".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits for SIGTERM/SIGINT (returns false) or a failed capture (returns true); SIGHUP asks
+/// the pipeline thread to reopen the events file.
+async fn wait_for_stop(reopen: &AtomicBool, health: &CaptureHealth) -> Result<bool, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let sig = |k| signal(k).map_err(|e| format!("cannot install signal handler: {e}"));
+    let mut term = sig(SignalKind::terminate())?;
+    let mut int = sig(SignalKind::interrupt())?;
+    let mut hup = sig(SignalKind::hangup())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(false); }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); return Ok(false); }
+            _ = hup.recv() => { reopen.store(true, Ordering::SeqCst); }
+            _ = tick.tick() => {
+                if health.failed.load(Ordering::SeqCst) {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+}

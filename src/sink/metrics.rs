@@ -1,0 +1,593 @@
+//! Prometheus metrics from pipeline outputs.
+//!
+//! Every output becomes a counter increment here. Labels stay low-cardinality: `server` is the
+//! server address (or an operator-given name), capped with an `other` bucket; methods outside
+//! the MCP set are `other`; session and request ids are never labels.
+
+use crate::event::{AlertKind, Event, Telemetry};
+use crate::mcp::Output;
+use crate::mcp::caps::scope;
+use crate::pipeline::PacketStats;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+/// Methods that get their own label value.
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+fn method_label(method: &str) -> &str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Maps server addresses to bounded label values.
+#[derive(Debug)]
+struct ServerLabels {
+    names: HashMap<SocketAddr, String>,
+    seen: HashMap<SocketAddr, String>,
+    max: usize,
+}
+
+/// Operator settings for the `server` label.
+#[derive(Debug, Clone, Default)]
+pub struct LabelConfig {
+    /// Display names for known servers.
+    pub server_names: HashMap<SocketAddr, String>,
+    /// Distinct `server` values before new servers fall into `other`.
+    pub max_servers: usize,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    servers: Mutex<ServerLabels>,
+    packets: IntCounter,
+    bytes: IntCounter,
+    packets_skipped: IntCounterVec,
+    capture_drops: IntCounterVec,
+    flows_active: IntGauge,
+    flows_opened: IntCounter,
+    flows_evicted: IntCounterVec,
+    flows_closed: IntCounterVec,
+    tcp_gaps: IntCounterVec,
+    tcp_gap_bytes: IntCounter,
+    tcp_overlaps: IntCounterVec,
+    http_parse_errors: IntCounterVec,
+    http_responses: IntCounterVec,
+    jsonrpc_parse_errors: IntCounterVec,
+    limits_hit: IntCounterVec,
+    sessions_active: IntGaugeVec,
+    sessions_started: IntCounterVec,
+    sessions_ended: IntCounterVec,
+    handshakes: IntCounterVec,
+    requests: IntCounterVec,
+    responses: IntCounterVec,
+    tool_calls: IntCounterVec,
+    alerts: IntCounterVec,
+    capability_changes: IntCounterVec,
+    near_misses: IntCounterVec,
+    lineage_losses: IntCounterVec,
+    empty_tool_results: IntCounterVec,
+    empty_tool_content: IntCounterVec,
+    request_duration: HistogramVec,
+    /// Packet counters already exported, so absolute stats can be added as deltas.
+    last_stats: Mutex<PacketStats>,
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+    let c = IntCounter::new(name, help)?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn counter_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn gauge_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntGaugeVec> {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+impl Metrics {
+    pub fn new(labels: LabelConfig) -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let build = IntGaugeVec::new(
+            Opts::new("mcptap_build_info", "Build information; always 1."),
+            &["version"],
+        )?;
+        r.register(Box::new(build.clone()))?;
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        let flows_active = IntGauge::new("mcptap_flows_active", "TCP flows currently tracked.")?;
+        r.register(Box::new(flows_active.clone()))?;
+        let buckets = vec![
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ];
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "mcptap_request_duration_seconds",
+                "Time from a JSON-RPC request to its response, by method.",
+            )
+            .buckets(buckets),
+            &["server", "method"],
+        )?;
+        r.register(Box::new(request_duration.clone()))?;
+        let m = Metrics {
+            packets: counter(&r, "mcptap_packets_total", "Packets seen.")?,
+            bytes: counter(&r, "mcptap_bytes_total", "Bytes of captured frames seen.")?,
+            packets_skipped: counter_vec(
+                &r,
+                "mcptap_packets_skipped_total",
+                "Packets not analysed, by reason.",
+                &["reason"],
+            )?,
+            capture_drops: counter_vec(
+                &r,
+                "mcptap_capture_drops_total",
+                "Packets dropped before mcptap saw them (pcap_stats), by source.",
+                &["source"],
+            )?,
+            flows_active,
+            flows_opened: counter(&r, "mcptap_flows_opened_total", "TCP flows opened.")?,
+            flows_evicted: counter_vec(
+                &r,
+                "mcptap_flows_evicted_total",
+                "TCP flows evicted, by reason.",
+                &["reason"],
+            )?,
+            flows_closed: counter_vec(
+                &r,
+                "mcptap_flows_closed_total",
+                "TCP flows closed by FIN or RST.",
+                &["reason"],
+            )?,
+            tcp_gaps: counter_vec(
+                &r,
+                "mcptap_tcp_gaps_total",
+                "Reassembly gaps declared, by reason.",
+                &["reason"],
+            )?,
+            tcp_gap_bytes: counter(
+                &r,
+                "mcptap_tcp_gap_bytes_total",
+                "Stream bytes lost in reassembly gaps.",
+            )?,
+            tcp_overlaps: counter_vec(
+                &r,
+                "mcptap_tcp_overlaps_total",
+                "Retransmitted or overlapping TCP segments, by whether their bytes differed.",
+                &["kind"],
+            )?,
+            http_parse_errors: counter_vec(
+                &r,
+                "mcptap_http_parse_errors_total",
+                "HTTP parse errors and limits hit, by reason.",
+                &["reason"],
+            )?,
+            http_responses: counter_vec(
+                &r,
+                "mcptap_http_responses_total",
+                "HTTP responses to MCP requests, by status.",
+                &["server", "status"],
+            )?,
+            jsonrpc_parse_errors: counter_vec(
+                &r,
+                "mcptap_jsonrpc_parse_errors_total",
+                "JSON-RPC payloads that could not be used, by reason.",
+                &["reason"],
+            )?,
+            limits_hit: counter_vec(
+                &r,
+                "mcptap_limits_hit_total",
+                "Inputs refused by a configured limit, by limit.",
+                &["limit"],
+            )?,
+            sessions_active: gauge_vec(
+                &r,
+                "mcptap_sessions_active",
+                "MCP sessions currently tracked.",
+                &["server"],
+            )?,
+            sessions_started: counter_vec(
+                &r,
+                "mcptap_sessions_started_total",
+                "MCP sessions first seen, by whether a handshake was seen.",
+                &["server", "baseline"],
+            )?,
+            sessions_ended: counter_vec(
+                &r,
+                "mcptap_sessions_ended_total",
+                "MCP sessions ended, by reason.",
+                &["server", "reason"],
+            )?,
+            handshakes: counter_vec(
+                &r,
+                "mcptap_handshakes_total",
+                "initialize handshakes, by outcome and kind.",
+                &["server", "outcome", "kind"],
+            )?,
+            requests: counter_vec(
+                &r,
+                "mcptap_requests_total",
+                "JSON-RPC requests, by method.",
+                &["server", "method"],
+            )?,
+            responses: counter_vec(
+                &r,
+                "mcptap_responses_total",
+                "JSON-RPC requests answered or ended, by method and media type.",
+                &["server", "method", "media_type"],
+            )?,
+            tool_calls: counter_vec(
+                &r,
+                "mcptap_tool_calls_total",
+                "tools/call answers, by media type.",
+                &["server", "media_type"],
+            )?,
+            alerts: counter_vec(
+                &r,
+                "mcptap_alerts_total",
+                "Alerts raised, by kind.",
+                &["server", "kind"],
+            )?,
+            capability_changes: counter_vec(
+                &r,
+                "mcptap_capability_changes_total",
+                "Capability scopes lost or gained on re-initialize, by side.",
+                &["server", "direction", "side", "scope"],
+            )?,
+            near_misses: counter_vec(
+                &r,
+                "mcptap_client_capability_near_misses_total",
+                "Re-initializes where the client declared less but the server kept its answer.",
+                &["server"],
+            )?,
+            lineage_losses: counter_vec(
+                &r,
+                "mcptap_lineage_capability_losses_total",
+                "Capability paths lost by a client's new session against its predecessor.",
+                &["server"],
+            )?,
+            empty_tool_results: counter_vec(
+                &r,
+                "mcptap_empty_tool_results_total",
+                "tools/call SSE streams that ended without the response, by reason.",
+                &["server", "reason"],
+            )?,
+            empty_tool_content: counter_vec(
+                &r,
+                "mcptap_empty_tool_content_total",
+                "tools/call results with empty content and no structuredContent.",
+                &["server"],
+            )?,
+            request_duration,
+            servers: Mutex::new(ServerLabels {
+                names: labels.server_names,
+                seen: HashMap::new(),
+                max: labels.max_servers.max(1),
+            }),
+            last_stats: Mutex::new(PacketStats::default()),
+            registry: r,
+        };
+        for reason in ["idle", "flow_limit"] {
+            m.flows_evicted.with_label_values(&[reason]);
+        }
+        for source in ["kernel", "interface"] {
+            m.capture_drops.with_label_values(&[source]);
+        }
+        for reason in ["buffer_limit", "closed", "timeout"] {
+            m.tcp_gaps.with_label_values(&[reason]);
+        }
+        Ok(m)
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// The label for a server; the first time a label appears, its alert series start at 0 so
+    /// that `increase()` sees the first alert.
+    fn server(&self, addr: SocketAddr) -> String {
+        let Ok(mut s) = self.servers.lock() else {
+            return "other".into();
+        };
+        if let Some(l) = s.seen.get(&addr) {
+            return l.clone();
+        }
+        let distinct: BTreeSet<&String> = s.seen.values().collect();
+        let label = match s.names.get(&addr) {
+            Some(name) => name.clone(),
+            None if distinct.len() < s.max => addr.to_string(),
+            None => "other".to_string(),
+        };
+        s.seen.insert(addr, label.clone());
+        drop(s);
+        for kind in AlertKind::ALL {
+            self.alerts.with_label_values(&[&label, kind]);
+        }
+        for reason in ["no_events", "only_priming", "only_notifications"] {
+            self.empty_tool_results.with_label_values(&[&label, reason]);
+        }
+        for (outcome, kind) in [
+            ("accepted", "initial"),
+            ("accepted", "reinitialize"),
+            ("rejected", "initial"),
+            ("rejected", "reinitialize"),
+        ] {
+            self.handshakes.with_label_values(&[&label, outcome, kind]);
+        }
+        label
+    }
+
+    /// Packet counters from the pipeline's running totals.
+    pub fn set_packet_stats(&self, stats: &PacketStats, flows_active: usize) {
+        self.flows_active.set(flows_active as i64);
+        let Ok(mut last) = self.last_stats.lock() else {
+            return;
+        };
+        self.packets
+            .inc_by(stats.packets.saturating_sub(last.packets));
+        self.bytes.inc_by(stats.bytes.saturating_sub(last.bytes));
+        for ((reason, now), (_, before)) in stats.skipped().iter().zip(last.skipped().iter()) {
+            self.packets_skipped
+                .with_label_values(&[reason])
+                .inc_by(now.saturating_sub(*before));
+        }
+        *last = stats.clone();
+    }
+
+    /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
+    pub fn add_capture_drops(&self, kernel: u64, interface: u64) {
+        self.capture_drops
+            .with_label_values(&["kernel"])
+            .inc_by(kernel);
+        self.capture_drops
+            .with_label_values(&["interface"])
+            .inc_by(interface);
+    }
+
+    pub fn observe(&self, output: &Output) {
+        match output {
+            Output::Event(e) => self.observe_event(e),
+            Output::Telemetry(t) => self.observe_telemetry(t),
+        }
+    }
+
+    fn observe_event(&self, ev: &Event) {
+        let server = self.server(ev.server());
+        match ev {
+            Event::Handshake(h) => {
+                let kind = if h.seq > 1 { "reinitialize" } else { "initial" };
+                self.handshakes
+                    .with_label_values(&[&server, h.outcome.as_str(), kind])
+                    .inc();
+                if let Some(diff) = &h.diff {
+                    for (side, d) in [("client", &diff.client), ("server", &diff.server)] {
+                        for (direction, paths) in
+                            [("narrowing", &d.removed), ("widening", &d.added)]
+                        {
+                            let scopes: BTreeSet<&str> = paths.iter().map(|p| scope(p)).collect();
+                            for sc in scopes {
+                                self.capability_changes
+                                    .with_label_values(&[&server, direction, side, sc])
+                                    .inc();
+                            }
+                        }
+                    }
+                }
+                if h.client_near_miss {
+                    self.near_misses.with_label_values(&[&server]).inc();
+                }
+                if let Some(l) = &h.lineage {
+                    let lost = (l.client.removed.len() + l.server.removed.len()) as u64;
+                    self.lineage_losses
+                        .with_label_values(&[&server])
+                        .inc_by(lost);
+                }
+            }
+            Event::Alert(a) => {
+                self.alerts
+                    .with_label_values(&[&server, a.kind.as_str()])
+                    .inc();
+                if let AlertKind::EmptyToolResult(e) = &a.kind {
+                    self.empty_tool_results
+                        .with_label_values(&[&server, e.reason.as_str()])
+                        .inc();
+                }
+            }
+            Event::Exchange(x) => {
+                let method = method_label(&x.method);
+                self.responses
+                    .with_label_values(&[&server, method, x.media_type])
+                    .inc();
+                if x.method == "tools/call" {
+                    self.tool_calls
+                        .with_label_values(&[&server, x.media_type])
+                        .inc();
+                }
+                if x.empty_content == Some(true) {
+                    self.empty_tool_content.with_label_values(&[&server]).inc();
+                }
+                if x.answered {
+                    self.request_duration
+                        .with_label_values(&[&server, method])
+                        .observe(x.duration_ms / 1000.0);
+                }
+            }
+            Event::SessionEnd(s) => {
+                self.sessions_ended
+                    .with_label_values(&[&server, s.reason.as_str()])
+                    .inc();
+                self.sessions_active.with_label_values(&[&server]).dec();
+            }
+        }
+    }
+
+    fn observe_telemetry(&self, t: &Telemetry) {
+        match t {
+            Telemetry::FlowOpened => self.flows_opened.inc(),
+            Telemetry::FlowClosed { reason } => {
+                self.flows_closed.with_label_values(&[reason]).inc()
+            }
+            Telemetry::FlowEvicted { reason } => {
+                self.flows_evicted.with_label_values(&[reason]).inc()
+            }
+            Telemetry::TcpGap { reason, bytes } => {
+                self.tcp_gaps.with_label_values(&[reason]).inc();
+                self.tcp_gap_bytes.inc_by(*bytes);
+            }
+            Telemetry::TcpOverlap { conflicting } => self
+                .tcp_overlaps
+                .with_label_values(&[if *conflicting {
+                    "conflicting"
+                } else {
+                    "identical"
+                }])
+                .inc(),
+            Telemetry::HttpError { reason } => {
+                self.http_parse_errors.with_label_values(&[reason]).inc()
+            }
+            Telemetry::JsonRpcError { reason } => {
+                self.jsonrpc_parse_errors.with_label_values(&[reason]).inc()
+            }
+            Telemetry::HttpResponse { server, status } => {
+                let server = self.server(*server);
+                let status = status.to_string();
+                self.http_responses
+                    .with_label_values(&[&server, &status])
+                    .inc();
+            }
+            Telemetry::Request { server, method } => {
+                let server = self.server(*server);
+                self.requests
+                    .with_label_values(&[&server, method_label(method)])
+                    .inc();
+            }
+            Telemetry::SessionStarted { server, midstream } => {
+                let server = self.server(*server);
+                let baseline = if *midstream { "midstream" } else { "handshake" };
+                self.sessions_started
+                    .with_label_values(&[&server, baseline])
+                    .inc();
+                self.sessions_active.with_label_values(&[&server]).inc();
+            }
+            Telemetry::LimitHit { limit } => self.limits_hit.with_label_values(&[limit]).inc(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(max_servers: usize) -> Metrics {
+        Metrics::new(LabelConfig {
+            server_names: HashMap::new(),
+            max_servers,
+        })
+        .expect("metrics")
+    }
+
+    #[test]
+    fn replayed_incident_counts_alerts_per_server_without_session_ids() {
+        let m = metrics(8);
+        let path = format!(
+            "{}/tests/fixtures/incident.pcap",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let report = crate::replay::replay(&[path], Default::default(), &mut |o| m.observe(o))
+            .expect("replay");
+        m.set_packet_stats(&report.stats, 0);
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"mcptap_alerts_total{kind="capability_narrowing",server="127.0.0.1:18111"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#"mcptap_alerts_total{kind="empty_tool_result",server="127.0.0.1:18111"} 0"#
+        ));
+        assert!(text.contains(r#"mcptap_handshakes_total{kind="reinitialize",outcome="accepted",server="127.0.0.1:18111"} 1"#));
+        assert!(
+            text.contains(
+                r#"mcptap_tool_calls_total{media_type="json",server="127.0.0.1:18111"} 2"#
+            )
+        );
+        assert!(
+            text.contains(
+                r#"mcptap_http_responses_total{server="127.0.0.1:18111",status="502"} 1"#
+            )
+        );
+        assert!(text.contains(r#"mcptap_capability_changes_total{direction="narrowing",scope="tools",server="127.0.0.1:18111",side="server"} 1"#));
+        assert!(text.contains(&format!("mcptap_packets_total {}", report.stats.packets)));
+        assert!(
+            !text.contains("incident-s1"),
+            "session ids never become labels"
+        );
+    }
+
+    #[test]
+    fn server_label_is_capped() {
+        let m = metrics(2);
+        for port in 1..=5u16 {
+            m.observe(&Output::Telemetry(Telemetry::Request {
+                server: SocketAddr::from(([10, 0, 0, 1], port)),
+                method: "x/unknown".into(),
+            }));
+        }
+        let text = m.render();
+        assert!(
+            text.contains(r#"mcptap_requests_total{method="other",server="other"} 3"#),
+            "{text}"
+        );
+    }
+}
