@@ -1,0 +1,195 @@
+//! `mcptap run` and `mcptap check-config` as an operator meets them: one clear line per error,
+//! a clean stop on SIGTERM. Tests that need to open a capture run only as root (CI is root).
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcptap"))
+}
+
+fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run mcptap")
+}
+
+fn one_error_line(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("mcptap: error: "), "{stderr}");
+    stderr
+}
+
+/// A free loopback port (bound then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+#[test]
+fn no_such_interface() {
+    let e = one_error_line(&run(&["run", "-i", "nosuch0"]));
+    assert!(e.contains("no such interface: nosuch0"), "{e}");
+    assert!(e.contains("available:"), "{e}");
+}
+
+#[test]
+fn no_interface_at_all() {
+    let e = one_error_line(&run(&["run"]));
+    assert!(e.contains("--interface"), "{e}");
+}
+
+#[test]
+fn bad_config_names_file_and_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("mcptap.toml");
+    std::fs::write(
+        &p,
+        "[capture]\ninterfaces = [\"lo\"]\nbuffer_bytes = \"lots\"\n",
+    )
+    .expect("write");
+    let path = p.to_str().expect("utf8");
+    let e = one_error_line(&run(&["run", "--config", path]));
+    assert!(e.contains(path) && e.contains("line 3"), "{e}");
+    let e = one_error_line(&run(&["check-config", path]));
+    assert!(e.contains("line 3"), "{e}");
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration() {
+    let example = format!("{}/mcptap.example.toml", env!("CARGO_MANIFEST_DIR"));
+    let out = run(&["check-config", &example]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("listen = \"127.0.0.1:9917\""), "{text}");
+    assert!(text.contains("[limits]"), "{text}");
+}
+
+#[test]
+fn bad_filter_is_reported() {
+    if !is_root() {
+        return;
+    }
+    let port = free_port().to_string();
+    let e = one_error_line(&run(&[
+        "run",
+        "-i",
+        "lo",
+        "-f",
+        "tcp port",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]));
+    assert!(e.contains("bad capture filter"), "{e}");
+}
+
+#[test]
+fn listen_address_in_use_is_reported() {
+    if !is_root() {
+        return;
+    }
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = busy.local_addr().expect("addr").to_string();
+    let e = one_error_line(&run(&["run", "-i", "lo", "--listen", &addr]));
+    assert!(
+        e.contains("address already in use") && e.contains(&addr),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_capabilities_are_named() {
+    // As root, drop to `nobody` to see what an unprivileged operator sees.
+    let dir = tempfile::tempdir().expect("tmp");
+    let copy = dir.path().join("mcptap");
+    std::fs::copy(env!("CARGO_BIN_EXE_mcptap"), &copy).expect("copy");
+    for p in [dir.path(), copy.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let mut cmd = if is_root() {
+        if Command::new("runuser").arg("--help").output().is_err() {
+            return;
+        }
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"]).arg(&copy);
+        c
+    } else {
+        Command::new(&copy)
+    };
+    let port = free_port().to_string();
+    let out = cmd
+        .args(["run", "-i", "lo", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("run");
+    let e = one_error_line(&out);
+    assert!(
+        e.contains("CAP_NET_RAW") && e.contains("CAP_NET_ADMIN"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_serves_health_until_then() {
+    if !is_root() {
+        return;
+    }
+    let port = free_port();
+    let mut child = bin()
+        .args([
+            "run",
+            "-i",
+            "lo",
+            "-f",
+            "tcp port 1",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ready = false;
+    while Instant::now() < deadline && !ready {
+        std::thread::sleep(Duration::from_millis(100));
+        ready = http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"));
+    }
+    assert!(ready, "never became ready");
+    let metrics = http_get(port, "/metrics").expect("metrics");
+    assert!(metrics.contains("mcptap_build_info"), "{metrics}");
+    assert!(http_get(port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let stopped_by = Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(Instant::now() < stopped_by, "did not stop within 3 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mcptap summary"));
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
