@@ -91,6 +91,7 @@ pub enum HttpError {
     MessageTooLarge,
     UnmatchedResponse,
     TooManyPending,
+    TooManyHeaders,
 }
 
 impl HttpError {
@@ -103,6 +104,7 @@ impl HttpError {
             HttpError::MessageTooLarge => "message_too_large",
             HttpError::UnmatchedResponse => "unmatched_response",
             HttpError::TooManyPending => "too_many_pending",
+            HttpError::TooManyHeaders => "too_many_headers",
         }
     }
 }
@@ -132,6 +134,10 @@ pub enum HttpEvent {
     ResponseEnd {
         exchange: u64,
         end: BodyEnd,
+    },
+    /// The request will never be paired with a response (lost sync, pipelining cap): forget it.
+    Abandoned {
+        exchange: u64,
     },
     Error(HttpError),
 }
@@ -186,6 +192,8 @@ pub struct HalfParser {
     head_buf: Vec<u8>,
     /// Bytes scanned in Resync without finding a message start.
     resync_scanned: u64,
+    /// A message was parsed here once: this is HTTP, never give up on it.
+    seen_http: bool,
 }
 
 /// Give up on a direction that shows no HTTP message start within this many bytes.
@@ -211,6 +219,7 @@ impl HalfParser {
             },
             head_buf: Vec::new(),
             resync_scanned: 0,
+            seen_http: false,
         }
     }
 
@@ -300,7 +309,9 @@ impl Connection {
         }
         if Some(half) == self.client_half {
             // Requests may have been lost, so responses can no longer be paired by order.
-            self.pending.clear();
+            for (exchange, _) in self.pending.drain(..) {
+                out.push(HttpEvent::Abandoned { exchange });
+            }
         }
         if !self.halves[half].is_ignored() {
             self.halves[half].state = State::Resync;
@@ -357,7 +368,7 @@ impl Connection {
             }
             None => {
                 parser.resync_scanned += data.len() as u64;
-                if parser.resync_scanned > MAX_RESYNC_SCAN {
+                if parser.resync_scanned > MAX_RESYNC_SCAN && !parser.seen_http {
                     parser.state = State::Ignored;
                 }
                 data.len()
@@ -369,10 +380,13 @@ impl Connection {
         let limits = self.limits;
         let parser = &mut self.halves[half];
         let fresh = matches!(parser.state, State::Idle);
-        if fresh && !looks_like_http_start(data) {
-            // Not HTTP at a message boundary: a TLS or other protocol flow.
-            parser.state = State::Ignored;
-            return data.len();
+        if fresh {
+            if !looks_like_http_start(data) {
+                // Not HTTP at a message boundary: a TLS or other protocol flow.
+                parser.state = State::Ignored;
+                return data.len();
+            }
+            parser.seen_http = true;
         }
         // Zero-copy when the whole head is in this segment; otherwise accumulate.
         let (buf, carried): (&[u8], usize) = if parser.head_buf.is_empty() {
@@ -401,11 +415,11 @@ impl Connection {
                 }
                 data.len()
             }
-            HeadParse::Invalid { response } => {
-                out.push(HttpEvent::Error(if response {
-                    HttpError::BadResponseHead
-                } else {
-                    HttpError::BadRequestHead
+            HeadParse::Invalid { .. } | HeadParse::TooManyHeaders => {
+                out.push(HttpEvent::Error(match parsed {
+                    HeadParse::Invalid { response: true } => HttpError::BadResponseHead,
+                    HeadParse::Invalid { response: false } => HttpError::BadRequestHead,
+                    _ => HttpError::TooManyHeaders,
                 }));
                 let parser = &mut self.halves[half];
                 parser.head_buf.clear();
@@ -415,6 +429,7 @@ impl Connection {
             }
             HeadParse::Request { head, len, framing } => {
                 self.halves[half].head_buf.clear();
+                self.halves[half].seen_http = true;
                 let used = len - carried;
                 self.start_request(half, head, framing, out);
                 used
@@ -426,6 +441,7 @@ impl Connection {
                 switching,
             } => {
                 self.halves[half].head_buf.clear();
+                self.halves[half].seen_http = true;
                 let used = len - carried;
                 self.start_response(half, head, framing, switching, out);
                 used
@@ -451,7 +467,9 @@ impl Connection {
         };
         if self.pending.len() >= self.limits.max_pending_requests {
             out.push(HttpEvent::Error(HttpError::TooManyPending));
-            self.pending.pop_front();
+            if let Some((exchange, _)) = self.pending.pop_front() {
+                out.push(HttpEvent::Abandoned { exchange });
+            }
         }
         self.pending.push_back((exchange, head.clone()));
         let parser = &mut self.halves[half];
@@ -681,6 +699,7 @@ enum HeadParse {
     Invalid {
         response: bool,
     },
+    TooManyHeaders,
     Request {
         head: RequestHead,
         len: usize,
@@ -702,6 +721,7 @@ fn parse_head(buf: &[u8]) -> HeadParse {
         let mut resp = httparse::Response::new(&mut headers);
         match resp.parse(buf) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
+            Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
             Err(_) => HeadParse::Invalid { response: true },
             Ok(httparse::Status::Complete(len)) => {
                 let status = resp.code.unwrap_or(0);
@@ -730,6 +750,7 @@ fn parse_head(buf: &[u8]) -> HeadParse {
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(buf) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
+            Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
             Err(_) => HeadParse::Invalid { response: false },
             Ok(httparse::Status::Complete(len)) => {
                 let mut head = RequestHead {

@@ -183,7 +183,7 @@ fn midstream_pickup_resynchronises_at_next_message() {
     data.extend_from_slice(INIT_REQ);
     run(&mut c, 0, &data, &mut out);
     run(&mut c, 1, b"ody of old response\r\n", &mut out);
-    run(&mut c, 1, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 35\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", &mut out);
+    run(&mut c, 1, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", &mut out);
     assert!(matches!(out[0], HttpEvent::Request { .. }), "{out:?}");
     assert!(
         out.iter()

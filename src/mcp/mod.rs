@@ -192,9 +192,24 @@ impl Tracker {
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
+            HttpEvent::Abandoned { exchange } => self.abandon(ctx, exchange),
             HttpEvent::Error(e) => out.push(Output::Telemetry(Telemetry::HttpError {
                 reason: e.as_str(),
             })),
+        }
+    }
+
+    /// A request that will never be answered on its connection: forget it.
+    fn abandon(&mut self, ctx: FlowCtx, exchange: u64) {
+        let Some(ex) = self.exchanges.remove(&(ctx.flow, exchange)) else {
+            return;
+        };
+        if let Some(sid) = ex.session_id
+            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid))
+        {
+            for r in &ex.requests {
+                s.in_flight.remove(&r.id);
+            }
         }
     }
 
