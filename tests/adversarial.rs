@@ -344,8 +344,10 @@ fn many_distinct_session_ids_are_capped_and_evicted() {
 #[test]
 fn syn_flood_evicts_flows_and_the_faulty_session_still_alerts() {
     let grew = measured(|| {
-        let mut limits = Limits::default();
-        limits.max_flows = 4096;
+        let limits = Limits {
+            max_flows: 4096,
+            ..Limits::default()
+        };
         let mut real = Conn::new(limits, 2);
         // Interleave: a handshake, 100k SYNs from distinct ports, a narrowing re-initialize.
         let init = |caps: &str, sid: Option<&str>| {
