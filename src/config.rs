@@ -31,6 +31,8 @@ pub struct CaptureConfig {
     pub buffer_bytes: u32,
     /// Read timeout in ms: packets are delivered in batches (TPACKET_V3 stays on).
     pub read_timeout_ms: u32,
+    /// Pipeline worker threads; traffic is sharded by server endpoint. 0 = one per core.
+    pub threads: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,6 +91,7 @@ impl Default for CaptureConfig {
             promiscuous: false,
             buffer_bytes: 64 * 1024 * 1024,
             read_timeout_ms: 100,
+            threads: 0,
         }
     }
 }

@@ -12,9 +12,9 @@ use crate::sink::metrics::Metrics;
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where product events go.
@@ -62,23 +62,39 @@ fn wall_clock() -> Timestamp {
     Timestamp(ns)
 }
 
-/// The pipeline thread: everything downstream of capture.
+/// One pipeline thread: everything downstream of capture for its shard of the traffic.
 struct Worker {
     pipeline: Pipeline,
-    sinks: EventSinks,
+    sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
     summary: Summary,
     reopen: Arc<AtomicBool>,
+    /// What this worker last reported to the shared counters.
+    reported: PacketStats,
+    reported_flows: usize,
 }
 
 impl Worker {
     fn drain(&mut self, outputs: &mut Vec<Output>) {
+        if outputs.is_empty() {
+            return;
+        }
+        let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         for o in outputs.drain(..) {
             self.summary.observe(&o);
             self.metrics.observe(&o);
             log::log_output(&o);
-            self.sinks.write(&o);
+            sinks.write(&o);
         }
+    }
+
+    fn report(&mut self) {
+        let stats = self.pipeline.stats();
+        let flows = self.pipeline.active_flows();
+        let delta = flows as i64 - self.reported_flows as i64;
+        self.metrics.add_packet_stats(stats, &self.reported, delta);
+        self.reported = stats.clone();
+        self.reported_flows = flows;
     }
 
     fn run(mut self, rx: Receiver<Batch>) -> (Summary, PacketStats) {
@@ -93,8 +109,8 @@ impl Worker {
                             frame,
                             &mut outputs,
                         );
-                        self.drain(&mut outputs);
                     }
+                    self.drain(&mut outputs);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     // No traffic: let time pass so idle flows and sessions still expire.
@@ -103,23 +119,23 @@ impl Worker {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            self.metrics
-                .set_packet_stats(self.pipeline.stats(), self.pipeline.active_flows());
+            self.report();
+            let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
             if self.reopen.swap(false, Ordering::SeqCst)
-                && let Some(f) = self.sinks.file.as_mut()
+                && let Some(f) = sinks.file.as_mut()
             {
                 match f.reopen() {
                     Ok(()) => tracing::info!("events file reopened"),
                     Err(e) => tracing::error!("reopening events file: {e}"),
                 }
             }
-            self.sinks.flush();
+            // Flushed after every batch: an alert reaches the file within the batch latency.
+            sinks.flush();
         }
         self.pipeline.finish(&mut outputs);
         self.drain(&mut outputs);
-        self.sinks.flush();
-        self.metrics
-            .set_packet_stats(self.pipeline.stats(), self.pipeline.active_flows());
+        self.sinks.lock().unwrap_or_else(|p| p.into_inner()).flush();
+        self.report();
         (self.summary, self.pipeline.stats().clone())
     }
 }
@@ -172,15 +188,48 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
+    let n_workers = match cfg.capture.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let sinks = Arc::new(Mutex::new(EventSinks {
+        file,
+        stdout: cfg
+            .events
+            .stdout
+            .then(|| NdjsonWriter::new(std::io::stdout())),
+        dirty: false,
+    }));
+    let started = Instant::now();
+    let mut senders = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..n_workers {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
+        senders.push(tx);
+        let worker = Worker {
+            pipeline: Pipeline::new(cfg.limits.to_limits()),
+            sinks: sinks.clone(),
+            metrics: metrics.clone(),
+            summary: Summary::default(),
+            reopen: reopen.clone(),
+            reported: PacketStats::default(),
+            reported_flows: 0,
+        };
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("pipeline-{i}"))
+                .spawn(move || worker.run(rx))
+                .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
+        );
+    }
     let n_captures = captures.len();
     let mut threads = Vec::new();
     for oc in captures {
-        tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, "capturing");
+        tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, "capturing");
         threads.push(
             live::spawn(
                 oc,
-                tx.clone(),
+                senders.clone(),
                 stop.clone(),
                 health.clone(),
                 metrics.clone(),
@@ -188,26 +237,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("cannot start capture thread: {e}"))?,
         );
     }
-    drop(tx);
-    let worker = Worker {
-        pipeline: Pipeline::new(cfg.limits.to_limits()),
-        sinks: EventSinks {
-            file,
-            stdout: cfg
-                .events
-                .stdout
-                .then(|| NdjsonWriter::new(std::io::stdout())),
-            dirty: false,
-        },
-        metrics: metrics.clone(),
-        summary: Summary::default(),
-        reopen: reopen.clone(),
-    };
-    let started = Instant::now();
-    let worker = std::thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || worker.run(rx))
-        .map_err(|e| format!("cannot start pipeline thread: {e}"))?;
+    // Workers end when every capture thread has dropped its senders.
+    drop(senders);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -234,9 +265,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
     for t in threads {
         let _ = t.join();
     }
-    let (summary, stats) = worker
-        .join()
-        .map_err(|_| "pipeline thread panicked".to_string())?;
+    let mut summary = Summary::default();
+    let mut stats = PacketStats::default();
+    for w in workers {
+        let (s, p) = w
+            .join()
+            .map_err(|_| "pipeline thread panicked".to_string())?;
+        summary.merge(&s);
+        stats.merge(&p);
+    }
     let mut err = std::io::stderr();
     let _ = writeln!(err, "{}", summary.render(&stats, started.elapsed()));
     if failed {

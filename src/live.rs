@@ -2,8 +2,10 @@
 //! the same sans-IO pipeline that `replay` uses.
 
 use crate::config::CaptureConfig;
+use crate::decode::{self, Decoded};
 use crate::sink::metrics::Metrics;
 use nix::poll::{PollFd, PollFlags, poll};
+use std::hash::BuildHasher;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -138,11 +140,31 @@ fn send(tx: &SyncSender<Batch>, batch: &mut Batch, linktype: u32) -> bool {
 }
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
+/// Which pipeline worker a frame belongs to. All flows to one server endpoint meet in the
+/// same worker (so its sessions, which span connections, stay whole), and both directions of a
+/// flow do too. The server side is taken to be the endpoint with the lower port: clients use
+/// ephemeral ports.
+pub fn shard_of(linktype: u32, frame: &[u8], workers: usize) -> usize {
+    if workers <= 1 {
+        return 0;
+    }
+    let Decoded::Tcp(seg) = decode::decode(linktype, frame) else {
+        return 0;
+    };
+    let server = match seg.src.port().cmp(&seg.dst.port()) {
+        std::cmp::Ordering::Less => seg.src,
+        std::cmp::Ordering::Greater => seg.dst,
+        std::cmp::Ordering::Equal => seg.src.min(seg.dst),
+    };
+    let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(server);
+    (h % workers as u64) as usize
+}
+
 /// Runs one capture handle on its own thread until `stop` is set. The thread only reads and
-/// dispatches; all parsing happens downstream.
+/// dispatches to the workers; all parsing happens there.
 pub fn spawn(
     mut oc: OpenCapture,
-    tx: SyncSender<Batch>,
+    workers: Vec<SyncSender<Batch>>,
     stop: Arc<AtomicBool>,
     health: Arc<CaptureHealth>,
     metrics: Arc<Metrics>,
@@ -151,10 +173,14 @@ pub fn spawn(
         .name(format!("capture-{}", oc.interface))
         .spawn(move || {
             health.running.fetch_add(1, Ordering::SeqCst);
-            let mut batch = Batch {
-                linktype: oc.linktype,
-                ..Batch::default()
-            };
+            let linktype = oc.linktype;
+            let mut batches: Vec<Batch> = workers
+                .iter()
+                .map(|_| Batch {
+                    linktype,
+                    ..Batch::default()
+                })
+                .collect();
             let (mut kernel, mut iface) = (DropCounter::default(), DropCounter::default());
             let mut last_stats = Instant::now();
             'capture: while !stop.load(Ordering::Relaxed) {
@@ -164,12 +190,17 @@ pub fn spawn(
                         Ok(p) => {
                             let ts = p.header.ts.tv_sec.saturating_mul(1_000_000_000)
                                 + p.header.ts.tv_usec.saturating_mul(1000);
+                            let w = shard_of(linktype, p.data, workers.len());
+                            let (Some(batch), Some(tx)) = (batches.get_mut(w), workers.get(w))
+                            else {
+                                continue;
+                            };
                             let off = batch.data.len();
                             batch.data.extend_from_slice(p.data);
                             batch.packets.push((ts, off, p.data.len()));
                             let full = batch.packets.len() >= BATCH_PACKETS
                                 || batch.data.len() >= BATCH_BYTES;
-                            if full && !send(&tx, &mut batch, oc.linktype) {
+                            if full && !send(tx, batch, linktype) {
                                 break 'capture;
                             }
                         }
@@ -181,8 +212,10 @@ pub fn spawn(
                         }
                     }
                 }
-                if !batch.packets.is_empty() && !send(&tx, &mut batch, oc.linktype) {
-                    break;
+                for (batch, tx) in batches.iter_mut().zip(&workers) {
+                    if !batch.packets.is_empty() && !send(tx, batch, linktype) {
+                        break 'capture;
+                    }
                 }
                 if last_stats.elapsed() >= Duration::from_secs(1) {
                     last_stats = Instant::now();
@@ -195,8 +228,10 @@ pub fn spawn(
                 let mut fds = [PollFd::new(oc.cap.as_fd(), PollFlags::POLLIN)];
                 let _ = poll(&mut fds, POLL_TIMEOUT_MS);
             }
-            if !batch.packets.is_empty() {
-                let _ = tx.send(batch);
+            for (batch, tx) in batches.into_iter().zip(&workers) {
+                if !batch.packets.is_empty() {
+                    let _ = tx.send(batch);
+                }
             }
             if let Ok(s) = oc.cap.stats() {
                 metrics.add_capture_drops(kernel.delta(s.dropped), iface.delta(s.if_dropped));
@@ -216,6 +251,25 @@ mod tests {
         assert_eq!(c.delta(15), 5);
         assert_eq!(c.delta(u32::MAX - 1), u64::from(u32::MAX - 16));
         assert_eq!(c.delta(3), 5);
+    }
+
+    #[test]
+    fn both_directions_and_all_clients_of_a_server_share_a_worker() {
+        let frame = |src: ([u8; 4], u16), dst: ([u8; 4], u16)| {
+            let mut v = Vec::new();
+            etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+                .ipv4(src.0, dst.0, 64)
+                .tcp(src.1, dst.1, 1, 100)
+                .write(&mut v, b"x")
+                .expect("frame");
+            v
+        };
+        let server = ([10, 0, 0, 1], 8080);
+        let w = shard_of(1, &frame(([10, 0, 0, 2], 40000), server), 8);
+        assert_eq!(shard_of(1, &frame(server, ([10, 0, 0, 2], 40000)), 8), w);
+        assert_eq!(shard_of(1, &frame(([10, 9, 9, 9], 51234), server), 8), w);
+        assert_eq!(shard_of(1, &frame(([10, 0, 0, 2], 40000), server), 1), 0);
+        assert_eq!(shard_of(1, b"junk", 8), 0);
     }
 
     #[test]

@@ -82,6 +82,9 @@ struct RunArgs {
     /// Kernel capture buffer per interface, bytes [default: 64 MiB].
     #[arg(long)]
     buffer_bytes: Option<u32>,
+    /// Pipeline worker threads, traffic sharded by server endpoint [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
     /// Metrics endpoint address [default: 127.0.0.1:9917].
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
@@ -111,6 +114,9 @@ impl RunArgs {
         cfg.capture.promiscuous |= self.promiscuous;
         if let Some(b) = self.buffer_bytes {
             cfg.capture.buffer_bytes = b;
+        }
+        if let Some(t) = self.threads {
+            cfg.capture.threads = t;
         }
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;

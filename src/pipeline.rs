@@ -8,7 +8,7 @@ use crate::event::{Telemetry, Timestamp};
 use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
 use crate::mcp::{FlowCtx, Output, SessionLimits, Tracker};
 use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::net::SocketAddr;
 
 /// Every limit of the pipeline; each is counted when hit.
@@ -56,6 +56,17 @@ impl PacketStats {
             SkipReason::Malformed => &mut self.skipped_malformed,
         };
         *slot += 1;
+    }
+
+    /// Adds another pipeline's counts (one pipeline per worker).
+    pub fn merge(&mut self, other: &PacketStats) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.skipped_unsupported_link += other.skipped_unsupported_link;
+        self.skipped_not_ip += other.skipped_not_ip;
+        self.skipped_not_tcp += other.skipped_not_tcp;
+        self.skipped_ip_fragment += other.skipped_ip_fragment;
+        self.skipped_malformed += other.skipped_malformed;
     }
 
     /// (reason label, count) pairs for metrics and the summary.
@@ -136,7 +147,7 @@ impl Pipeline {
     pub fn new(limits: Limits) -> Self {
         Pipeline {
             limits,
-            flows: HashMap::new(),
+            flows: HashMap::default(),
             next_flow_id: 0,
             tracker: Tracker::new(limits.session),
             stats: PacketStats::default(),
@@ -311,11 +322,16 @@ impl Pipeline {
             return;
         }
         // A batch at a time, so a SYN flood costs O(n) per batch rather than per packet.
-        let mut by_age: Vec<(Timestamp, FlowKey)> =
-            self.flows.values().map(|f| (f.last_seen, f.key)).collect();
+        let mut by_age: Vec<(Timestamp, u64, FlowKey)> = self
+            .flows
+            .values()
+            .map(|f| (f.last_seen, f.id, f.key))
+            .collect();
         let batch = (max / 16).max(1).min(by_age.len());
-        by_age.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
-        for (_, key) in by_age.into_iter().take(batch) {
+        by_age.select_nth_unstable(batch - 1);
+        let mut oldest: Vec<(Timestamp, u64, FlowKey)> = by_age.into_iter().take(batch).collect();
+        oldest.sort_unstable();
+        for (_, _, key) in oldest {
             self.remove_flow(key, BodyEnd::Unfinished, None, out);
             out.push(Output::Telemetry(Telemetry::FlowEvicted {
                 reason: "flow_limit",
@@ -326,13 +342,15 @@ impl Pipeline {
     fn sweep(&mut self, out: &mut Vec<Output>) {
         let now = self.now;
         let timeout = self.limits.flow_idle_timeout_ns;
-        let idle: Vec<FlowKey> = self
+        let mut idle: Vec<(u64, FlowKey)> = self
             .flows
             .values()
             .filter(|f| now.0.saturating_sub(f.last_seen.0) > timeout)
-            .map(|f| f.key)
+            .map(|f| (f.id, f.key))
             .collect();
-        for key in idle {
+        // Flow ids, not hash order, decide the order of outputs: replays stay deterministic.
+        idle.sort_unstable();
+        for (_, key) in idle {
             self.remove_flow(key, BodyEnd::Unfinished, None, out);
             out.push(Output::Telemetry(Telemetry::FlowEvicted { reason: "idle" }));
         }
@@ -352,8 +370,9 @@ impl Pipeline {
 
     /// End of input: open streams were cut off by the end of the capture, not ended.
     pub fn finish(&mut self, out: &mut Vec<Output>) {
-        let keys: Vec<FlowKey> = self.flows.keys().copied().collect();
-        for key in keys {
+        let mut keys: Vec<(u64, FlowKey)> = self.flows.values().map(|f| (f.id, f.key)).collect();
+        keys.sort_unstable();
+        for (_, key) in keys {
             self.remove_flow(key, BodyEnd::Unfinished, None, out);
         }
     }

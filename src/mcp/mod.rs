@@ -16,8 +16,9 @@ use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
 use crate::jsonrpc::{self, Id, Message};
 use crate::sse::SseItem;
 use caps::{CapPaths, HandshakeDiff, PathDiff};
+use foldhash::HashMap;
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
 /// Output of the session layer and everything below it.
@@ -221,12 +222,14 @@ impl Tracker {
     /// Ends sessions idle for longer than the limit.
     pub fn sweep(&mut self, now: Timestamp, out: &mut Vec<Output>) {
         let timeout = self.limits.session_idle_timeout_ns;
-        let idle: Vec<SessionKey> = self
+        let mut idle: Vec<SessionKey> = self
             .sessions
             .iter()
             .filter(|(_, s)| now.0.saturating_sub(s.last_seen.0) > timeout)
             .map(|(k, _)| k.clone())
             .collect();
+        // Key order, not hash order, so replays stay deterministic.
+        idle.sort_unstable();
         for key in idle {
             self.end_session(&key, now, EndReason::Idle, out);
         }
@@ -359,8 +362,10 @@ impl Tracker {
             .map(|(k, s)| (s.last_seen, k.clone()))
             .collect();
         let batch = (max / 16).max(1).min(by_age.len());
-        by_age.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
-        for (_, key) in by_age.into_iter().take(batch) {
+        by_age.select_nth_unstable(batch - 1);
+        let mut oldest: Vec<(Timestamp, SessionKey)> = by_age.into_iter().take(batch).collect();
+        oldest.sort_unstable();
+        for (_, key) in oldest {
             self.end_session(&key, now, EndReason::Evicted, out);
         }
     }
@@ -949,7 +954,7 @@ fn new_session(client: SocketAddr, ts: Timestamp) -> Session {
         streaming_negotiated: false,
         requests: 0,
         alerts: 0,
-        in_flight: HashMap::new(),
+        in_flight: HashMap::default(),
         modes: ModeTracker::default(),
     }
 }

@@ -94,8 +94,6 @@ pub struct Metrics {
     empty_tool_results: IntCounterVec,
     empty_tool_content: IntCounterVec,
     request_duration: HistogramVec,
-    /// Packet counters already exported, so absolute stats can be added as deltas.
-    last_stats: Mutex<PacketStats>,
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
@@ -307,7 +305,6 @@ impl Metrics {
                 seen: HashMap::new(),
                 max: labels.max_servers.max(1),
             }),
-            last_stats: Mutex::new(PacketStats::default()),
             registry: r,
         };
         for reason in ["idle", "flow_limit"] {
@@ -367,21 +364,18 @@ impl Metrics {
         label
     }
 
-    /// Packet counters from the pipeline's running totals.
-    pub fn set_packet_stats(&self, stats: &PacketStats, flows_active: usize) {
-        self.flows_active.set(flows_active as i64);
-        let Ok(mut last) = self.last_stats.lock() else {
-            return;
-        };
+    /// Adds what one pipeline counted since its previous report (`before`). Several pipelines
+    /// (one per worker) report into the same counters.
+    pub fn add_packet_stats(&self, now: &PacketStats, before: &PacketStats, flows_delta: i64) {
+        self.flows_active.add(flows_delta);
         self.packets
-            .inc_by(stats.packets.saturating_sub(last.packets));
-        self.bytes.inc_by(stats.bytes.saturating_sub(last.bytes));
-        for ((reason, now), (_, before)) in stats.skipped().iter().zip(last.skipped().iter()) {
+            .inc_by(now.packets.saturating_sub(before.packets));
+        self.bytes.inc_by(now.bytes.saturating_sub(before.bytes));
+        for ((reason, n), (_, b)) in now.skipped().iter().zip(before.skipped().iter()) {
             self.packets_skipped
                 .with_label_values(&[reason])
-                .inc_by(now.saturating_sub(*before));
+                .inc_by(n.saturating_sub(*b));
         }
-        *last = stats.clone();
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
@@ -545,7 +539,7 @@ mod tests {
         );
         let report = crate::replay::replay(&[path], Default::default(), &mut |o| m.observe(o))
             .expect("replay");
-        m.set_packet_stats(&report.stats, 0);
+        m.add_packet_stats(&report.stats, &PacketStats::default(), 0);
         let text = m.render();
         assert!(
             text.contains(

@@ -39,6 +39,21 @@ impl Summary {
         }
     }
 
+    /// Adds another worker's summary.
+    pub fn merge(&mut self, other: &Summary) {
+        self.flows += other.flows;
+        self.sessions += other.sessions;
+        self.handshakes += other.handshakes;
+        self.exchanges += other.exchanges;
+        for (k, v) in &other.alerts {
+            *self.alerts.entry(k).or_default() += v;
+        }
+        self.gaps += other.gaps;
+        self.gap_bytes += other.gap_bytes;
+        self.http_errors += other.http_errors;
+        self.jsonrpc_errors += other.jsonrpc_errors;
+    }
+
     pub fn total_alerts(&self) -> u64 {
         self.alerts.values().sum()
     }
