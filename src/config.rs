@@ -58,6 +58,8 @@ pub struct EventsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_flows: usize,
+    /// Budget for flow state and buffers; least recently seen flows are evicted beyond it.
+    pub memory_budget_bytes: usize,
     pub max_flow_buffer_bytes: usize,
     pub max_message_bytes: usize,
     pub max_head_bytes: usize,
@@ -111,6 +113,7 @@ impl Default for LimitsConfig {
         let l = Limits::default();
         LimitsConfig {
             max_flows: l.max_flows,
+            memory_budget_bytes: l.memory_budget_bytes,
             max_flow_buffer_bytes: l.max_flow_buffer_bytes,
             max_message_bytes: l.http.max_message_bytes,
             max_head_bytes: l.http.max_head_bytes,
@@ -141,6 +144,7 @@ impl LimitsConfig {
     pub fn to_limits(&self) -> Limits {
         let mut l = Limits {
             max_flows: self.max_flows,
+            memory_budget_bytes: self.memory_budget_bytes,
             max_flow_buffer_bytes: self.max_flow_buffer_bytes,
             flow_idle_timeout_ns: secs_to_ns(self.flow_idle_timeout_secs),
             ..Limits::default()

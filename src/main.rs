@@ -138,6 +138,9 @@ struct LimitArgs {
     /// Maximum tracked TCP flows (least recently seen are evicted).
     #[arg(long, default_value_t = Limits::default().max_flows)]
     max_flows: usize,
+    /// Budget for flow state and buffers, bytes (least recently seen flows are evicted).
+    #[arg(long, default_value_t = Limits::default().memory_budget_bytes)]
+    memory_budget_bytes: usize,
     /// Out-of-order bytes buffered per flow direction before a gap is declared.
     #[arg(long, default_value_t = Limits::default().max_flow_buffer_bytes)]
     max_flow_buffer_bytes: usize,
@@ -156,6 +159,7 @@ impl LimitArgs {
     fn limits(&self) -> Limits {
         let mut l = Limits {
             max_flows: self.max_flows,
+            memory_budget_bytes: self.memory_budget_bytes,
             max_flow_buffer_bytes: self.max_flow_buffer_bytes,
             ..Limits::default()
         };

@@ -15,6 +15,9 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_flows: usize,
+    /// Total for flow state and everything buffered in flows; least recently seen flows are
+    /// evicted (reason `memory`) to stay under it.
+    pub memory_budget_bytes: usize,
     /// Out-of-order bytes buffered per direction before a gap is declared.
     pub max_flow_buffer_bytes: usize,
     pub flow_idle_timeout_ns: i64,
@@ -26,6 +29,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_flows: 262_144,
+            memory_budget_bytes: 256 * 1024 * 1024,
             max_flow_buffer_bytes: 1024 * 1024,
             flow_idle_timeout_ns: 300 * 1_000_000_000,
             http: HttpLimits::default(),
@@ -94,9 +98,20 @@ struct Flow {
     streams: [Reassembler; 2],
     http: Connection,
     last_seen: Timestamp,
+    /// Buffered bytes last charged to the pipeline's memory account.
+    charged: usize,
 }
 
+/// What one tracked flow costs besides its buffers: the struct plus hash-table overhead.
+const FLOW_OVERHEAD: usize = std::mem::size_of::<Flow>() + std::mem::size_of::<FlowKey>() + 16;
+
 impl Flow {
+    fn buffered(&self) -> usize {
+        self.streams[0].buffered_bytes()
+            + self.streams[1].buffered_bytes()
+            + self.http.buffered_bytes()
+    }
+
     fn ctx(&self) -> Option<FlowCtx> {
         let client_half = self.http.client_half()?;
         let (client, server) = if client_half == 0 {
@@ -141,6 +156,8 @@ pub struct Pipeline {
     /// Latest packet time seen; time never runs backwards for sweeps.
     now: Timestamp,
     http_events: Vec<HttpEvent>,
+    /// Sum of `Flow::charged` over all flows.
+    buffered: usize,
 }
 
 impl Pipeline {
@@ -154,7 +171,13 @@ impl Pipeline {
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),
             http_events: Vec::new(),
+            buffered: 0,
         }
+    }
+
+    /// Estimated bytes held by flows and their buffers, as counted against the budget.
+    pub fn memory_in_use(&self) -> usize {
+        self.flows.len() * FLOW_OVERHEAD + self.buffered
     }
 
     pub fn stats(&self) -> &PacketStats {
@@ -216,6 +239,7 @@ impl Pipeline {
                 ],
                 http: Connection::new(synchronised, self.limits.http),
                 last_seen: ts,
+                charged: 0,
             };
             self.next_flow_id += 1;
             self.flows.insert(key, flow);
@@ -251,6 +275,9 @@ impl Pipeline {
             }
         }
         report_telemetry(&report, out);
+        let now_buffered = flow.buffered();
+        self.buffered = self.buffered + now_buffered - flow.charged;
+        flow.charged = now_buffered;
         let ctx = flow.ctx();
         let both_done = flow.streams.iter().all(Reassembler::is_finished);
         self.deliver(ctx, ts, &mut events, out);
@@ -259,6 +286,9 @@ impl Pipeline {
             self.remove_flow(key, BodyEnd::Aborted, Some("rst"), out);
         } else if both_done {
             self.remove_flow(key, BodyEnd::Aborted, Some("fin"), out);
+        }
+        if self.memory_in_use() > self.limits.memory_budget_bytes {
+            self.evict_oldest("memory", out);
         }
     }
 
@@ -291,6 +321,7 @@ impl Pipeline {
         let Some(mut flow) = self.flows.remove(&key) else {
             return;
         };
+        self.buffered -= flow.charged;
         let mut events = std::mem::take(&mut self.http_events);
         for half in 0..2 {
             let mut report = PushReport::default();
@@ -318,7 +349,17 @@ impl Pipeline {
     /// Keeps the flow table under its cap by evicting the least recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
         let max = self.limits.max_flows.max(1);
-        if self.flows.len() < max {
+        let budget_flows = self.limits.memory_budget_bytes / FLOW_OVERHEAD;
+        if self.flows.len() >= max {
+            self.evict_oldest("flow_limit", out);
+        } else if self.flows.len() >= budget_flows.max(1) {
+            self.evict_oldest("memory", out);
+        }
+    }
+
+    /// Evicts a batch of the least recently seen flows.
+    fn evict_oldest(&mut self, reason: &'static str, out: &mut Vec<Output>) {
+        if self.flows.is_empty() {
             return;
         }
         // A batch at a time, so a SYN flood costs O(n) per batch rather than per packet.
@@ -327,15 +368,13 @@ impl Pipeline {
             .values()
             .map(|f| (f.last_seen, f.id, f.key))
             .collect();
-        let batch = (max / 16).max(1).min(by_age.len());
+        let batch = (by_age.len() / 16).clamp(1, by_age.len());
         by_age.select_nth_unstable(batch - 1);
         let mut oldest: Vec<(Timestamp, u64, FlowKey)> = by_age.into_iter().take(batch).collect();
         oldest.sort_unstable();
         for (_, _, key) in oldest {
             self.remove_flow(key, BodyEnd::Unfinished, None, out);
-            out.push(Output::Telemetry(Telemetry::FlowEvicted {
-                reason: "flow_limit",
-            }));
+            out.push(Output::Telemetry(Telemetry::FlowEvicted { reason }));
         }
     }
 
@@ -394,5 +433,61 @@ fn report_telemetry(report: &PushReport, out: &mut Vec<Output>) {
         out.push(Output::Telemetry(Telemetry::TcpOverlap {
             conflicting: false,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(client_port: u16, seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
+        let mut b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+            .tcp(client_port, 8080, seq, 1000);
+        if syn {
+            b = b.syn();
+        }
+        let mut v = Vec::new();
+        b.write(&mut v, payload).expect("frame");
+        v
+    }
+
+    #[test]
+    fn memory_budget_evicts_least_recently_seen_flows() {
+        let limits = Limits {
+            memory_budget_bytes: 2 * 1024 * 1024,
+            ..Limits::default()
+        };
+        let mut p = Pipeline::new(limits);
+        let mut out = Vec::new();
+        let hole = vec![b'x'; 16 * 1024];
+        for port in 1000..3000u16 {
+            let ts = Timestamp(i64::from(port) * 1000);
+            p.handle_packet(ts, 1, &frame(port, 0, true, b""), &mut out);
+            // Data beyond a hole stays buffered until the hole fills or the cap is hit.
+            p.handle_packet(
+                ts,
+                1,
+                &frame(port, 100, false, b"POST / HTTP/1.1\r\n"),
+                &mut out,
+            );
+            p.handle_packet(ts, 1, &frame(port, 10_000, false, &hole[..1400]), &mut out);
+            assert!(
+                p.memory_in_use() <= limits.memory_budget_bytes,
+                "{}",
+                p.memory_in_use()
+            );
+        }
+        let evicted = out
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Telemetry(Telemetry::FlowEvicted { reason: "memory" })
+                )
+            })
+            .count();
+        assert!(evicted > 0);
+        assert!(p.active_flows() < 2000);
     }
 }

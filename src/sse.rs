@@ -99,6 +99,11 @@ pub struct SseParser {
 }
 
 impl SseParser {
+    /// Bytes held for the event being assembled (for memory accounting).
+    pub fn buffered_bytes(&self) -> usize {
+        self.partial_line.len() + self.block.buffered_bytes()
+    }
+
     /// `max_event_bytes`: cap on the bytes buffered for one event (sum of field values + current partial line). When exceeded, the event is dropped, `overflows()` increments, and the parser discards input until the next blank line; memory stays bounded no matter how long a line is (think a 50 MB line without newline).
     ///
     /// The check uses the raw length of the current line, whatever its

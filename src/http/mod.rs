@@ -687,10 +687,29 @@ impl Connection {
         out.push(HttpEvent::ResponseEnd { exchange: ex, end });
     }
 
-    /// Which half a request-carrying body belongs to is known only after the first request;
-    /// requests in flight when a half closes are simply dropped.
     pub fn pending_requests(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Bytes held for messages in progress (heads, JSON bodies, SSE events), for the
+    /// pipeline's memory budget.
+    pub fn buffered_bytes(&self) -> usize {
+        self.halves
+            .iter()
+            .map(|h| {
+                h.head_buf.len()
+                    + match &h.state {
+                        State::Body {
+                            sink: Sink::Json(b),
+                            ..
+                        } => b.len(),
+                        State::Body {
+                            sink: Sink::Sse(p), ..
+                        } => p.buffered_bytes(),
+                        _ => 0,
+                    }
+            })
+            .sum()
     }
 }
 

@@ -307,7 +307,7 @@ impl Metrics {
             }),
             registry: r,
         };
-        for reason in ["idle", "flow_limit"] {
+        for reason in ["idle", "flow_limit", "memory"] {
             m.flows_evicted.with_label_values(&[reason]);
         }
         for source in ["kernel", "interface"] {
