@@ -281,6 +281,8 @@ pub struct Exchange {
     pub method: String,
     pub request_id: Value,
     pub tool: Option<String>,
+    /// The request's `MCP-Protocol-Version` header.
+    pub protocol_version: Option<String>,
     pub http_status: u16,
     /// `json`, `sse`, `other` or `none`.
     pub media_type: &'static str,

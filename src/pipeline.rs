@@ -127,6 +127,35 @@ impl Flow {
     }
 }
 
+/// Why a flow leaves the table; decides how its open messages end.
+#[derive(Debug, Clone, Copy)]
+enum Removal {
+    Fin,
+    Rst,
+    Idle,
+    Evicted(&'static str),
+    CaptureEnd,
+}
+
+impl Removal {
+    /// A closed connection ends its bodies; anything else leaves them unfinished.
+    fn body_end(self) -> BodyEnd {
+        match self {
+            Removal::Fin | Removal::Rst => BodyEnd::Aborted,
+            _ => BodyEnd::Unfinished,
+        }
+    }
+
+    /// Holes left at a close or a timeout are declared as gaps; evictions just drop.
+    fn gap(self) -> Option<GapReason> {
+        match self {
+            Removal::Fin | Removal::Rst => Some(GapReason::Closed),
+            Removal::Idle => Some(GapReason::Timeout),
+            Removal::Evicted(_) | Removal::CaptureEnd => None,
+        }
+    }
+}
+
 /// Feeds reassembled bytes of one direction into the HTTP parser.
 struct HttpFeed<'a> {
     conn: &'a mut Connection,
@@ -252,8 +281,12 @@ impl Pipeline {
         if flow.http.is_ignored() {
             // Not HTTP: skip reassembly entirely, only watch for the end of the flow.
             if seg.flags.rst || seg.flags.fin {
-                let reason = if seg.flags.rst { "rst" } else { "fin" };
-                self.remove_flow(key, BodyEnd::Aborted, Some(reason), out);
+                let why = if seg.flags.rst {
+                    Removal::Rst
+                } else {
+                    Removal::Fin
+                };
+                self.remove_flow(key, why, out);
             }
             return;
         }
@@ -283,9 +316,9 @@ impl Pipeline {
         self.deliver(ctx, ts, &mut events, out);
         self.http_events = events;
         if seg.flags.rst {
-            self.remove_flow(key, BodyEnd::Aborted, Some("rst"), out);
+            self.remove_flow(key, Removal::Rst, out);
         } else if both_done {
-            self.remove_flow(key, BodyEnd::Aborted, Some("fin"), out);
+            self.remove_flow(key, Removal::Fin, out);
         }
         if self.memory_in_use() > self.limits.memory_budget_bytes {
             self.evict_oldest("memory", out);
@@ -311,13 +344,8 @@ impl Pipeline {
     }
 
     /// Ends a flow: open bodies end as `end`, out-of-order leftovers are dropped.
-    fn remove_flow(
-        &mut self,
-        key: FlowKey,
-        end: BodyEnd,
-        closed: Option<&'static str>,
-        out: &mut Vec<Output>,
-    ) {
+    fn remove_flow(&mut self, key: FlowKey, why: Removal, out: &mut Vec<Output>) {
+        let (end, flush) = (why.body_end(), why.gap());
         let Some(mut flow) = self.flows.remove(&key) else {
             return;
         };
@@ -325,13 +353,13 @@ impl Pipeline {
         let mut events = std::mem::take(&mut self.http_events);
         for half in 0..2 {
             let mut report = PushReport::default();
-            if end == BodyEnd::Aborted {
+            if let Some(reason) = flush {
                 let mut feed = HttpFeed {
                     conn: &mut flow.http,
                     half,
                     events: &mut events,
                 };
-                flow.streams[half].flush(GapReason::Closed, &mut feed, &mut report);
+                flow.streams[half].flush(reason, &mut feed, &mut report);
             }
             report_telemetry(&report, out);
             flow.http.on_close(half, end, &mut events);
@@ -341,9 +369,14 @@ impl Pipeline {
         self.deliver(ctx, ts, &mut events, out);
         self.http_events = events;
         self.tracker.on_flow_closed(flow.id);
-        if let Some(reason) = closed {
-            out.push(Output::Telemetry(Telemetry::FlowClosed { reason }));
-        }
+        let telemetry = match why {
+            Removal::Fin => Some(Telemetry::FlowClosed { reason: "fin" }),
+            Removal::Rst => Some(Telemetry::FlowClosed { reason: "rst" }),
+            Removal::Idle => Some(Telemetry::FlowEvicted { reason: "idle" }),
+            Removal::Evicted(reason) => Some(Telemetry::FlowEvicted { reason }),
+            Removal::CaptureEnd => None,
+        };
+        out.extend(telemetry.map(Output::Telemetry));
     }
 
     /// Keeps the flow table under its cap by evicting the least recently seen flows.
@@ -373,8 +406,7 @@ impl Pipeline {
         let mut oldest: Vec<(Timestamp, u64, FlowKey)> = by_age.into_iter().take(batch).collect();
         oldest.sort_unstable();
         for (_, _, key) in oldest {
-            self.remove_flow(key, BodyEnd::Unfinished, None, out);
-            out.push(Output::Telemetry(Telemetry::FlowEvicted { reason }));
+            self.remove_flow(key, Removal::Evicted(reason), out);
         }
     }
 
@@ -390,8 +422,7 @@ impl Pipeline {
         // Flow ids, not hash order, decide the order of outputs: replays stay deterministic.
         idle.sort_unstable();
         for (_, key) in idle {
-            self.remove_flow(key, BodyEnd::Unfinished, None, out);
-            out.push(Output::Telemetry(Telemetry::FlowEvicted { reason: "idle" }));
+            self.remove_flow(key, Removal::Idle, out);
         }
         self.tracker.sweep(now, out);
     }
@@ -412,7 +443,7 @@ impl Pipeline {
         let mut keys: Vec<(u64, FlowKey)> = self.flows.values().map(|f| (f.id, f.key)).collect();
         keys.sort_unstable();
         for (_, key) in keys {
-            self.remove_flow(key, BodyEnd::Unfinished, None, out);
+            self.remove_flow(key, Removal::CaptureEnd, out);
         }
     }
 }

@@ -155,6 +155,13 @@ fn the_incident_narrows_and_drifts_on_exactly_that_session() {
             .iter()
             .any(|e| e["http_status"] == 502 && e["answered"] == false)
     );
+    // MCP-Protocol-Version is recorded per request.
+    assert!(
+        of(&evs, "exchange")
+            .iter()
+            .filter(|e| e["method"] == "tools/call")
+            .all(|e| e["protocol_version"] == "2025-06-18")
+    );
     // Narrowing is reported when it happens, before the drift it causes.
     let pos = |k: &str| evs.iter().position(|e| e["kind"] == k);
     assert!(pos("capability_narrowing") < pos("content_type_divergence"));
