@@ -191,19 +191,6 @@ pub fn empty_result_reason(content: StreamContent) -> EmptyReason {
     }
 }
 
-/// A `tools/call` result with nothing in it: `content` empty and no `structuredContent`.
-pub fn is_empty_tool_content(result: &serde_json::Value) -> bool {
-    let content_empty = match result.get("content") {
-        None | Some(serde_json::Value::Null) => true,
-        Some(serde_json::Value::Array(a)) => a.is_empty(),
-        Some(_) => false,
-    };
-    let structured = result
-        .get("structuredContent")
-        .is_some_and(|v| !v.is_null());
-    content_empty && !structured
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,17 +314,5 @@ mod tests {
             }),
             EmptyReason::OnlyNotifications
         );
-    }
-
-    #[test]
-    fn empty_content() {
-        use serde_json::json;
-        assert!(is_empty_tool_content(&json!({"content": []})));
-        assert!(!is_empty_tool_content(
-            &json!({"content": [], "structuredContent": {"a": 1}})
-        ));
-        assert!(!is_empty_tool_content(
-            &json!({"content": [{"type": "text", "text": "x"}]})
-        ));
     }
 }

@@ -1,15 +1,30 @@
 //! JSON-RPC 2.0 messages as MCP uses them: single messages and batches.
+//!
+//! Parsing is zero-copy: a message borrows its `params`/`result` as raw JSON text from the
+//! body, and only the few places that need more (the `initialize` handshake, a tool name, the
+//! emptiness of a tool result) parse further. Tool results can be large; they are never
+//! turned into a `Value` tree.
 
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// A request id, kept as its JSON text so `1` and `"1"` stay distinct.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Id(pub String);
 
 impl Id {
-    fn from_value(v: &Value) -> Option<Id> {
-        match v {
-            Value::String(_) | Value::Number(_) => Some(Id(v.to_string())),
+    /// Strings are re-encoded so that equal strings with different escapes are one id.
+    fn from_raw(raw: &RawValue) -> Option<Id> {
+        let text = raw.get().trim();
+        match text.as_bytes().first()? {
+            b'"' => serde_json::from_str::<Cow<'_, str>>(text)
+                .ok()
+                .and_then(|s| serde_json::to_string(&s).ok())
+                .map(Id),
+            b'-' | b'0'..=b'9' => Some(Id(text.to_string())),
             _ => None,
         }
     }
@@ -20,20 +35,19 @@ impl Id {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
+#[derive(Debug, Clone)]
+pub enum Message<'a> {
     Request {
         id: Id,
-        method: String,
-        params: Value,
+        method: Cow<'a, str>,
+        params: Option<&'a RawValue>,
     },
     Notification {
-        method: String,
-        params: Value,
+        method: Cow<'a, str>,
     },
     Result {
         id: Id,
-        result: Value,
+        result: &'a RawValue,
     },
     Error {
         id: Option<Id>,
@@ -42,7 +56,7 @@ pub enum Message {
     },
 }
 
-impl Message {
+impl Message<'_> {
     /// True for server-to-client traffic that is not the answer itself (progress, logs,
     /// sampling requests): what "auto" mode servers stream before a result.
     pub fn is_request_or_notification(&self) -> bool {
@@ -65,69 +79,151 @@ impl ParseError {
     }
 }
 
+/// The fields of a JSON-RPC object, borrowed from the input.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<ErrorObject<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject<'a> {
+    #[serde(default)]
+    code: Option<i64>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+}
+
 /// Parses a body or SSE `data` payload: one message or a batch. Elements of a batch that are
 /// not JSON-RPC are skipped; the whole payload is an error only if nothing in it is.
-pub fn parse(bytes: &[u8]) -> Result<Vec<Message>, ParseError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|_| ParseError::InvalidJson)?;
-    match value {
-        Value::Array(items) => {
-            let msgs: Vec<Message> = items.into_iter().filter_map(classify).collect();
-            if msgs.is_empty() {
-                Err(ParseError::NotJsonRpc)
-            } else {
-                Ok(msgs)
-            }
+pub fn parse(bytes: &[u8]) -> Result<Vec<Message<'_>>, ParseError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::InvalidJson)?;
+    if text.trim_start().starts_with('[') {
+        let items: Vec<&RawValue> =
+            serde_json::from_str(text).map_err(|_| ParseError::InvalidJson)?;
+        let msgs: Vec<Message<'_>> = items
+            .into_iter()
+            .filter_map(|raw| serde_json::from_str::<Envelope<'_>>(raw.get()).ok())
+            .filter_map(classify)
+            .collect();
+        return if msgs.is_empty() {
+            Err(ParseError::NotJsonRpc)
+        } else {
+            Ok(msgs)
+        };
+    }
+    let envelope: Envelope<'_> = serde_json::from_str(text).map_err(|e| {
+        if e.is_data() {
+            ParseError::NotJsonRpc
+        } else {
+            ParseError::InvalidJson
         }
-        other => classify(other)
-            .map(|m| vec![m])
-            .ok_or(ParseError::NotJsonRpc),
+    })?;
+    classify(envelope)
+        .map(|m| vec![m])
+        .ok_or(ParseError::NotJsonRpc)
+}
+
+fn is_null(raw: Option<&RawValue>) -> bool {
+    raw.is_none_or(|r| r.get().trim() == "null")
+}
+
+fn classify(env: Envelope<'_>) -> Option<Message<'_>> {
+    if env.jsonrpc.as_deref() != Some("2.0") {
+        return None;
+    }
+    let id = env.id.and_then(Id::from_raw);
+    if let Some(method) = env.method {
+        return Some(match id {
+            Some(id) => Message::Request {
+                id,
+                method,
+                params: env.params,
+            },
+            None => Message::Notification { method },
+        });
+    }
+    if let Some(err) = env.error {
+        return Some(Message::Error {
+            id,
+            code: err.code.unwrap_or(0),
+            message: err.message.map(Cow::into_owned).unwrap_or_default(),
+        });
+    }
+    let result = env.result.filter(|r| !is_null(Some(r)))?;
+    Some(Message::Result { id: id?, result })
+}
+
+/// Raw JSON to a `Value`, for the rare places that keep a whole object (capabilities).
+/// Absent is `Null`; nesting beyond serde_json's recursion limit is an error.
+pub fn to_value(raw: Option<&RawValue>) -> Result<Value, ParseError> {
+    match raw {
+        None => Ok(Value::Null),
+        Some(r) => serde_json::from_str(r.get()).map_err(|_| ParseError::InvalidJson),
     }
 }
 
-fn classify(value: Value) -> Option<Message> {
-    let Value::Object(mut obj) = value else {
-        return None;
+/// `params.name` of a `tools/call`.
+pub fn tool_name(params: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow, default)]
+        name: Option<Cow<'a, str>>,
+    }
+    let named: Named<'_> = serde_json::from_str(params?.get()).ok()?;
+    named.name.map(Cow::into_owned)
+}
+
+/// A `tools/call` result with nothing in it: `content` empty (or absent) and no
+/// `structuredContent`. Decided without building the content.
+pub fn is_empty_tool_content(result: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct ToolResult<'a> {
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+        #[serde(borrow, default, rename = "structuredContent")]
+        structured: Option<&'a RawValue>,
+    }
+    let Ok(r) = serde_json::from_str::<ToolResult<'_>>(result.get()) else {
+        return false;
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return None;
-    }
-    let id = obj.get("id").and_then(Id::from_value);
-    if let Some(Value::String(method)) = obj.remove("method") {
-        let params = obj.remove("params").unwrap_or(Value::Null);
-        return Some(match id {
-            Some(id) => Message::Request { id, method, params },
-            None => Message::Notification { method, params },
-        });
-    }
-    if let Some(err) = obj.get("error") {
-        return Some(Message::Error {
-            id,
-            code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-            message: err
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-        });
-    }
-    let result = obj.remove("result")?;
-    Some(Message::Result { id: id?, result })
+    let content_empty = is_null(r.content)
+        || r.content
+            .and_then(|c| serde_json::from_str::<Vec<IgnoredAny>>(c.get()).ok())
+            .is_some_and(|v| v.is_empty());
+    content_empty && is_null(r.structured)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_string()).expect("raw")
+    }
+
     #[test]
     fn single_messages() {
         let m = parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#)
             .unwrap();
-        assert!(
-            matches!(&m[0], Message::Request { id, method, .. } if id.0 == "1" && method == "tools/call")
-        );
+        let Message::Request { id, method, params } = &m[0] else {
+            panic!("{m:?}")
+        };
+        assert_eq!((id.0.as_str(), method.as_ref()), ("1", "tools/call"));
+        assert_eq!(tool_name(*params).as_deref(), Some("x"));
         let m = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(
-            matches!(&m[0], Message::Notification { method, .. } if method == "notifications/initialized")
+            matches!(&m[0], Message::Notification { method } if method == "notifications/initialized")
         );
         let m = parse(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
         assert!(matches!(&m[0], Message::Result { id, .. } if id.0 == "\"a\""));
@@ -135,14 +231,20 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"Invalid Request"}}"#,
         )
         .unwrap();
-        assert_eq!(
-            m[0],
-            Message::Error {
-                id: Some(Id("2".into())),
-                code: -32600,
-                message: "Invalid Request".into()
-            }
-        );
+        assert!(matches!(
+            &m[0],
+            Message::Error { id: Some(Id(id)), code: -32600, message } if id == "2" && message == "Invalid Request"
+        ));
+    }
+
+    #[test]
+    fn escaped_method_names_and_ids_are_decoded() {
+        let m = parse(br#"{"jsonrpc":"2.0","id":"\u0061","method":"tools\/call"}"#).unwrap();
+        let Message::Request { id, method, .. } = &m[0] else {
+            panic!("{m:?}")
+        };
+        assert_eq!(method, "tools/call");
+        assert_eq!(id, &Id("\"a\"".into()));
     }
 
     #[test]
@@ -153,29 +255,46 @@ mod tests {
         .unwrap();
         assert_eq!(m.len(), 3);
         assert!(m[1].is_request_or_notification());
-        assert_eq!(parse(b"[]"), Err(ParseError::NotJsonRpc));
+        assert_eq!(parse(b"[]").err(), Some(ParseError::NotJsonRpc));
     }
 
     #[test]
     fn errors() {
-        assert_eq!(parse(b"{not json"), Err(ParseError::InvalidJson));
+        assert_eq!(parse(b"{not json").err(), Some(ParseError::InvalidJson));
         assert_eq!(
-            parse(br#"{"id":1,"method":"x"}"#),
-            Err(ParseError::NotJsonRpc)
+            parse(br#"{"id":1,"method":"x"}"#).err(),
+            Some(ParseError::NotJsonRpc)
         );
         assert_eq!(
-            parse(br#"{"jsonrpc":"2.0","result":{}}"#),
-            Err(ParseError::NotJsonRpc)
+            parse(br#"{"jsonrpc":"2.0","result":{}}"#).err(),
+            Some(ParseError::NotJsonRpc)
         );
-        assert_eq!(parse(b"\xff\xfe"), Err(ParseError::InvalidJson));
+        assert_eq!(parse(b"\xff\xfe").err(), Some(ParseError::InvalidJson));
+        assert_eq!(parse(b"42").err(), Some(ParseError::NotJsonRpc));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        // Rejected without recursing 100,000 deep (serde_json ignores raw values iteratively).
+        assert!(parse(deep.as_bytes()).is_err());
     }
 
     #[test]
     fn ids_keep_their_type() {
-        assert_ne!(
-            Id::from_value(&Value::from(1)),
-            Id::from_value(&Value::from("1"))
-        );
+        assert_ne!(Id::from_raw(&raw("1")), Id::from_raw(&raw("\"1\"")));
+        assert_eq!(Id::from_raw(&raw("null")), None);
         assert_eq!(Id("\"x\"".into()).to_value(), Value::from("x"));
+    }
+
+    #[test]
+    fn empty_tool_content() {
+        assert!(is_empty_tool_content(&raw(r#"{"content": []}"#)));
+        assert!(is_empty_tool_content(&raw(
+            r#"{"content": [ ], "isError": false}"#
+        )));
+        assert!(is_empty_tool_content(&raw(r#"{}"#)));
+        assert!(!is_empty_tool_content(&raw(
+            r#"{"content": [], "structuredContent": {"a": 1}}"#
+        )));
+        assert!(!is_empty_tool_content(&raw(
+            r#"{"content": [{"type": "text", "text": "x"}]}"#
+        )));
     }
 }

@@ -273,15 +273,22 @@ impl Tracker {
                 Ok(msgs) => {
                     for m in msgs {
                         if let Message::Request { id, method, params } = m {
+                            let method = method.into_owned();
                             out.push(Output::Telemetry(Telemetry::Request {
                                 server: ctx.server,
                                 method: method.clone(),
                             }));
                             let tool = (method == "tools/call")
-                                .then(|| params.get("name").and_then(Value::as_str))
-                                .flatten()
-                                .map(str::to_string);
-                            let init_params = (method == "initialize").then_some(params);
+                                .then(|| jsonrpc::tool_name(params))
+                                .flatten();
+                            let init_params = (method == "initialize").then(|| {
+                                jsonrpc::to_value(params).unwrap_or_else(|e| {
+                                    out.push(Output::Telemetry(Telemetry::JsonRpcError {
+                                        reason: e.as_str(),
+                                    }));
+                                    Value::Null
+                                })
+                            });
                             requests.push(PendingRequest {
                                 id,
                                 method,
@@ -486,7 +493,7 @@ impl Tracker {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        msg: Message,
+        msg: Message<'_>,
         on_stream: bool,
         out: &mut Vec<Output>,
     ) {
@@ -559,6 +566,14 @@ impl Tracker {
         let sid = ex.session_id.clone();
 
         if method == "initialize" {
+            let result = result.map(|r| {
+                jsonrpc::to_value(Some(r)).unwrap_or_else(|e| {
+                    out.push(Output::Telemetry(Telemetry::JsonRpcError {
+                        reason: e.as_str(),
+                    }));
+                    Value::Null
+                })
+            });
             let answer = Answer {
                 result: result.as_ref(),
                 error: error.as_ref(),
@@ -567,7 +582,7 @@ impl Tracker {
             self.on_handshake(ts, &origin, init_params, answer, out);
         }
         let empty_content = (method == "tools/call")
-            .then(|| result.as_ref().map(detect::is_empty_tool_content))
+            .then(|| result.map(jsonrpc::is_empty_tool_content))
             .flatten();
         out.push(Output::Event(Event::Exchange(Box::new(Exchange {
             ts: req_ts,
