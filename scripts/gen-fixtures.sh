@@ -40,15 +40,7 @@ if ! grep -qsE '^/?\.venv-fixtures/?$' "$ROOT/.gitignore"; then
 fi
 
 # Venv: (re)install only when requirements.txt changed since the last install.
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PY="$VENV/bin/python"
-stamp="$VENV/.requirements.sha256"
-want="$(sha256sum "$SRC/requirements.txt" | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-  timeout 600 "$PY" -m pip install --disable-pip-version-check -q -r "$SRC/requirements.txt" \
-    || die "pip install failed"
-  echo "$want" > "$stamp"
-fi
+PY="$(PYTHON="$PYTHON" "$ROOT/scripts/venv.sh")" || die "venv setup failed"
 
 # Optional: the TypeScript SDK pair (ts_sdk_sse.pcap) when node and npm exist.
 # Pinned 1.x SDK, installed into the (git-ignored) venv folder, not the repo.

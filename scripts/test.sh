@@ -7,4 +7,5 @@ scripts/setup.sh --test
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+scripts/e2e.sh
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

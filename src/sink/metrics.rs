@@ -316,6 +316,22 @@ impl Metrics {
         for reason in ["buffer_limit", "closed", "timeout"] {
             m.tcp_gaps.with_label_values(&[reason]);
         }
+        // Error series exist from the start, so dashboards show 0 rather than no data.
+        for reason in [
+            "bad_request_head",
+            "bad_response_head",
+            "bad_chunk",
+            "head_too_large",
+            "too_many_headers",
+            "message_too_large",
+            "unmatched_response",
+            "too_many_pending",
+        ] {
+            m.http_parse_errors.with_label_values(&[reason]);
+        }
+        for reason in ["invalid_json", "not_jsonrpc", "unmatched_response"] {
+            m.jsonrpc_parse_errors.with_label_values(&[reason]);
+        }
         Ok(m)
     }
 
