@@ -466,16 +466,16 @@ impl Tracker {
         }
     }
 
-    fn is_open_request(&self, here: ExchangeKey, ctx: FlowCtx, id: &Id) -> bool {
-        let Some(ex) = self.exchanges.get(&here) else {
-            return false;
-        };
-        ex.requests.iter().any(|r| &r.id == id && !r.answered)
-            || ex
-                .session_id
-                .as_ref()
-                .and_then(|sid| self.sessions.get(&(ctx.server, sid.clone())))
-                .is_some_and(|s| s.in_flight.contains_key(id))
+    /// Where the open request with `id` lives: this exchange, or (answers on a GET stream)
+    /// another exchange of the same session.
+    fn locate(&self, here: ExchangeKey, ctx: FlowCtx, id: &Id) -> Option<ExchangeKey> {
+        let ex = self.exchanges.get(&here)?;
+        if ex.requests.iter().any(|r| &r.id == id && !r.answered) {
+            return Some(here);
+        }
+        let sid = ex.session_id.as_ref()?;
+        let session = self.sessions.get(&(ctx.server, sid.clone()))?;
+        session.in_flight.get(id).copied()
     }
 
     fn sole_open_request(&self, here: ExchangeKey) -> Option<Id> {
@@ -504,7 +504,7 @@ impl Tracker {
                 // Servers answer some errors with `id: null` or a made-up id (the Python SDK's
                 // "server-error"); on an exchange with exactly one open request it is the answer.
                 let Some(id) = id
-                    .filter(|id| self.is_open_request(here, ctx, id))
+                    .filter(|id| self.locate(here, ctx, id).is_some())
                     .or_else(|| self.sole_open_request(here))
                 else {
                     return;
@@ -513,20 +513,7 @@ impl Tracker {
             }
             _ => return,
         };
-        // The answer belongs to a request of this exchange, or (GET stream) of another one.
-        let target = if self
-            .exchanges
-            .get(&here)
-            .is_some_and(|ex| ex.requests.iter().any(|r| r.id == id && !r.answered))
-        {
-            Some(here)
-        } else {
-            self.exchanges
-                .get(&here)
-                .and_then(|ex| ex.session_id.clone())
-                .and_then(|sid| self.sessions.get(&(ctx.server, sid)))
-                .and_then(|s| s.in_flight.get(&id).copied())
-        };
+        let target = self.locate(here, ctx, &id);
         let Some(target) = target else {
             out.push(Output::Telemetry(Telemetry::JsonRpcError {
                 reason: "unmatched_response",
