@@ -6,7 +6,6 @@
 //! turned into a `Value` tree.
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -197,10 +196,14 @@ pub fn is_empty_tool_content(result: &RawValue) -> bool {
     let Ok(r) = serde_json::from_str::<ToolResult<'_>>(result.get()) else {
         return false;
     };
+    // `[]` with any whitespace inside: decided from the raw text, without another pass.
     let content_empty = is_null(r.content)
-        || r.content
-            .and_then(|c| serde_json::from_str::<Vec<IgnoredAny>>(c.get()).ok())
-            .is_some_and(|v| v.is_empty());
+        || r.content.is_some_and(|c| {
+            c.get()
+                .trim()
+                .strip_prefix('[')
+                .is_some_and(|rest| rest.trim_start().starts_with(']'))
+        });
     content_empty && is_null(r.structured)
 }
 

@@ -251,7 +251,8 @@ impl Pipeline {
             (seg.dst, seg.src)
         };
         let half = usize::from(seg.src != key.0);
-        if !self.flows.contains_key(&key) {
+        // One hash lookup per packet of a known flow; new flows take a second one.
+        let Some(flow) = self.flows.get_mut(&key) else {
             // Only a SYN or data opens a flow; stray ACKs and RSTs of unknown flows don't.
             let opens = seg.flags.syn || !seg.payload.is_empty();
             if seg.flags.rst || !opens {
@@ -273,9 +274,7 @@ impl Pipeline {
             self.next_flow_id += 1;
             self.flows.insert(key, flow);
             out.push(Output::Telemetry(Telemetry::FlowOpened));
-        }
-        let Some(flow) = self.flows.get_mut(&key) else {
-            return;
+            return self.handle_segment(ts, seg, out);
         };
         flow.last_seen = ts;
         if flow.http.is_ignored() {

@@ -326,12 +326,13 @@ impl SseParser {
 
     /// Handles a blank line: dispatch the event or report a data-less block.
     fn end_block(&mut self, out: &mut Vec<SseItem>) {
-        let block = &self.block;
+        let block = &mut self.block;
         let id = block.has_id.then(|| lossy(&block.id));
         if block.has_data {
             let event = SseEvent {
                 event_type: (!block.event_type.is_empty()).then(|| lossy(&block.event_type)),
-                data: lossy(&block.data),
+                // The data buffer becomes the event's string without a copy.
+                data: into_string(std::mem::take(&mut block.data)),
                 id,
                 retry: block.retry,
             };
@@ -347,8 +348,16 @@ impl SseParser {
 /// Lossy UTF-8 decoding. Decoding per field value gives the same result as
 /// decoding the whole stream first (as the spec does), because invalid
 /// sequences never swallow the ASCII delimiters (':', CR, LF).
+fn into_string(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 fn lossy(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    // Valid UTF-8 is the norm: check it with the fast validator, fall back to lossy.
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 /// `retry` is honoured only if it is non-empty and all ASCII digits.

@@ -255,7 +255,10 @@ pub fn media_type(value: &str) -> String {
 }
 
 fn header_str(value: &[u8]) -> String {
-    String::from_utf8_lossy(value).trim().to_string()
+    match std::str::from_utf8(value) {
+        Ok(s) => s.trim().to_string(),
+        Err(_) => String::from_utf8_lossy(value).trim().to_string(),
+    }
 }
 
 impl Connection {
@@ -812,9 +815,10 @@ fn framing_from(
     let mut length: Option<u64> = None;
     for h in headers {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked |= String::from_utf8_lossy(h.value)
-                .to_ascii_lowercase()
-                .contains("chunked");
+            chunked |= h
+                .value
+                .windows(7)
+                .any(|w| w.eq_ignore_ascii_case(b"chunked"));
         } else if h.name.eq_ignore_ascii_case("content-length") {
             length = std::str::from_utf8(h.value)
                 .ok()
