@@ -1,0 +1,133 @@
+//! Deterministic generator of the reference captures used by `scripts/bench.sh`.
+//!
+//! A `harness = false` bench target so it builds with the bench profile and needs nothing
+//! outside `benches/`. It does nothing unless given `--out`, so a plain `cargo bench` skips it:
+//!
+//! ```text
+//! cargo bench --bench gen_capture -- --out target/bench-data --seed 1 --mixed-mb 1024 --mcp-mb 256
+//! ```
+//!
+//! writes `mixed-<MB>MB-seed<SEED>.pcap` and `mcp-<MB>MB-seed<SEED>.pcap` (classic pcap,
+//! Ethernet, IPv4; a size of 0 skips that file). Same seed and sizes give the same bytes.
+//!
+//! * mixed: ~90% of the bytes are non-MCP bulk TCP (2/3 TLS-like application-data records on
+//!   port 443, 1/3 plain HTTP file downloads on port 80), ~10% MCP sessions on port 8080.
+//! * mcp: every byte is MCP over HTTP (Streamable HTTP: POST + JSON or chunked SSE answers).
+//!
+//! MCP sessions: initialize, notifications/initialized, sometimes tools/list, 1-40 tools/call
+//! (answered as chunked `text/event-stream` or `application/json` with Content-Length depending
+//! on the server; some SSE answers carry progress notifications first), usually DELETE. One
+//! session in 40 replays the incident: 502 + close, reconnect, re-initialize on the same
+//! session id with narrowed capabilities, tools/call answered as JSON from then on.
+//! Connections are interleaved packet by packet, with handshakes, 1448-byte segments, delayed
+//! ACKs and FIN exchanges; timestamps advance as on a 1 Gbit/s link.
+
+mod support;
+
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use support::PcapWriter;
+use support::traffic;
+
+struct Args {
+    out: PathBuf,
+    seed: u64,
+    mixed_mb: u64,
+    mcp_mb: u64,
+}
+fn parse_args() -> Option<Args> {
+    let raw: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    if !raw.iter().any(|a| a == "--out") {
+        return None;
+    }
+    let mut args = Args {
+        out: PathBuf::from("target/bench-data"),
+        seed: 1,
+        mixed_mb: 1024,
+        mcp_mb: 256,
+    };
+    let mut it = raw.into_iter();
+    while let Some(flag) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| die(&format!("{flag} needs a value")))
+        };
+        match flag.as_str() {
+            "--out" => args.out = PathBuf::from(val()),
+            "--seed" => args.seed = val().parse().unwrap_or_else(|_| die("bad --seed")),
+            "--mixed-mb" => args.mixed_mb = val().parse().unwrap_or_else(|_| die("bad --mixed-mb")),
+            "--mcp-mb" => args.mcp_mb = val().parse().unwrap_or_else(|_| die("bad --mcp-mb")),
+            other => die(&format!("unknown argument {other}")),
+        }
+    }
+    Some(args)
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("gen_capture: {msg}");
+    std::process::exit(2);
+}
+
+fn main() {
+    let Some(args) = parse_args() else {
+        eprintln!("gen_capture: nothing to do without --out (used by scripts/bench.sh)");
+        return;
+    };
+    std::fs::create_dir_all(&args.out)
+        .unwrap_or_else(|e| die(&format!("{}: {e}", args.out.display())));
+    for (name, mb, mcp_share) in [("mixed", args.mixed_mb, 0.10), ("mcp", args.mcp_mb, 1.0)] {
+        if mb == 0 {
+            continue;
+        }
+        let path = args
+            .out
+            .join(format!("{name}-{mb}MB-seed{}.pcap", args.seed));
+        // Each file has its own stream of randomness, so sizes can change independently.
+        let seed =
+            args.seed.wrapping_mul(0x1000_0000_01b3) ^ (mb << 8) ^ u64::from(mcp_share < 1.0);
+        generate(&path, mb * 1_000_000, mcp_share, seed);
+    }
+}
+
+fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
+    let started = Instant::now();
+    let tmp = path.with_extension("pcap.tmp");
+    let file = File::create(&tmp).unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
+    let mut w = PcapWriter::new(BufWriter::with_capacity(8 << 20, file)).expect("pcap header");
+    let mut err = None;
+    let stats = traffic::generate(target, mcp_share, seed, &mut |ts, frame| {
+        if err.is_none()
+            && let Err(e) = w.write(ts, frame)
+        {
+            err = Some(e);
+        }
+    });
+    if let Some(e) = err {
+        die(&format!("{}: {e}", tmp.display()));
+    }
+    let bytes = w.file_bytes;
+    let mut out = w.into_inner();
+    out.flush()
+        .unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
+    drop(out);
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+    let total = (stats.mcp_bytes + stats.bulk_bytes).max(1);
+    println!(
+        "gen_capture: wrote {} ({} bytes, {} packets, {:.1}% MCP bytes, {} MCP sessions ({} incident), {} tools/call, {} bulk flows) in {:.1} s",
+        path.display(),
+        bytes,
+        stats.packets,
+        100.0 * stats.mcp_bytes as f64 / total as f64,
+        stats.sessions,
+        stats.incidents,
+        stats.tool_calls,
+        stats.bulk_flows,
+        started.elapsed().as_secs_f64()
+    );
+}

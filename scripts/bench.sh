@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# End-to-end throughput of `mcptap replay` against tshark on the same reference captures.
+#
+# Builds mcptap (release), generates the two reference captures if missing (deterministic:
+# same seed and sizes -> same bytes; their sha256 is printed), then for each capture:
+#   * mcptap replay FILE (events to /dev/null), RUNS times; the median wall time is reported,
+#     the peak RSS is the largest of the runs. One more untimed run writes the events for the
+#     facts check.
+#   * tshark once, extracting at HTTP level the same facts (for every tools/call response:
+#     the request's Mcp-Session-Id and the response's media type).
+# and prints the machine, a table (wall time, MB/s, packets/s, peak RSS, ratios) and where
+# mcptap stands against the project's targets. This script is the single source of the figures.
+#
+#   scripts/bench.sh                 # full size: mixed 1024 MB + all-MCP 256 MB (tshark: minutes)
+#   scripts/bench.sh --quick         # mixed 100 MB + all-MCP 25 MB
+#   scripts/bench.sh --no-tshark     # mcptap only
+#   scripts/bench.sh --generate-only # build and make sure the captures exist, print their paths
+#   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 3)
+#
+# Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
+# The captures are never committed: they live under target/ (ignored by git).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+QUICK=0
+GENERATE_ONLY=0
+TSHARK=1
+SEED=1
+RUNS=3
+DATA="$ROOT/target/bench-data"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --no-tshark) TSHARK=0 ;;
+    --generate-only) GENERATE_ONLY=1 ;;
+    --seed) SEED="$2"; shift ;;
+    --runs) RUNS="$2"; shift ;;
+    --data) DATA="$2"; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$QUICK" = 1 ]; then MIXED_MB=100; MCP_MB=25; else MIXED_MB=1024; MCP_MB=256; fi
+
+die() { echo "bench.sh: $*" >&2; exit 1; }
+[ -x /usr/bin/time ] || die "/usr/bin/time not found (apt-get install time)"
+command -v python3 >/dev/null || die "python3 not found"
+if [ "$TSHARK" = 1 ]; then
+  command -v tshark >/dev/null || die "tshark not found (apt-get install tshark), or pass --no-tshark"
+fi
+
+mkdir -p "$DATA"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptap-bench.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+# ------------------------------------------------------------------ build + captures
+echo "== building (release) =="
+cargo build --release --quiet
+BIN="$ROOT/target/release/mcptap"
+
+# Regenerate when the generator changed since the captures were written.
+GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs | sha256sum | cut -c1-16)"
+MIXED="$DATA/mixed-${MIXED_MB}MB-seed${SEED}.pcap"
+MCP="$DATA/mcp-${MCP_MB}MB-seed${SEED}.pcap"
+STAMP="$DATA/gen-${MIXED_MB}-${MCP_MB}-seed${SEED}.stamp"
+if [ ! -f "$MIXED" ] || [ ! -f "$MCP" ] || [ "$(cat "$STAMP" 2>/dev/null || true)" != "$GEN_HASH" ]; then
+  echo "== generating captures (seed $SEED) =="
+  rm -f "$MIXED" "$MCP"
+  cargo bench --quiet --bench gen_capture -- --out "$DATA" --seed "$SEED" \
+    --mixed-mb "$MIXED_MB" --mcp-mb "$MCP_MB"
+  echo "$GEN_HASH" > "$STAMP"
+fi
+if [ "$GENERATE_ONLY" = 1 ]; then
+  echo "$MIXED"
+  echo "$MCP"
+  exit 0
+fi
+
+# ------------------------------------------------------------------ machine
+echo
+echo "== machine =="
+cpu="$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)"
+mem="$(awk '/^MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "date:    $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "cpu:     ${cpu:-unknown} ($(nproc) cores online)"
+echo "memory:  $mem"
+echo "kernel:  $(uname -sr)"
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, before the runs)"
+echo "rustc:   $(rustc --version)"
+echo "mcptap:  $("$BIN" --version)"
+[ "$TSHARK" = 1 ] && echo "tshark:  $(tshark --version 2>/dev/null | head -1)"
+echo "mode:    $([ "$QUICK" = 1 ] && echo quick || echo full), seed $SEED, mcptap runs per capture: $RUNS (median wall)"
+echo
+echo "== captures =="
+for f in "$MIXED" "$MCP"; do
+  echo "$(sha256sum "$f" | cut -d' ' -f1)  $(basename "$f")  $(stat -c %s "$f") bytes"
+done
+
+# ------------------------------------------------------------------ measurements
+# run_timed OUT_PREFIX CMD...: runs CMD under /usr/bin/time -v; stdout to OUT_PREFIX.out,
+# stderr to OUT_PREFIX.err; prints "wall_seconds peak_rss_kib cpu_seconds" (user + system).
+run_timed() {
+  local prefix="$1"; shift
+  local t0 t1
+  t0="$EPOCHREALTIME"
+  /usr/bin/time -v -o "$prefix.time" "$@" > "$prefix.out" 2> "$prefix.err" \
+    || { echo "bench.sh: failed: $* (see $prefix.err)" >&2; tail -5 "$prefix.err" >&2; exit 1; }
+  t1="$EPOCHREALTIME"
+  local rss cpu
+  rss="$(awk -F': ' '/Maximum resident set size/{print $2}' "$prefix.time")"
+  cpu="$(awk -F': ' '/User time|System time/{s += $2} END{printf "%.3f", s}' "$prefix.time")"
+  echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}') $rss $cpu"
+}
+
+TSHARK_ARGS=(
+  -n
+  -o 'uat:custom_http_header_fields:"mcp-session-id","MCP session id"'
+  -Y 'tcp.port == 8080 && http'
+  -T fields -E separator='|'
+  -e frame.number -e http.request.method -e http.request_in -e http.response.code
+  -e http.content_type -e http.header.mcp-session-id -e json.member_with_value
+)
+
+declare -A R
+for name in mixed mcp; do
+  file="$MIXED"; [ "$name" = mcp ] && file="$MCP"
+  size="$(stat -c %s "$file")"
+  echo
+  echo "== $name: $(basename "$file") =="
+  walls=(); cpus=(); rss_max=0
+  for i in $(seq 1 "$RUNS"); do
+    read -r wall rss cpu < <(run_timed "$WORK/mcptap-$name-$i" "$BIN" replay "$file" --events /dev/null)
+    echo "mcptap run $i: ${wall} s wall, ${cpu} s CPU, peak RSS ${rss} KiB"
+    walls+=("$wall"); cpus+=("$cpu"); [ "$rss" -gt "$rss_max" ] && rss_max="$rss"
+  done
+  summary="$(grep -E 'mcptap summary|alerts:|gaps:' "$WORK/mcptap-$name-1.err" | sed 's/^ */  /')"
+  echo "$summary"
+  packets="$(sed -n 's/.*mcptap summary: \([0-9]*\) packets.*/\1/p' "$WORK/mcptap-$name-1.err")"
+  R[$name.mcptap.wall]="$(printf '%s\n' "${walls[@]}" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
+  R[$name.mcptap.cpu]="$(printf '%s\n' "${cpus[@]}" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
+  R[$name.mcptap.rss]="$rss_max"
+  R[$name.size]="$size"; R[$name.packets]="$packets"
+  # Events for the facts check (not timed).
+  "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error > /dev/null 2>&1
+  if [ "$TSHARK" = 1 ]; then
+    echo "tshark (once; may take minutes) ..."
+    read -r wall rss cpu < <(run_timed "$WORK/tshark-$name" tshark -r "$file" "${TSHARK_ARGS[@]}")
+    echo "tshark: ${wall} s wall, ${cpu} s CPU, peak RSS ${rss} KiB, $(wc -l < "$WORK/tshark-$name.out") HTTP rows on port 8080"
+    R[$name.tshark.wall]="$wall"; R[$name.tshark.rss]="$rss"; R[$name.tshark.cpu]="$cpu"
+    facts="$(python3 scripts/bench/facts.py "$WORK/events-$name.ndjson" "$WORK/tshark-$name.out" || true)"
+    echo "facts: $facts"
+    R[$name.facts]="$facts"
+  fi
+done
+
+# ------------------------------------------------------------------ table
+echo
+echo "== results ($([ "$QUICK" = 1 ] && echo quick || echo full)) =="
+fmt_row() { # capture tool wall rss size packets cpu
+  awk -v c="$1" -v t="$2" -v w="$3" -v r="$4" -v s="$5" -v p="$6" -v u="$7" 'BEGIN{
+    printf "| %-7s | %-6s | %8.1f | %9.3f | %9.1f | %10.0f | %9.1f | %9.3f |\n", c, t, s/1e6, w, s/1e6/w, p/w, r/1024, u }'
+}
+echo "| capture | tool   | size MB  | wall s    | MB/s      | packets/s  | RSS MiB   | CPU s     |"
+echo "|---------|--------|----------|-----------|-----------|------------|-----------|-----------|"
+for name in mixed mcp; do
+  fmt_row "$name" mcptap "${R[$name.mcptap.wall]}" "${R[$name.mcptap.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.mcptap.cpu]}"
+  if [ "$TSHARK" = 1 ]; then
+    fmt_row "$name" tshark "${R[$name.tshark.wall]}" "${R[$name.tshark.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.tshark.cpu]}"
+  fi
+done
+if [ "$TSHARK" = 1 ]; then
+  echo
+  echo "ratio mcptap/tshark (wall time and peak RSS; < 1 means mcptap uses less):"
+  for name in mixed mcp; do
+    awk -v c="$name" -v mw="${R[$name.mcptap.wall]}" -v tw="${R[$name.tshark.wall]}" \
+        -v mr="${R[$name.mcptap.rss]}" -v tr="${R[$name.tshark.rss]}" 'BEGIN{
+      printf "  %-6s wall %.4f (mcptap %.1fx faster), RSS %.3f\n", c, mw/tw, tw/mw, mr/tr }'
+  done
+  echo
+  echo "facts (tools/call responses: session id + media type):"
+  for name in mixed mcp; do echo "  $name: ${R[$name.facts]}"; done
+fi
+
+echo
+echo "targets:"
+target() { # label value goal unit
+  awk -v l="$1" -v v="$2" -v g="$3" -v u="$4" 'BEGIN{
+    printf "  %-44s %9.1f %-4s (goal >= %s %s: %s, %.0f%% of goal)\n", l, v, u, g, u, (v>=g?"met":"NOT met"), 100*v/g }'
+}
+target "mixed: mcptap throughput" "$(awk -v s="${R[mixed.size]}" -v w="${R[mixed.mcptap.wall]}" 'BEGIN{print s/1e6/w}')" 1500 MB/s
+target "all-MCP: mcptap throughput" "$(awk -v s="${R[mcp.size]}" -v w="${R[mcp.mcptap.wall]}" 'BEGIN{print s/1e6/w}')" 400 MB/s
+if [ "$TSHARK" = 1 ]; then
+  for name in mixed mcp; do
+    target "$name: speed-up over tshark" "$(awk -v m="${R[$name.mcptap.wall]}" -v t="${R[$name.tshark.wall]}" 'BEGIN{print t/m}')" 50 x
+  done
+fi
+printf "  MB/s = capture file size / wall time. mcptap MB per CPU-second (size / (user+sys),\n"
+printf "  less sensitive to other load on the machine):"
+for name in mixed mcp; do
+  awk -v c="$name" -v s="${R[$name.size]}" -v u="${R[$name.mcptap.cpu]}" 'BEGIN{
+    printf " %s %.1f", c, s/1e6/u }'
+done
+echo
+echo "load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
