@@ -79,11 +79,6 @@ impl Reassembler {
         self.buffered
     }
 
-    /// True when no segment has established a sequence number yet.
-    pub fn is_unsynchronised(&self) -> bool {
-        self.next_seq.is_none()
-    }
-
     /// A SYN fixes the initial sequence number: data starts at `isn + 1`.
     pub fn on_syn(&mut self, isn: u32) {
         if self.next_seq.is_none() {
@@ -116,7 +111,7 @@ impl Reassembler {
         if !payload.is_empty() {
             self.accept(start, payload, consumer, report);
         }
-        self.check_fin(consumer, report);
+        self.check_fin();
     }
 
     fn accept(
@@ -252,14 +247,14 @@ impl Reassembler {
         self.drain(consumer, report);
     }
 
-    fn check_fin(&mut self, consumer: &mut dyn StreamConsumer, report: &mut PushReport) {
+    /// The stream is finished once every byte before the FIN has been delivered.
+    fn check_fin(&mut self) {
         if let Some(fin_at) = self.fin_at
             && self.offset >= fin_at
         {
             self.finished = true;
             self.discard_pending();
         }
-        let _ = (consumer, report);
     }
 
     fn discard_pending(&mut self) {

@@ -241,6 +241,8 @@ fn fifty_megabyte_sse_line_without_newline_is_bounded() {
         c.send(false, b"\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n");
         c.frame(false, false, true, true, b"");
         assert_eq!(c.alerts(), 0, "{:?}", c.events);
+        assert_eq!(c.answered, 1, "{:?}", c.telemetry);
+        assert!(c.count("http:message_too_large") >= 1, "{:?}", c.telemetry);
     });
     assert!(grew < 64, "peak RSS grew {grew} MiB");
 }

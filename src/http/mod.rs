@@ -142,13 +142,6 @@ pub enum HttpEvent {
     Error(HttpError),
 }
 
-/// Which way a half-connection's bytes travel, once known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Client,
-    Server,
-}
-
 #[derive(Debug)]
 enum Framing {
     None,
@@ -595,7 +588,12 @@ impl Connection {
             }
             Sink::Sse(parser) => {
                 let mut items = Vec::new();
+                let overflows = parser.overflows();
                 parser.push(bytes, &mut items);
+                if parser.overflows() > overflows {
+                    // An event beyond the size cap was dropped.
+                    too_large = true;
+                }
                 if let Some(ex) = exchange {
                     out.extend(
                         items
@@ -688,10 +686,6 @@ impl Connection {
             _ => {}
         }
         out.push(HttpEvent::ResponseEnd { exchange: ex, end });
-    }
-
-    pub fn pending_requests(&self) -> usize {
-        self.pending.len()
     }
 
     /// Bytes held for messages in progress (heads, JSON bodies, SSE events), for the
