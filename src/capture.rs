@@ -146,15 +146,23 @@ pub fn read_captures(
             inputs.push(Input {
                 name: "<stdin>".to_string(),
                 reader: Box::new(io::stdin().lock()),
+                len: None,
             });
         } else {
             let file = File::open(path).map_err(|source| CaptureError::Open {
                 path: path.clone(),
                 source,
             })?;
+            // Regular files have a known length: no record can be longer than the file.
+            let len = file
+                .metadata()
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len());
             inputs.push(Input {
                 name: path.clone(),
                 reader: Box::new(file),
+                len,
             });
         }
     }
@@ -190,6 +198,8 @@ impl Limits {
 struct Input {
     name: String,
     reader: Box<dyn Read>,
+    /// Length of a regular file; None for pipes and standard input.
+    len: Option<u64>,
 }
 
 fn read_inputs(
@@ -440,6 +450,8 @@ struct FileReader {
     max_record: usize,
     truncated_at: Option<u64>,
     empty: bool,
+    /// Length of a regular file, which bounds how large a record can be.
+    file_len: Option<u64>,
 }
 
 /// What one `next()` call of the reader amounted to, without borrows.
@@ -458,6 +470,7 @@ impl FileReader {
         let Input {
             name,
             reader: mut inner,
+            len: file_len,
         } = input;
         let read_err = |source: io::Error| CaptureError::Read {
             path: name.clone(),
@@ -480,6 +493,7 @@ impl FileReader {
             max_record: limits.max_record,
             truncated_at: None,
             empty: false,
+            file_len,
         };
         if head.is_empty() {
             file.empty = true;
@@ -655,6 +669,16 @@ impl FileReader {
             // The whole record is buffered yet the parser wants more: its
             // inner lengths disagree with the block length.
             return Err(self.corrupt(offset, "record contents overrun its length"));
+        }
+        if self
+            .file_len
+            .is_some_and(|len| offset.saturating_add(need as u64) > len)
+        {
+            // The record claims to run past the end of the file: it is cut short. Don't grow
+            // a buffer for bytes that cannot come (a 56-byte file must not cost 250 MB).
+            self.truncated_at = Some(offset);
+            self.reader = None;
+            return Ok(());
         }
         if need >= self.capacity {
             let grown = need
@@ -1243,6 +1267,7 @@ mod tests {
 
     fn trickle(name: &str, data: Vec<u8>) -> Input {
         Input {
+            len: None,
             name: name.to_string(),
             reader: Box::new(Trickle {
                 data,
@@ -1752,6 +1777,7 @@ mod tests {
         let a = frame(1, 100);
         let bytes = pcap(false, false, 1, &[(1, 0, &a, 100), (2, 0, &a, 100)]);
         let input = Input {
+            len: None,
             name: "f.pcap".into(),
             reader: Box::new(Failing(bytes[..200].to_vec(), 0)),
         };

@@ -174,8 +174,10 @@ impl LimitArgs {
 fn init_logging(format: config::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: journald, files and pipes get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .with_writer(io::stderr);
     match format {
         config::LogFormat::Text => builder.with_target(false).init(),

@@ -272,6 +272,7 @@ fn a_hundred_thousand_headers_are_refused_and_counted() {
 
 #[test]
 fn json_nested_a_hundred_thousand_deep_is_an_error_not_a_crash() {
+    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut c = Conn::new(Limits::default(), 40004);
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     c.send(true, &mcp_post("s1", &deep));
@@ -287,6 +288,7 @@ fn json_nested_a_hundred_thousand_deep_is_an_error_not_a_crash() {
 
 #[test]
 fn invalid_utf8_everywhere() {
+    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut c = Conn::new(Limits::default(), 40005);
     let mut req = b"POST /mcp HTTP/1.1\r\nHost: \xc3\x28\r\nMcp-Session-Id: \xe2\x82\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n".to_vec();
     req.extend_from_slice(b"{\"a\":\"\xff\xff\"}");
@@ -303,6 +305,7 @@ fn invalid_utf8_everywhere() {
 
 #[test]
 fn hostile_session_ids_never_become_sessions() {
+    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut c = Conn::new(Limits::default(), 40006);
     let long = "A".repeat(10 * 1024);
     for sid in ["ctl\x01chars", long.as_str(), "tab\tinside"] {

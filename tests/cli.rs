@@ -178,3 +178,28 @@ fn garbage_after_a_valid_header_does_not_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(matches!(out.status.code(), Some(0) | Some(2)), "{stderr}");
 }
+
+#[test]
+fn a_record_claiming_more_than_the_file_holds_is_a_truncation_not_a_big_buffer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("liar.pcap");
+    let mut bytes = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    bytes.extend_from_slice(&[0; 8]);
+    bytes.extend_from_slice(&65535u32.to_le_bytes());
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&[0; 8]);
+    bytes.extend_from_slice(&250_000_000u32.to_le_bytes());
+    bytes.extend_from_slice(&250_000_000u32.to_le_bytes());
+    bytes.extend_from_slice(&[0xab; 16]);
+    std::fs::write(&path, &bytes).expect("write");
+    let out = bin()
+        .args(["replay", path.to_str().expect("utf8")])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("truncated") && stderr.contains("offset=24"),
+        "{stderr}"
+    );
+}

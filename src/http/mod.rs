@@ -187,6 +187,8 @@ pub struct HalfParser {
     resync_scanned: u64,
     /// A message was parsed here once: this is HTTP, never give up on it.
     seen_http: bool,
+    /// The half was seen from its first byte (the connection's SYN was captured).
+    synchronised_start: bool,
 }
 
 /// Give up on a direction that shows no HTTP message start within this many bytes.
@@ -213,6 +215,7 @@ impl HalfParser {
             head_buf: Vec::new(),
             resync_scanned: 0,
             seen_http: false,
+            synchronised_start: synchronised,
         }
     }
 
@@ -376,13 +379,10 @@ impl Connection {
         let limits = self.limits;
         let parser = &mut self.halves[half];
         let fresh = matches!(parser.state, State::Idle);
-        if fresh {
-            if !looks_like_http_start(data) {
-                // Not HTTP at a message boundary: a TLS or other protocol flow.
-                parser.state = State::Ignored;
-                return data.len();
-            }
-            parser.seen_http = true;
+        if fresh && !looks_like_http_start(data) {
+            // Not HTTP at a message boundary: a TLS or other protocol flow.
+            parser.state = State::Ignored;
+            return data.len();
         }
         // Zero-copy when the whole head is in this segment; otherwise accumulate.
         let (buf, carried): (&[u8], usize) = if parser.head_buf.is_empty() {
@@ -405,6 +405,8 @@ impl Connection {
                 if parser.head_buf.len() > limits.max_head_bytes {
                     out.push(HttpEvent::Error(HttpError::HeadTooLarge));
                     parser.head_buf.clear();
+                    // HTTP-shaped, only too big: keep looking for the next message.
+                    parser.seen_http = true;
                     parser.state = State::Resync;
                 } else {
                     parser.state = State::Head;
@@ -413,12 +415,30 @@ impl Connection {
             }
             HeadParse::Invalid { .. } | HeadParse::TooManyHeaders => {
                 out.push(HttpEvent::Error(match parsed {
-                    HeadParse::Invalid { response: true } => HttpError::BadResponseHead,
-                    HeadParse::Invalid { response: false } => HttpError::BadRequestHead,
+                    HeadParse::Invalid { response: true, .. } => HttpError::BadResponseHead,
+                    HeadParse::Invalid {
+                        response: false, ..
+                    } => HttpError::BadRequestHead,
                     _ => HttpError::TooManyHeaders,
                 }));
                 let parser = &mut self.halves[half];
                 parser.head_buf.clear();
+                let http_shaped = matches!(
+                    parsed,
+                    HeadParse::TooManyHeaders
+                        | HeadParse::Invalid {
+                            in_headers: true,
+                            ..
+                        }
+                );
+                if http_shaped {
+                    parser.seen_http = true;
+                } else if parser.synchronised_start && !parser.seen_http {
+                    // The first bytes of a connection seen from its SYN are not HTTP; decided
+                    // the same way however the bytes were cut into segments.
+                    parser.state = State::Ignored;
+                    return data.len();
+                }
                 parser.state = State::Resync;
                 // Skip one byte so resync looks for the next start past this one.
                 1.min(data.len())
@@ -714,6 +734,8 @@ enum HeadParse {
     Partial,
     Invalid {
         response: bool,
+        /// The start line parsed; a header did not (still HTTP-shaped).
+        in_headers: bool,
     },
     TooManyHeaders,
     Request {
@@ -731,6 +753,14 @@ enum HeadParse {
 
 const MAX_HEADERS: usize = 96;
 
+/// Errors past the start line: the message is HTTP, one of its headers is not.
+fn header_error(e: httparse::Error) -> bool {
+    matches!(
+        e,
+        httparse::Error::HeaderName | httparse::Error::HeaderValue
+    )
+}
+
 fn parse_head(buf: &[u8]) -> HeadParse {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     if buf.starts_with(b"HTTP/") {
@@ -738,7 +768,10 @@ fn parse_head(buf: &[u8]) -> HeadParse {
         match resp.parse(buf) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
             Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
-            Err(_) => HeadParse::Invalid { response: true },
+            Err(e) => HeadParse::Invalid {
+                response: true,
+                in_headers: header_error(e),
+            },
             Ok(httparse::Status::Complete(len)) => {
                 let status = resp.code.unwrap_or(0);
                 let mut head = ResponseHead {
@@ -767,7 +800,10 @@ fn parse_head(buf: &[u8]) -> HeadParse {
         match req.parse(buf) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
             Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
-            Err(_) => HeadParse::Invalid { response: false },
+            Err(e) => HeadParse::Invalid {
+                response: false,
+                in_headers: header_error(e),
+            },
             Ok(httparse::Status::Complete(len)) => {
                 let mut head = RequestHead {
                     method: req.method.unwrap_or("").to_string(),

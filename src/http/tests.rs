@@ -275,3 +275,21 @@ fn garbage_never_panics() {
         c.on_close(1, BodyEnd::ServerClosed, &mut out);
     }
 }
+
+#[test]
+fn a_non_http_start_is_ignored_however_it_is_segmented() {
+    let mut bytes = b"GARBAGE\r\n\r\n".to_vec();
+    bytes.extend_from_slice(INIT_REQ);
+    for cut in [0, 1, 3, 8] {
+        let mut c = Connection::new(true, HttpLimits::default());
+        let mut out = Vec::new();
+        if cut > 0 {
+            run(&mut c, 0, &bytes[..cut], &mut out);
+        }
+        run(&mut c, 0, &bytes[cut..], &mut out);
+        assert!(
+            !out.iter().any(|e| matches!(e, HttpEvent::Request { .. })),
+            "cut {cut}: {out:?}"
+        );
+    }
+}
