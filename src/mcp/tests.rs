@@ -123,6 +123,36 @@ impl Harness {
         );
     }
 
+    /// DELETE of session `sid`, answered with `status`.
+    fn delete(&mut self, c: FlowCtx, ex: u64, sid: &str, status: u16) {
+        let head = RequestHead {
+            method: "DELETE".into(),
+            session_id: Some(sid.into()),
+            ..RequestHead::default()
+        };
+        self.send(
+            c,
+            HttpEvent::Request {
+                exchange: ex,
+                head,
+                body: Vec::new(),
+            },
+        );
+        let head = ResponseHead {
+            status,
+            media_type: None,
+            session_id: None,
+        };
+        self.send(c, HttpEvent::ResponseHead { exchange: ex, head });
+        self.send(
+            c,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Complete,
+            },
+        );
+    }
+
     fn tool_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str, items: Vec<SseItem>, end: BodyEnd) {
         let body =
             json!({"jsonrpc":"2.0","id":ex,"method":"tools/call","params":{"name":"search"}});
@@ -385,37 +415,7 @@ fn delete_and_404_end_sessions_and_feed_lineage() {
         json!({"sampling":{}}),
         json!({"tools":{}}),
     );
-    let del = RequestHead {
-        method: "DELETE".into(),
-        session_id: Some("s1".into()),
-        ..RequestHead::default()
-    };
-    h.send(
-        c,
-        HttpEvent::Request {
-            exchange: 1,
-            head: del,
-            body: Vec::new(),
-        },
-    );
-    h.send(
-        c,
-        HttpEvent::ResponseHead {
-            exchange: 1,
-            head: ResponseHead {
-                status: 200,
-                media_type: None,
-                session_id: None,
-            },
-        },
-    );
-    h.send(
-        c,
-        HttpEvent::ResponseEnd {
-            exchange: 1,
-            end: BodyEnd::Complete,
-        },
-    );
+    h.delete(c, 1, "s1", 200);
     let ends = h.of("session_end");
     assert_eq!(ends.len(), 1);
     assert_eq!(ends[0]["reason"], "deleted");
@@ -435,30 +435,7 @@ fn lineage_window_is_honoured() {
     });
     let c = ctx(1, 5000);
     h.handshake(c, 0, None, "s1", json!({}), json!({}));
-    let del = RequestHead {
-        method: "DELETE".into(),
-        session_id: Some("s1".into()),
-        ..RequestHead::default()
-    };
-    h.send(
-        c,
-        HttpEvent::Request {
-            exchange: 1,
-            head: del,
-            body: Vec::new(),
-        },
-    );
-    h.send(
-        c,
-        HttpEvent::ResponseHead {
-            exchange: 1,
-            head: ResponseHead {
-                status: 204,
-                media_type: None,
-                session_id: None,
-            },
-        },
-    );
+    h.delete(c, 1, "s1", 204);
     h.handshake(ctx(2, 5001), 0, None, "s2", json!({}), json!({}));
     assert!(h.of("handshake")[1]["predecessor_session_id"].is_null());
 }
