@@ -1,9 +1,11 @@
 //! pcap / pcapng file reading: the I/O adapter between capture files (or
 //! standard input) and the pure decoder.
 //!
-//! Built on `pcap-parser`'s streaming readers. In the single-file case packets
-//! are handed out zero-copy from the reader's buffer; with several files a
-//! k-way merge by timestamp keeps one pending (copied) packet per file.
+//! Regular files are memory-mapped a window at a time and parsed in place
+//! (see [`mapped`]); pipes and standard input go through `pcap-parser`'s
+//! streaming readers. In the single-file case packets are handed out
+//! zero-copy from the window or buffer; with several files a k-way merge by
+//! timestamp keeps one pending (copied) packet per file.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -13,6 +15,9 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::rc::Rc;
 
+mod mapped;
+
+use mapped::MappedReader;
 use pcap_parser::traits::{PcapNGPacketBlock, PcapReaderIterator};
 use pcap_parser::{
     Block, EnhancedPacketBlock, InterfaceDescriptionBlock, LegacyPcapReader, OptionCode,
@@ -145,24 +150,27 @@ pub fn read_captures(
             stdin_taken = true;
             inputs.push(Input {
                 name: "<stdin>".to_string(),
-                reader: Box::new(io::stdin().lock()),
-                len: None,
+                data: InputData::Stream(Box::new(io::stdin().lock())),
             });
         } else {
             let file = File::open(path).map_err(|source| CaptureError::Open {
                 path: path.clone(),
                 source,
             })?;
-            // Regular files have a known length: no record can be longer than the file.
+            // Regular files have a known length (no record can be longer than the file) and
+            // can be mapped; FIFOs, character devices and the like are read as streams.
             let len = file
                 .metadata()
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.len());
+            let data = match len {
+                Some(len) => InputData::File(file, len),
+                None => InputData::Stream(Box::new(file)),
+            };
             inputs.push(Input {
                 name: path.clone(),
-                reader: Box::new(file),
-                len,
+                data,
             });
         }
     }
@@ -197,9 +205,33 @@ impl Limits {
 
 struct Input {
     name: String,
-    reader: Box<dyn Read>,
-    /// Length of a regular file; None for pipes and standard input.
-    len: Option<u64>,
+    data: InputData,
+}
+
+enum InputData {
+    /// Pipes, standard input: read sequentially.
+    Stream(Box<dyn Read>),
+    /// A regular file and its length: memory-mapped.
+    File(File, u64),
+}
+
+impl InputData {
+    fn len(&self) -> Option<u64> {
+        match self {
+            InputData::Stream(_) => None,
+            InputData::File(_, len) => Some(*len),
+        }
+    }
+}
+
+/// Only used to sniff the file header; a mapped file is then read through its map.
+impl Read for InputData {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            InputData::Stream(r) => r.read(buf),
+            InputData::File(f, _) => f.read(buf),
+        }
+    }
 }
 
 fn read_inputs(
@@ -469,9 +501,9 @@ impl FileReader {
     fn open(input: Input, limits: &Limits) -> Result<FileReader, CaptureError> {
         let Input {
             name,
-            reader: mut inner,
-            len: file_len,
+            data: mut inner,
         } = input;
+        let file_len = inner.len();
         let read_err = |source: io::Error| CaptureError::Read {
             path: name.clone(),
             offset: 0,
@@ -531,17 +563,26 @@ impl FileReader {
         // +1: pcap-parser reports BufferTooSmall when a record fills the
         // buffer exactly.
         file.capacity = limits.initial.max(header_len + 1);
-        let source = Source {
-            prefix: head,
-            pos: 0,
-            inner,
-            last_error: Rc::clone(&file.last_error),
-        };
-        let reader: Result<Box<dyn PcapReaderIterator>, _> = if is_pcapng {
+        if is_pcapng {
             file.state.format = Format::Ng(NgInfo::default());
-            PcapNGReader::new(file.capacity, source).map(|r| Box::new(r) as _)
-        } else {
-            LegacyPcapReader::new(file.capacity, source).map(|r| Box::new(r) as _)
+        }
+        let reader: Result<Box<dyn PcapReaderIterator>, _> = match inner {
+            InputData::File(f, len) => {
+                MappedReader::open(f, len, file.capacity, is_pcapng).map(|r| Box::new(r) as _)
+            }
+            InputData::Stream(inner) => {
+                let source = Source {
+                    prefix: head,
+                    pos: 0,
+                    inner,
+                    last_error: Rc::clone(&file.last_error),
+                };
+                if is_pcapng {
+                    PcapNGReader::new(file.capacity, source).map(|r| Box::new(r) as _)
+                } else {
+                    LegacyPcapReader::new(file.capacity, source).map(|r| Box::new(r) as _)
+                }
+            }
         };
         match reader {
             Ok(r) => file.reader = Some(r),
@@ -586,11 +627,11 @@ impl FileReader {
             };
             match step {
                 Step::Packet => {
-                    reader.consume(used);
+                    reader.consume_noshift(used);
                     return Ok(true);
                 }
                 Step::Other => {
-                    reader.consume(used);
+                    reader.consume_noshift(used);
                     stalled = 0;
                 }
                 Step::End => {
@@ -1267,13 +1308,12 @@ mod tests {
 
     fn trickle(name: &str, data: Vec<u8>) -> Input {
         Input {
-            len: None,
             name: name.to_string(),
-            reader: Box::new(Trickle {
+            data: InputData::Stream(Box::new(Trickle {
                 data,
                 pos: 0,
                 step: 0,
-            }),
+            })),
         }
     }
 
@@ -1393,6 +1433,99 @@ mod tests {
         let (got, res) = run_inputs(vec![trickle("<stdin>", bytes)], tiny());
         assert_eq!(res.unwrap().packets, 2);
         assert_eq!(got[1], pkt(2 * SEC + 6, 1, &a, 300));
+    }
+
+    fn mapped(dir: &Path, name: &str, bytes: &[u8]) -> Input {
+        let path = write(dir, name, bytes);
+        Input {
+            name: name.to_string(),
+            data: InputData::File(File::open(path).unwrap(), bytes.len() as u64),
+        }
+    }
+
+    /// Packets, then truncations and warnings or the error message.
+    type Outcome = (Vec<Pkt>, Result<(Vec<Truncation>, Vec<String>), String>);
+
+    /// What a read amounted to, comparable across the two paths.
+    fn outcome((got, res): (Vec<Pkt>, Result<ReadSummary, CaptureError>)) -> Outcome {
+        let res = res
+            .map(|s| (s.truncations, s.warnings))
+            .map_err(|e| e.to_string());
+        (got, res)
+    }
+
+    #[test]
+    fn mapped_files_read_exactly_like_streams_at_every_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = frame(1, 300);
+        let mut spb = Ng::default();
+        spb.shb(false)
+            .idb(1, 8, Some(9), None)
+            .spb(20, &a[..8])
+            .pb(0, 7, &a[..13]);
+        let captures = [
+            two_section_pcapng().0,
+            spb.bytes(),
+            pcap(true, false, 1, &[(1, 5, &a, 300), (2, 6, &a[..10], 300)]),
+            pcap(false, true, 101, &[(1, 0, &a[..50], 50), (3, 9, &a, 300)]),
+        ];
+        for (n, bytes) in captures.iter().enumerate() {
+            for cut in 0..=bytes.len() {
+                let part = &bytes[..cut];
+                // Windows from 1 byte (every record straddles one) to larger than the file.
+                for window in [1, 64, 4096] {
+                    let limits = Limits {
+                        initial: window,
+                        max_record: 1 << 20,
+                    };
+                    let streamed = outcome(run_inputs(vec![trickle("c", part.to_vec())], tiny()));
+                    let name = format!("c{n}-{cut}");
+                    let input = mapped(dir.path(), &name, part);
+                    let mut via_map = outcome(run_inputs(vec![input], limits));
+                    // Same file, another name: align the messages before comparing.
+                    if let Err(e) = &mut via_map.1 {
+                        *e = e.replacen(&name, "c", 1);
+                    }
+                    if let Ok((t, w)) = &mut via_map.1 {
+                        t.iter_mut().for_each(|t| t.path = "c".into());
+                        w.iter_mut().for_each(|w| *w = w.replacen(&name, "c", 1));
+                    }
+                    assert_eq!(via_map, streamed, "capture {n}, cut {cut}, window {window}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mapped_record_larger_than_the_window_grows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = frame(7, 100_000);
+        let bytes = pcap(
+            false,
+            false,
+            1,
+            &[(1, 0, &big, 100_000), (2, 0, &big[..9], 9)],
+        );
+        let limits = Limits {
+            initial: 64,
+            max_record: 1 << 20,
+        };
+        let (got, res) = run_inputs(vec![mapped(dir.path(), "big.pcap", &bytes)], limits);
+        res.unwrap();
+        assert_eq!(
+            got,
+            vec![pkt(SEC, 1, &big, 100_000), pkt(2 * SEC, 1, &big[..9], 9)]
+        );
+        let small = Limits {
+            initial: 64,
+            max_record: 1000,
+        };
+        let (got, res) = run_inputs(vec![mapped(dir.path(), "big2.pcap", &bytes)], small);
+        assert!(got.is_empty());
+        assert_eq!(
+            res.unwrap_err().to_string(),
+            "big2.pcap: record at byte 24 is 100016 bytes, over the 1000-byte limit"
+        );
     }
 
     #[test]
@@ -1777,9 +1910,8 @@ mod tests {
         let a = frame(1, 100);
         let bytes = pcap(false, false, 1, &[(1, 0, &a, 100), (2, 0, &a, 100)]);
         let input = Input {
-            len: None,
             name: "f.pcap".into(),
-            reader: Box::new(Failing(bytes[..200].to_vec(), 0)),
+            data: InputData::Stream(Box::new(Failing(bytes[..200].to_vec(), 0))),
         };
         let (got, res) = run_inputs(vec![input], tiny());
         assert_eq!(got.len(), 1);

@@ -1,0 +1,220 @@
+//! Memory-mapped reading of regular capture files.
+//!
+//! `read()` copies every byte from the page cache into the reader's buffer, and pcap-parser's
+//! buffer then moves what is left to its front on each refill: on a 1 GB capture that is most of
+//! the time spent outside the decoder. Mapping the file lets the parsers borrow records straight
+//! from the page cache. The file is mapped a window at a time, so resident memory stays at a
+//! few windows however large the file is.
+//!
+//! [`MappedReader`] implements pcap-parser's own `PcapReaderIterator` contract (the same
+//! `Incomplete` / `BufferTooSmall` / `UnexpectedEof` / `Eof` outcomes as its streaming readers),
+//! so `FileReader` drives both the same way and every truncation and corruption rule applies
+//! unchanged to both.
+//!
+//! Caveat: a file truncated by another process while it is mapped makes the kernel raise
+//! SIGBUS on the next access to a vanished page. Capture writers append, so this only matters
+//! for a capture rewritten in place (e.g. logrotate's `copytruncate`); read such a file
+//! through standard input instead.
+
+use std::fs::File;
+
+use memmap2::{Advice, Mmap, MmapOptions};
+use pcap_parser::nom::{self, Needed, Offset};
+use pcap_parser::traits::PcapReaderIterator;
+use pcap_parser::{
+    Block, LegacyPcapBlock, PcapBlockOwned, PcapError, PcapHeader, parse_block_be, parse_block_le,
+    parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
+    parse_sectionheaderblock,
+};
+
+type LegacyParseFn = fn(&[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>>;
+
+enum Format {
+    /// Classic pcap: the header is handed out as the first block, like pcap-parser's reader.
+    Legacy {
+        header: PcapHeader,
+        parse: LegacyParseFn,
+    },
+    /// pcapng: the byte order of the current section, set by each Section Header Block.
+    Ng { big_endian: bool },
+}
+
+pub(super) struct MappedReader {
+    file: File,
+    file_len: u64,
+    /// The current window; `None` when it would be empty.
+    map: Option<Mmap>,
+    /// File offset of `map[0]`.
+    map_start: u64,
+    /// Offset in `map` of the first unconsumed byte.
+    pos: usize,
+    consumed: usize,
+    /// Length of the windows mapped on refill; grown for records larger than a window.
+    window: usize,
+    format: Format,
+}
+
+impl MappedReader {
+    /// Maps the first window of `file` (`file_len` bytes long) and checks its file header,
+    /// like pcap-parser's `LegacyPcapReader::new` / `PcapNGReader::new`.
+    pub(super) fn open(
+        file: File,
+        file_len: u64,
+        window: usize,
+        pcapng: bool,
+    ) -> Result<MappedReader, PcapError<&'static [u8]>> {
+        let format = Format::Ng { big_endian: false };
+        let mut reader = MappedReader {
+            file,
+            file_len,
+            map: None,
+            map_start: 0,
+            pos: 0,
+            consumed: 0,
+            window: window.max(1),
+            format,
+        };
+        reader.map_from(0)?;
+        if pcapng {
+            return match parse_sectionheaderblock(reader.data()) {
+                Ok(_) => Ok(reader),
+                Err(e) => Err(owned(e)),
+            };
+        }
+        let header = match parse_pcap_header(reader.data()) {
+            Ok((_, h)) => h,
+            Err(e) => return Err(owned(e)),
+        };
+        let parse: LegacyParseFn = if header.is_modified_format() {
+            parse_pcap_frame_modified
+        } else if header.is_bigendian() {
+            parse_pcap_frame_be
+        } else {
+            parse_pcap_frame
+        };
+        reader.format = Format::Legacy { header, parse };
+        Ok(reader)
+    }
+
+    /// Replaces the window with one starting at file offset `start`.
+    fn map_from(&mut self, start: u64) -> Result<(), PcapError<&'static [u8]>> {
+        self.map = None;
+        let start = start.min(self.file_len);
+        let len = (self.file_len - start).min(self.window as u64) as usize;
+        self.map_start = start;
+        self.pos = 0;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the map is only read, never written, and lives no longer than `self`. Another
+        // process truncating the file while it is mapped is the documented caveat above.
+        let map = unsafe { MmapOptions::new().offset(start).len(len).map(&self.file) }
+            .map_err(|_| PcapError::ReadError)?;
+        // Best effort: read ahead aggressively and drop pages behind us early.
+        let _ = map.advise(Advice::Sequential);
+        self.map = Some(map);
+        Ok(())
+    }
+
+    fn window_end(&self) -> u64 {
+        self.map_start + self.map.as_ref().map_or(0, |m| m.len() as u64)
+    }
+}
+
+fn owned(e: nom::Err<PcapError<&[u8]>>) -> PcapError<&'static [u8]> {
+    match e {
+        nom::Err::Error(e) | nom::Err::Failure(e) => e.to_owned_vec(),
+        nom::Err::Incomplete(Needed::Size(n)) => PcapError::Incomplete(n.into()),
+        nom::Err::Incomplete(Needed::Unknown) => PcapError::Incomplete(0),
+    }
+}
+
+impl PcapReaderIterator for MappedReader {
+    fn next(&mut self) -> Result<(usize, PcapBlockOwned<'_>), PcapError<&'_ [u8]>> {
+        if self.consumed == 0
+            && let Format::Legacy { header, .. } = &self.format
+        {
+            return Ok((header.size(), PcapBlockOwned::from(header.clone())));
+        }
+        let exhausted = self.reader_exhausted();
+        let window = self.window;
+        let data = match &self.map {
+            Some(map) => map.get(self.pos..).unwrap_or_default(),
+            None => &[],
+        };
+        if data.is_empty() && exhausted {
+            return Err(PcapError::Eof);
+        }
+        let parsed = match &mut self.format {
+            Format::Legacy { parse, .. } => parse(data).map(|(rem, b)| (rem, b.into())),
+            Format::Ng { big_endian } => {
+                let parse = if *big_endian {
+                    parse_block_be
+                } else {
+                    parse_block_le
+                };
+                parse(data).map(|(rem, b)| {
+                    if let Block::SectionHeader(shb) = &b {
+                        *big_endian = shb.big_endian();
+                    }
+                    (rem, PcapBlockOwned::from(b))
+                })
+            }
+        };
+        match parsed {
+            Ok((rem, block)) => Ok((data.offset(rem), block)),
+            Err(nom::Err::Error(e) | nom::Err::Failure(e)) => Err(e),
+            Err(nom::Err::Incomplete(_)) if exhausted => Err(PcapError::UnexpectedEof),
+            Err(nom::Err::Incomplete(Needed::Size(n))) => {
+                if data.len().saturating_add(n.get()) >= window {
+                    Err(PcapError::BufferTooSmall)
+                } else {
+                    Err(PcapError::Incomplete(n.get()))
+                }
+            }
+            Err(nom::Err::Incomplete(Needed::Unknown)) => Err(PcapError::Incomplete(0)),
+        }
+    }
+
+    fn consume(&mut self, offset: usize) {
+        self.consume_noshift(offset);
+    }
+
+    fn consume_noshift(&mut self, offset: usize) {
+        let available = self.data().len();
+        let n = offset.min(available);
+        self.pos += n;
+        self.consumed += n;
+    }
+
+    fn consumed(&self) -> usize {
+        self.consumed
+    }
+
+    /// Maps the next window, starting at the first unconsumed byte.
+    fn refill(&mut self) -> Result<(), PcapError<&[u8]>> {
+        let next = self.map_start + self.pos as u64;
+        self.map_from(next).map_err(|_| PcapError::ReadError)
+    }
+
+    fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Takes effect at the next refill, which maps a window of at least `new_size` bytes.
+    fn grow(&mut self, new_size: usize) -> bool {
+        self.window = self.window.max(new_size);
+        true
+    }
+
+    fn data(&self) -> &[u8] {
+        match &self.map {
+            Some(map) => map.get(self.pos..).unwrap_or_default(),
+            None => &[],
+        }
+    }
+
+    fn reader_exhausted(&self) -> bool {
+        self.window_end() >= self.file_len
+    }
+}
