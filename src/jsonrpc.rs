@@ -107,6 +107,12 @@ struct ErrorObject<'a> {
 /// not JSON-RPC are skipped; the whole payload is an error only if nothing in it is.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Message<'_>>, ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|_| ParseError::InvalidJson)?;
+    parse_str(text)
+}
+
+/// [`parse`] for text already known to be UTF-8 (an SSE event's data), skipping a second
+/// validation pass.
+pub fn parse_str(text: &str) -> Result<Vec<Message<'_>>, ParseError> {
     if text.trim_start().starts_with('[') {
         let items: Vec<&RawValue> =
             serde_json::from_str(text).map_err(|_| ParseError::InvalidJson)?;

@@ -23,6 +23,9 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// event does not pin its memory for the rest of the stream.
 const RETAINED_LINE_CAPACITY: usize = 1024;
 
+/// Most capacity carried over to the next event's data buffer.
+const RETAINED_DATA_CAPACITY: usize = 64 << 10;
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SseEvent {
     /// `event` field; `None` when absent or empty (i.e. type "message").
@@ -329,10 +332,12 @@ impl SseParser {
         let block = &mut self.block;
         let id = block.has_id.then(|| lossy(&block.id));
         if block.has_data {
+            let next = block.data.len().min(RETAINED_DATA_CAPACITY);
             let event = SseEvent {
                 event_type: (!block.event_type.is_empty()).then(|| lossy(&block.event_type)),
-                // The data buffer becomes the event's string without a copy.
-                data: into_string(std::mem::take(&mut block.data)),
+                // The data buffer becomes the event's string without a copy; the next event
+                // starts with a buffer of about the same size rather than regrowing from empty.
+                data: into_string(std::mem::replace(&mut block.data, Vec::with_capacity(next))),
                 id,
                 retry: block.retry,
             };

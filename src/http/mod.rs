@@ -235,6 +235,21 @@ pub struct Connection {
     limits: HttpLimits,
 }
 
+/// Most a body buffer is sized up front: a Content-Length is only a claim, and thousands of
+/// connections each claiming megabytes must not reserve them before the bytes arrive.
+const MAX_BODY_PRESIZE: u64 = 64 << 10;
+
+/// A body buffer sized up front from Content-Length, so a body that arrives in many segments
+/// is not regrown (and recopied) as it comes.
+fn json_buffer(framing: &Framing, max_message: usize) -> Vec<u8> {
+    match framing {
+        Framing::Length(len) => {
+            Vec::with_capacity((*len).min(max_message as u64).min(MAX_BODY_PRESIZE) as usize)
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn is_json(content_type: &str) -> bool {
     let mt = media_type(content_type);
     mt == "application/json" || mt.ends_with("+json")
@@ -477,7 +492,7 @@ impl Connection {
         self.next_exchange += 1;
         let keep = head.may_be_mcp();
         let sink = if keep && !matches!(framing, Framing::None) {
-            Sink::Json(Vec::new())
+            Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
         } else {
             Sink::Discard
         };
@@ -561,7 +576,9 @@ impl Connection {
             Some("text/event-stream") if mcp => {
                 Sink::Sse(Box::new(SseParser::new(self.limits.max_sse_event_bytes)))
             }
-            Some(mt) if mcp && is_json(mt) => Sink::Json(Vec::new()),
+            Some(mt) if mcp && is_json(mt) => {
+                Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
+            }
             _ => Sink::Discard,
         };
         if mcp {

@@ -448,7 +448,7 @@ impl Tracker {
         if event.data.trim().is_empty() {
             return; // priming event
         }
-        match jsonrpc::parse(event.data.as_bytes()) {
+        match jsonrpc::parse_str(&event.data) {
             Ok(msgs) => {
                 for m in msgs {
                     if m.is_request_or_notification() {
