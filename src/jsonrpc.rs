@@ -1,11 +1,12 @@
 //! JSON-RPC 2.0 messages as MCP uses them: single messages and batches.
 //!
-//! Parsing is zero-copy: a message borrows its `params`/`result` as raw JSON text from the
-//! body, and only the few places that need more (the `initialize` handshake, a tool name, the
-//! emptiness of a tool result) parse further. Tool results can be large; they are never
-//! turned into a `Value` tree.
+//! Parsing is zero-copy: a message borrows its `params` and the result members MCP looks at as
+//! raw JSON text from the body, and only the few places that need more (the `initialize`
+//! handshake, a tool name) parse further. Tool results can be large: they are scanned exactly
+//! once, in the pass that finds the end of the message, and never turned into a `Value` tree.
 
 use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -46,7 +47,7 @@ pub enum Message<'a> {
     },
     Result {
         id: Id,
-        result: &'a RawValue,
+        result: ResultFields<'a>,
     },
     Error {
         id: Option<Id>,
@@ -90,9 +91,121 @@ struct Envelope<'a> {
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    result: Option<&'a RawValue>,
+    result: Option<ResultFields<'a>>,
     #[serde(borrow, default)]
     error: Option<ErrorObject<'a>>,
+}
+
+/// The members of a result that MCP monitoring reads, as raw JSON, picked out in the same pass
+/// that finds the end of the message (a large tool result is scanned once, not again for each
+/// question asked of it). Other members are skipped; of duplicate members the first counts.
+#[derive(Debug, Clone, Default)]
+pub struct ResultFields<'a> {
+    /// False for a result that is not an object (MCP results always are).
+    pub is_object: bool,
+    pub content: Option<&'a RawValue>,
+    pub structured_content: Option<&'a RawValue>,
+    pub capabilities: Option<&'a RawValue>,
+    pub protocol_version: Option<&'a RawValue>,
+    pub server_info: Option<&'a RawValue>,
+}
+
+impl ResultFields<'_> {
+    /// A `tools/call` result with nothing in it: `content` empty (or absent) and no
+    /// `structuredContent`.
+    pub fn is_empty_tool_content(&self) -> bool {
+        // `[]` with any whitespace inside, decided from the raw text.
+        let content_empty = is_null(self.content)
+            || self.content.is_some_and(|c| {
+                c.get()
+                    .trim()
+                    .strip_prefix('[')
+                    .is_some_and(|rest| rest.trim_start().starts_with(']'))
+            });
+        self.is_object && content_empty && is_null(self.structured_content)
+    }
+
+    /// The `initialize` members as a `Value` object (only these are ever kept whole).
+    /// Nesting beyond serde_json's recursion limit is an error.
+    pub fn initialize_value(&self) -> Result<Value, ParseError> {
+        let mut object = serde_json::Map::new();
+        for (key, raw) in [
+            ("protocolVersion", self.protocol_version),
+            ("capabilities", self.capabilities),
+            ("serverInfo", self.server_info),
+        ] {
+            if let Some(raw) = raw {
+                object.insert(key.to_string(), to_value(Some(raw))?);
+            }
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// An object key, borrowed unless it has escapes.
+#[derive(Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for ResultFields<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = ResultFields<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC result")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut r = ResultFields {
+                    is_object: true,
+                    ..ResultFields::default()
+                };
+                while let Some(Key(key)) = map.next_key()? {
+                    let slot = match key.as_ref() {
+                        "content" => &mut r.content,
+                        "structuredContent" => &mut r.structured_content,
+                        "capabilities" => &mut r.capabilities,
+                        "protocolVersion" => &mut r.protocol_version,
+                        "serverInfo" => &mut r.server_info,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    let value: &'de RawValue = map.next_value()?;
+                    slot.get_or_insert(value);
+                }
+                Ok(r)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ResultFields::default())
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(ResultFields::default())
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(ResultFields::default())
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(ResultFields::default())
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(ResultFields::default())
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ResultFields::default())
+            }
+        }
+        d.deserialize_any(Fields)
+    }
 }
 
 #[derive(Deserialize)]
@@ -165,8 +278,11 @@ fn classify(env: Envelope<'_>) -> Option<Message<'_>> {
             message: err.message.map(Cow::into_owned).unwrap_or_default(),
         });
     }
-    let result = env.result.filter(|r| !is_null(Some(r)))?;
-    Some(Message::Result { id: id?, result })
+    // `"result": null` is absent (serde maps JSON null to `None`).
+    Some(Message::Result {
+        id: id?,
+        result: env.result?,
+    })
 }
 
 /// Raw JSON to a `Value`, for the rare places that keep a whole object (capabilities).
@@ -187,30 +303,6 @@ pub fn tool_name(params: Option<&RawValue>) -> Option<String> {
     }
     let named: Named<'_> = serde_json::from_str(params?.get()).ok()?;
     named.name.map(Cow::into_owned)
-}
-
-/// A `tools/call` result with nothing in it: `content` empty (or absent) and no
-/// `structuredContent`. Decided without building the content.
-pub fn is_empty_tool_content(result: &RawValue) -> bool {
-    #[derive(Deserialize)]
-    struct ToolResult<'a> {
-        #[serde(borrow, default)]
-        content: Option<&'a RawValue>,
-        #[serde(borrow, default, rename = "structuredContent")]
-        structured: Option<&'a RawValue>,
-    }
-    let Ok(r) = serde_json::from_str::<ToolResult<'_>>(result.get()) else {
-        return false;
-    };
-    // `[]` with any whitespace inside: decided from the raw text, without another pass.
-    let content_empty = is_null(r.content)
-        || r.content.is_some_and(|c| {
-            c.get()
-                .trim()
-                .strip_prefix('[')
-                .is_some_and(|rest| rest.trim_start().starts_with(']'))
-        });
-    content_empty && is_null(r.structured)
 }
 
 #[cfg(test)]
@@ -292,18 +384,64 @@ mod tests {
         assert_eq!(Id("\"x\"".into()).to_value(), Value::from("x"));
     }
 
+    fn result(json: &str) -> ResultFields<'_> {
+        let m = parse_str(json).unwrap();
+        match m.into_iter().next() {
+            Some(Message::Result { result, .. }) => result,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn empty_tool_content() {
-        assert!(is_empty_tool_content(&raw(r#"{"content": []}"#)));
-        assert!(is_empty_tool_content(&raw(
-            r#"{"content": [ ], "isError": false}"#
-        )));
-        assert!(is_empty_tool_content(&raw(r#"{}"#)));
-        assert!(!is_empty_tool_content(&raw(
-            r#"{"content": [], "structuredContent": {"a": 1}}"#
-        )));
-        assert!(!is_empty_tool_content(&raw(
-            r#"{"content": [{"type": "text", "text": "x"}]}"#
-        )));
+        let empty = |r: &str| {
+            let json = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{r}}}"#);
+            result(&json).is_empty_tool_content()
+        };
+        assert!(empty(r#"{"content": []}"#));
+        assert!(empty(r#"{"content": [ ], "isError": false}"#));
+        assert!(empty(r#"{}"#));
+        assert!(empty(r#"{"content": null}"#));
+        assert!(!empty(r#"{"content": [], "structuredContent": {"a": 1}}"#));
+        assert!(!empty(r#"{"content": [{"type": "text", "text": "x"}]}"#));
+        assert!(!empty(
+            r#"{"con\u0074ent": [{"type": "text", "text": "x"}]}"#
+        ));
+        assert!(!empty(r#"[1, {"content": []}]"#));
+        assert!(!empty(r#""text""#));
+        // Of duplicate members the first counts.
+        assert!(!empty(r#"{"content": [{"type": "text"}], "content": []}"#));
+    }
+
+    #[test]
+    fn null_result_is_no_result() {
+        assert_eq!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"result":null}"#).err(),
+            Some(ParseError::NotJsonRpc)
+        );
+    }
+
+    #[test]
+    fn initialize_members_become_a_value_other_members_are_skipped() {
+        let r = result(
+            r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","instructions":"long text","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"}}}"#,
+        );
+        assert_eq!(
+            r.initialize_value().unwrap(),
+            serde_json::json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {"listChanged": true}},
+                "serverInfo": {"name": "s", "version": "1"},
+            })
+        );
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":0,"result":{{"capabilities":{}1{}}}}}"#,
+            "[".repeat(1000),
+            "]".repeat(1000)
+        );
+        assert_eq!(
+            result(&deep).initialize_value().err(),
+            Some(ParseError::InvalidJson)
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::event::{
     Handshake, Outcome, SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
 use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
-use crate::jsonrpc::{self, Id, Message};
+use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::sse::SseItem;
 use caps::{CapPaths, HandshakeDiff, PathDiff};
 use foldhash::HashMap;
@@ -553,8 +553,8 @@ impl Tracker {
         let sid = ex.session_id.clone();
 
         if method == "initialize" {
-            let result = result.map(|r| {
-                jsonrpc::to_value(Some(r)).unwrap_or_else(|e| {
+            let result = result.as_ref().map(|r| {
+                r.initialize_value().unwrap_or_else(|e| {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
                         reason: e.as_str(),
                     }));
@@ -569,7 +569,7 @@ impl Tracker {
             self.on_handshake(ts, &origin, init_params, answer, out);
         }
         let empty_content = (method == "tools/call")
-            .then(|| result.map(jsonrpc::is_empty_tool_content))
+            .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
             .flatten();
         out.push(Output::Event(Event::Exchange(Box::new(Exchange {
             ts: req_ts,
