@@ -178,6 +178,20 @@ impl SseParser {
         discarded
     }
 
+    /// Buffer capacity held while idle between streams (see [`SseParser::recycle`]).
+    pub fn retained_bytes(&self) -> usize {
+        self.partial_line.capacity() + self.block.data.capacity()
+    }
+
+    /// Resets the parser for the next stream of the same connection, keeping buffers of at
+    /// most `RETAINED_DATA_CAPACITY` each: a fresh parser per response would regrow its line
+    /// buffer (and recopy the line) on every long event.
+    pub fn recycle(&mut self) {
+        self.finish();
+        self.partial_line.shrink_to(RETAINED_DATA_CAPACITY);
+        self.block.data.shrink_to(RETAINED_DATA_CAPACITY);
+    }
+
     pub fn overflows(&self) -> u64 {
         self.overflows
     }

@@ -233,6 +233,8 @@ pub struct Connection {
     pending: VecDeque<(u64, RequestHead)>,
     next_exchange: u64,
     limits: HttpLimits,
+    /// The SSE parser of the previous event-stream response, kept for the next one.
+    spare_sse: Option<Box<SseParser>>,
 }
 
 /// Most a body buffer is sized up front: a Content-Length is only a claim, and thousands of
@@ -282,6 +284,7 @@ impl Connection {
             pending: VecDeque::new(),
             next_exchange: 0,
             limits,
+            spare_sse: None,
         }
     }
 
@@ -574,7 +577,12 @@ impl Connection {
         let mcp = request.may_be_mcp();
         let sink = match head.media_type.as_deref() {
             Some("text/event-stream") if mcp => {
-                Sink::Sse(Box::new(SseParser::new(self.limits.max_sse_event_bytes)))
+                let max_event = self.limits.max_sse_event_bytes;
+                Sink::Sse(
+                    self.spare_sse
+                        .take()
+                        .unwrap_or_else(|| Box::new(SseParser::new(max_event))),
+                )
             }
             Some(mt) if mcp && is_json(mt) => {
                 Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
@@ -718,32 +726,36 @@ impl Connection {
                 out.push(HttpEvent::ResponseJson { exchange: ex, body })
             }
             Sink::Sse(mut parser) => {
-                parser.finish();
+                parser.recycle();
+                self.spare_sse = Some(parser);
             }
             _ => {}
         }
         out.push(HttpEvent::ResponseEnd { exchange: ex, end });
     }
 
-    /// Bytes held for messages in progress (heads, JSON bodies, SSE events), for the
-    /// pipeline's memory budget.
+    /// Bytes held for messages in progress (heads, JSON bodies, SSE events) and the spare SSE
+    /// parser's buffers, for the pipeline's memory budget.
     pub fn buffered_bytes(&self) -> usize {
-        self.halves
-            .iter()
-            .map(|h| {
-                h.head_buf.len()
-                    + match &h.state {
-                        State::Body {
-                            sink: Sink::Json(b),
-                            ..
-                        } => b.len(),
-                        State::Body {
-                            sink: Sink::Sse(p), ..
-                        } => p.buffered_bytes(),
-                        _ => 0,
-                    }
-            })
-            .sum()
+        let spare = self.spare_sse.as_ref().map_or(0, |p| p.retained_bytes());
+        spare
+            + self
+                .halves
+                .iter()
+                .map(|h| {
+                    h.head_buf.len()
+                        + match &h.state {
+                            State::Body {
+                                sink: Sink::Json(b),
+                                ..
+                            } => b.len(),
+                            State::Body {
+                                sink: Sink::Sse(p), ..
+                            } => p.buffered_bytes(),
+                            _ => 0,
+                        }
+                })
+                .sum::<usize>()
     }
 }
 
