@@ -12,7 +12,9 @@
 # then assert on Prometheus' HTTP API (metrics and firing alerts), `promtool check metrics` on a
 # live scrape, `dashboards/exprs.py --require-data`, SIGHUP reopening of the events file,
 # SIGTERM shutdown (exit 0 within 3 s) and the NDJSON events themselves (and that the
-# Authorization header value never leaks).
+# Authorization header value never leaks). Alert latency: mcptap also writes its events to
+# standard output (--events-stdout), where a small reader stamps each line with the wall-clock
+# time it arrived; every alert must arrive within 1 s of its packet's timestamp (`ts`).
 #
 # Prints PASS/FAIL lines and ends with exactly one line `e2e: N passed, M failed`; the exit
 # status is non-zero if anything failed. Everything after the build is bounded by E2E_TIMEOUT
@@ -253,8 +255,22 @@ echo "ports: sse $P_SSE, json $P_JSON, incident $P_INC (upstream $((P_INC + 1)))
 log "start mcptap"
 EVENTS="$WORK/events.ndjson"
 FILTER="tcp port $P_SSE or tcp port $P_JSON or tcp port $P_INC or tcp port $P_EMPTY or tcp port $P_HUP"
-"$MCPTAP" run -i lo -f "$FILTER" --listen "127.0.0.1:$P_METRICS" --events "$EVENTS" \
-  >"$WORK/mcptap.out" 2>"$WORK/mcptap.err" &
+# mcptap's standard output (--events-stdout) goes through a FIFO to a reader that writes each
+# line prefixed with the wall-clock time it arrived (`epoch_ns<TAB>line`): the alert latency
+# check compares that with the event's packet timestamp. The reader ends when mcptap does.
+STAMPED="$WORK/events-stdout.tsv"
+mkfifo "$WORK/events-stdout.fifo" || abort "mkfifo"
+python3 -c '
+import sys, time
+out = sys.stdout.buffer
+for line in iter(sys.stdin.buffer.readline, b""):
+    out.write(b"%d\t" % time.time_ns() + line)
+    out.flush()
+' <"$WORK/events-stdout.fifo" >"$STAMPED" 2>"$WORK/stamper.err" &
+STAMPER_PID=$!
+BG_PIDS+=("$STAMPER_PID")
+"$MCPTAP" run -i lo -f "$FILTER" --listen "127.0.0.1:$P_METRICS" --events "$EVENTS" --events-stdout \
+  >"$WORK/events-stdout.fifo" 2>"$WORK/mcptap.err" &
 MCPTAP_PID=$!
 
 http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$1"; }
@@ -599,7 +615,7 @@ check "events: session_end for every session" \
           | "\($h | length) sessions, \($e | length) ended", ($h - $e | length == 0)' "$ALL_EVENTS"
 no_secret() {
   local f hit=0
-  for f in "$ROTATED" "$EVENTS" "$WORK/mcptap.err" "$WORK/mcptap.out" "$WORK/scrape.txt"; do
+  for f in "$ROTATED" "$EVENTS" "$STAMPED" "$WORK/mcptap.err" "$WORK/scrape.txt"; do
     [ -e "$f" ] || continue
     if grep -qF fixture-secret-token "$f"; then echo "found in ${f#"$WORK"/}"; hit=1; fi
   done
@@ -611,5 +627,40 @@ no_secret() {
   return $hit
 }
 check "events/logs/metrics never contain the Authorization token (fixture-secret-token)" no_secret
+
+# Alert latency (live mode): each alert event must reach the events output within 1 s of the
+# packet that caused it. `ts` is that packet's capture timestamp (kernel, wall clock); the
+# arrival time is when the line came out of mcptap's standard output (stamped by the reader),
+# so this bounds capture batching + pipeline + flush + pipe. mcptap has exited by now: the
+# reader has (or soon has) seen end of file.
+for _ in $(seq 30); do kill -0 "$STAMPER_PID" 2>/dev/null || break; sleep 0.1; done
+alert_latency() {
+  python3 - "$STAMPED" "$ALL_EVENTS" <<'EOF'
+import datetime, json, statistics, sys
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+def ns(ts):  # RFC 3339, UTC, microseconds -> epoch ns (exact, no float)
+    t = datetime.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return (t - EPOCH) // datetime.timedelta(microseconds=1) * 1000
+rows = []
+for raw in open(sys.argv[1], encoding="utf-8"):
+    arrival, _, line = raw.rstrip("\n").partition("\t")
+    ev = json.loads(line)
+    if ev.get("event") == "alert":
+        rows.append((ev["kind"], ev.get("server"), (int(arrival) - ns(ev["ts"])) / 1e6))
+in_files = sum(1 for l in open(sys.argv[2], encoding="utf-8") if json.loads(l).get("event") == "alert")
+for kind, server, ms in rows:
+    print(f"{kind} @ {server}: {ms:.1f} ms")
+lat = [ms for _, _, ms in rows]
+if lat:
+    print(f"{len(lat)} alerts on stdout ({in_files} in the events files): latency min {min(lat):.1f} ms,"
+          f" median {statistics.median(lat):.1f} ms, max {max(lat):.1f} ms (limit 1000 ms)")
+else:
+    print(f"no alert on stdout ({in_files} in the events files)")
+# >= 5: narrowing + divergence (incident) + 3 empty results; -100 ms: clock sanity margin.
+ok = len(lat) >= 5 and len(lat) == in_files and all(-100 <= ms <= 1000 for ms in lat)
+sys.exit(0 if ok else 1)
+EOF
+}
+check "latency: every alert reached the events output within 1 s of its packet (ts)" alert_latency
 
 exit 0

@@ -100,21 +100,29 @@ pub struct CaptureHealth {
     pub failed: AtomicBool,
 }
 
-/// pcap's drop counters are u32 and wrap; this widens them into running u64 deltas.
+/// pcap's counters (received, dropped) are u32 and wrap; this widens them into running u64
+/// deltas and a u64 total.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DropCounter {
     last: Option<u32>,
+    total: u64,
 }
 
 impl DropCounter {
-    /// New drops since the previous reading.
+    /// New counts since the previous reading.
     pub fn delta(&mut self, now: u32) -> u64 {
         let d = match self.last {
             Some(prev) => u64::from(now.wrapping_sub(prev)),
             None => u64::from(now),
         };
         self.last = Some(now);
+        self.total += d;
         d
+    }
+
+    /// Everything counted so far.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 }
 
@@ -182,6 +190,8 @@ pub fn spawn(
                 })
                 .collect();
             let (mut kernel, mut iface) = (DropCounter::default(), DropCounter::default());
+            // pcap's received counter wraps too; only logged when the capture stops.
+            let mut received = DropCounter::default();
             let mut last_stats = Instant::now();
             'capture: while !stop.load(Ordering::Relaxed) {
                 // Drain what the kernel has, then flush: nothing waits for the next packet.
@@ -220,6 +230,7 @@ pub fn spawn(
                 if last_stats.elapsed() >= Duration::from_secs(1) {
                     last_stats = Instant::now();
                     if let Ok(s) = oc.cap.stats() {
+                        received.delta(s.received);
                         metrics
                             .add_capture_drops(kernel.delta(s.dropped), iface.delta(s.if_dropped));
                     }
@@ -234,8 +245,16 @@ pub fn spawn(
                 }
             }
             if let Ok(s) = oc.cap.stats() {
+                received.delta(s.received);
                 metrics.add_capture_drops(kernel.delta(s.dropped), iface.delta(s.if_dropped));
             }
+            tracing::info!(
+                interface = %oc.interface,
+                received = received.total(),
+                dropped = kernel.total(),
+                if_dropped = iface.total(),
+                "capture stopped (pcap_stats)"
+            );
             health.running.fetch_sub(1, Ordering::SeqCst);
         })
 }
@@ -251,6 +270,7 @@ mod tests {
         assert_eq!(c.delta(15), 5);
         assert_eq!(c.delta(u32::MAX - 1), u64::from(u32::MAX - 16));
         assert_eq!(c.delta(3), 5);
+        assert_eq!(c.total(), 10 + 5 + u64::from(u32::MAX - 16) + 5);
     }
 
     #[test]
