@@ -21,6 +21,17 @@
 //! session id with narrowed capabilities, tools/call answered as JSON from then on.
 //! Connections are interleaved packet by packet, with handshakes, 1448-byte segments, delayed
 //! ACKs and FIN exchanges; timestamps advance as on a 1 Gbit/s link.
+//!
+//! With `--flood`, writes only the flood capture used by `scripts/flood.sh` instead:
+//!
+//! ```text
+//! cargo bench --bench gen_capture -- --out target/bench-data --seed 1 --flood \
+//!     [--flood-flows 1000000] [--flood-sessions 100000]
+//! ```
+//!
+//! `flood-<FLOWS>f-<SESSIONS>s-seed<SEED>.pcap`: a SYN flood of FLOWS distinct TCP flows,
+//! SESSIONS short MCP connections each minting a distinct `Mcp-Session-Id`, and one faulty
+//! session (the incident) in the middle; see `support/flood.rs`.
 
 mod support;
 
@@ -30,13 +41,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use support::PcapWriter;
-use support::traffic;
+use support::{flood, traffic};
 
 struct Args {
     out: PathBuf,
     seed: u64,
     mixed_mb: u64,
     mcp_mb: u64,
+    flood: bool,
+    flood_flows: u64,
+    flood_sessions: u64,
 }
 fn parse_args() -> Option<Args> {
     let raw: Vec<String> = std::env::args()
@@ -51,6 +65,9 @@ fn parse_args() -> Option<Args> {
         seed: 1,
         mixed_mb: 1024,
         mcp_mb: 256,
+        flood: false,
+        flood_flows: 1_000_000,
+        flood_sessions: 100_000,
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -63,6 +80,21 @@ fn parse_args() -> Option<Args> {
             "--seed" => args.seed = val().parse().unwrap_or_else(|_| die("bad --seed")),
             "--mixed-mb" => args.mixed_mb = val().parse().unwrap_or_else(|_| die("bad --mixed-mb")),
             "--mcp-mb" => args.mcp_mb = val().parse().unwrap_or_else(|_| die("bad --mcp-mb")),
+            "--flood" => args.flood = true,
+            "--flood-flows" => {
+                args.flood_flows = val()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 1 << 22)
+                    .unwrap_or_else(|| die("bad --flood-flows (at most 4194304)"))
+            }
+            "--flood-sessions" => {
+                args.flood_sessions = val()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n < 0xdead_beef)
+                    .unwrap_or_else(|| die("bad --flood-sessions"))
+            }
             other => die(&format!("unknown argument {other}")),
         }
     }
@@ -81,6 +113,14 @@ fn main() {
     };
     std::fs::create_dir_all(&args.out)
         .unwrap_or_else(|e| die(&format!("{}: {e}", args.out.display())));
+    if args.flood {
+        let path = args.out.join(format!(
+            "flood-{}f-{}s-seed{}.pcap",
+            args.flood_flows, args.flood_sessions, args.seed
+        ));
+        generate_flood(&path, args.flood_flows, args.flood_sessions, args.seed);
+        return;
+    }
     for (name, mb, mcp_share) in [("mixed", args.mixed_mb, 0.10), ("mcp", args.mcp_mb, 1.0)] {
         if mb == 0 {
             continue;
@@ -128,6 +168,41 @@ fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
         stats.incidents,
         stats.tool_calls,
         stats.bulk_flows,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn generate_flood(path: &Path, flows: u64, sessions: u64, seed: u64) {
+    let started = Instant::now();
+    let tmp = path.with_extension("pcap.tmp");
+    let file = File::create(&tmp).unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
+    let mut w = PcapWriter::new(BufWriter::with_capacity(8 << 20, file)).expect("pcap header");
+    let mut err = None;
+    let stats = flood::generate(flows, sessions, seed, &mut |ts, frame| {
+        if err.is_none()
+            && let Err(e) = w.write(ts, frame)
+        {
+            err = Some(e);
+        }
+    });
+    if let Some(e) = err {
+        die(&format!("{}: {e}", tmp.display()));
+    }
+    let bytes = w.file_bytes;
+    let mut out = w.into_inner();
+    out.flush()
+        .unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
+    drop(out);
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+    println!(
+        "gen_capture: wrote {} ({} bytes, {} packets, {} SYN flows, {} MCP sessions, faulty session {} in {} packets) in {:.1} s",
+        path.display(),
+        bytes,
+        stats.packets,
+        stats.syns,
+        stats.sessions,
+        flood::VICTIM_SID,
+        stats.victim_packets,
         started.elapsed().as_secs_f64()
     );
 }

@@ -15,6 +15,9 @@
 #   scripts/bench.sh --quick         # mixed 100 MB + all-MCP 25 MB
 #   scripts/bench.sh --no-tshark     # mcptap only
 #   scripts/bench.sh --generate-only # build and make sure the captures exist, print their paths
+#   scripts/bench.sh --flood         # only the full-scale flood check (scripts/flood.sh): 1M SYN
+#                                    # flows + 100k session ids, default limits, asserts peak RSS,
+#                                    # evictions and the faulty session's alerts (~3 min)
 #   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 3)
 #
 # Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
@@ -27,6 +30,7 @@ cd "$ROOT"
 QUICK=0
 GENERATE_ONLY=0
 TSHARK=1
+FLOOD=0
 SEED=1
 RUNS=3
 DATA="$ROOT/target/bench-data"
@@ -35,14 +39,16 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --no-tshark) TSHARK=0 ;;
     --generate-only) GENERATE_ONLY=1 ;;
+    --flood) FLOOD=1 ;;
     --seed) SEED="$2"; shift ;;
     --runs) RUNS="$2"; shift ;;
     --data) DATA="$2"; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
+if [ "$FLOOD" = 1 ]; then exec "$ROOT/scripts/flood.sh" --seed "$SEED" --data "$DATA"; fi
 if [ "$QUICK" = 1 ]; then MIXED_MB=100; MCP_MB=25; else MIXED_MB=1024; MCP_MB=256; fi
 
 die() { echo "bench.sh: $*" >&2; exit 1; }

@@ -58,7 +58,7 @@ pub struct EventsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_flows: usize,
-    /// Budget for flow state and buffers; least recently seen flows are evicted beyond it.
+    /// Budget for flow state, buffers and sessions; least recently seen flows are evicted beyond it.
     pub memory_budget_bytes: usize,
     pub max_flow_buffer_bytes: usize,
     pub max_message_bytes: usize,

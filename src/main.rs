@@ -138,7 +138,7 @@ struct LimitArgs {
     /// Maximum tracked TCP flows (least recently seen are evicted).
     #[arg(long, default_value_t = Limits::default().max_flows)]
     max_flows: usize,
-    /// Budget for flow state and buffers, bytes (least recently seen flows are evicted).
+    /// Budget for flow state, buffers and sessions, bytes (least recently seen flows are evicted).
     #[arg(long, default_value_t = Limits::default().memory_budget_bytes)]
     memory_budget_bytes: usize,
     /// Out-of-order bytes buffered per flow direction before a gap is declared.
@@ -147,7 +147,7 @@ struct LimitArgs {
     /// Largest JSON-RPC message body kept for parsing, in bytes.
     #[arg(long, default_value_t = Limits::default().http.max_message_bytes)]
     max_message_bytes: usize,
-    /// Maximum tracked MCP sessions.
+    /// Maximum tracked MCP sessions (they may also take at most 3/4 of the memory budget).
     #[arg(long, default_value_t = Limits::default().session.max_sessions)]
     max_sessions: usize,
     /// Window for linking a new session to a rejected/expired/deleted one, in seconds.

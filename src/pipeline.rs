@@ -15,8 +15,9 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_flows: usize,
-    /// Total for flow state and everything buffered in flows; least recently seen flows are
-    /// evicted (reason `memory`) to stay under it.
+    /// Total for flow state, everything buffered in flows and tracked sessions; least recently
+    /// seen flows are evicted (reason `memory`) to stay under it. Sessions may take at most 3/4
+    /// of it (least recently seen sessions are evicted beyond that, reason `evicted`).
     pub memory_budget_bytes: usize,
     /// Out-of-order bytes buffered per direction before a gap is declared.
     pub max_flow_buffer_bytes: usize,
@@ -102,8 +103,17 @@ struct Flow {
     charged: usize,
 }
 
-/// What one tracked flow costs besides its buffers: the struct plus hash-table overhead.
-const FLOW_OVERHEAD: usize = std::mem::size_of::<Flow>() + std::mem::size_of::<FlowKey>() + 16;
+/// What one tracked flow costs besides its buffers: the boxed struct (plus allocator
+/// rounding) and its hash-table slot, counted twice because the table keeps up to half of its
+/// buckets free (power-of-two capacity, load at most 7/8). Flows are boxed so that the free
+/// buckets hold a pointer, not a whole flow.
+const FLOW_OVERHEAD: usize =
+    std::mem::size_of::<Flow>() + 16 + 2 * (std::mem::size_of::<(FlowKey, Box<Flow>)>() + 1);
+
+/// The share of the memory budget sessions may take, so that flows always keep room.
+fn session_budget(limits: &Limits) -> usize {
+    limits.memory_budget_bytes / 4 * 3
+}
 
 impl Flow {
     fn buffered(&self) -> usize {
@@ -177,7 +187,7 @@ const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 
 pub struct Pipeline {
     limits: Limits,
-    flows: HashMap<FlowKey, Flow>,
+    flows: HashMap<FlowKey, Box<Flow>>,
     next_flow_id: u64,
     tracker: Tracker,
     stats: PacketStats,
@@ -190,12 +200,18 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// A pipeline within `limits`. Sessions count against the memory budget and may take at
+    /// most 3/4 of it.
     pub fn new(limits: Limits) -> Self {
+        let session = SessionLimits {
+            max_session_bytes: session_budget(&limits).min(limits.session.max_session_bytes),
+            ..limits.session
+        };
         Pipeline {
             limits,
             flows: HashMap::default(),
             next_flow_id: 0,
-            tracker: Tracker::new(limits.session),
+            tracker: Tracker::new(session),
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),
@@ -204,9 +220,9 @@ impl Pipeline {
         }
     }
 
-    /// Estimated bytes held by flows and their buffers, as counted against the budget.
+    /// Estimated bytes held by flows, their buffers and sessions, as counted against the budget.
     pub fn memory_in_use(&self) -> usize {
-        self.flows.len() * FLOW_OVERHEAD + self.buffered
+        self.flows.len() * FLOW_OVERHEAD + self.buffered + self.tracker.session_bytes()
     }
 
     pub fn stats(&self) -> &PacketStats {
@@ -260,7 +276,7 @@ impl Pipeline {
             }
             self.make_room(out);
             let synchronised = seg.flags.syn && !seg.flags.ack;
-            let flow = Flow {
+            let flow = Box::new(Flow {
                 id: self.next_flow_id,
                 key,
                 streams: [
@@ -270,7 +286,7 @@ impl Pipeline {
                 http: Connection::new(synchronised, self.limits.http),
                 last_seen: ts,
                 charged: 0,
-            };
+            });
             self.next_flow_id += 1;
             self.flows.insert(key, flow);
             out.push(Output::Telemetry(Telemetry::FlowOpened));
@@ -381,10 +397,9 @@ impl Pipeline {
     /// Keeps the flow table under its cap by evicting the least recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
         let max = self.limits.max_flows.max(1);
-        let budget_flows = self.limits.memory_budget_bytes / FLOW_OVERHEAD;
         if self.flows.len() >= max {
             self.evict_oldest("flow_limit", out);
-        } else if self.flows.len() >= budget_flows.max(1) {
+        } else if self.memory_in_use() + FLOW_OVERHEAD > self.limits.memory_budget_bytes {
             self.evict_oldest("memory", out);
         }
     }
@@ -519,5 +534,77 @@ mod tests {
             .count();
         assert!(evicted > 0);
         assert!(p.active_flows() < 2000);
+    }
+
+    /// A segment of the connection from 10.0.0.2:`client_port` to 10.0.0.1:8080, either way.
+    fn segment(client_port: u16, to_server: bool, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let (src, dst, sport, dport) = if to_server {
+            ([10, 0, 0, 2], [10, 0, 0, 1], client_port, 8080)
+        } else {
+            ([10, 0, 0, 1], [10, 0, 0, 2], 8080, client_port)
+        };
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4(src, dst, 64)
+            .tcp(sport, dport, seq, 1000)
+            .write(&mut v, payload)
+            .expect("frame");
+        v
+    }
+
+    #[test]
+    fn sessions_count_against_the_memory_budget() {
+        let limits = Limits {
+            memory_budget_bytes: 200 * 1024,
+            ..Limits::default()
+        };
+        let mut p = Pipeline::new(limits);
+        let mut out = Vec::new();
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"tools":{"streaming":true}},"clientInfo":{"name":"a","version":"1"}}}"#;
+        let result =
+            r#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{"streaming":true}}}}"#;
+        for i in 0..300u16 {
+            let port = 2000 + i;
+            let ts = Timestamp(i64::from(i) * 1000);
+            let req = format!(
+                "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{init}",
+                init.len()
+            );
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: s-{i}\r\nContent-Length: {}\r\n\r\n{result}",
+                result.len()
+            );
+            p.handle_packet(ts, 1, &frame(port, 0, true, b""), &mut out);
+            p.handle_packet(ts, 1, &segment(port, true, 1, req.as_bytes()), &mut out);
+            p.handle_packet(
+                ts,
+                1,
+                &segment(port, false, 5000, resp.as_bytes()),
+                &mut out,
+            );
+            // Connections stay open: flows and sessions pile up together.
+            assert!(p.tracker.session_bytes() <= session_budget(&limits));
+            assert!(
+                p.memory_in_use() <= limits.memory_budget_bytes,
+                "{}",
+                p.memory_in_use()
+            );
+        }
+        let count = |pred: &dyn Fn(&Output) -> bool| out.iter().filter(|o| pred(o)).count();
+        let started = count(&|o| matches!(o, Output::Telemetry(Telemetry::SessionStarted { .. })));
+        assert_eq!(started, 300);
+        let evicted = count(&|o| {
+            matches!(o, Output::Event(crate::event::Event::SessionEnd(e))
+                if e.reason == crate::event::EndReason::Evicted)
+        });
+        // Each session here is charged about 1.1 KB: about 135 fit in 150 KiB.
+        assert!((100..=200).contains(&(300 - evicted)), "{evicted}");
+        let flows_evicted = count(&|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::FlowEvicted { reason: "memory" })
+            )
+        });
+        assert!(flows_evicted > 0);
     }
 }

@@ -4,6 +4,7 @@
 //! ACKs, FIN exchange).
 #![allow(dead_code)]
 
+pub mod flood;
 pub mod traffic;
 
 use std::collections::VecDeque;

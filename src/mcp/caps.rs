@@ -9,7 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-pub type CapPaths = BTreeSet<String>;
+/// A capability set: sorted, distinct paths. A boxed slice of boxed strings, because every
+/// tracked session keeps two of these: a few hundred bytes instead of a tree of nodes.
+pub type CapPaths = Box<[Box<str>]>;
 
 /// Depth beyond which nested capability objects are not expanded (bounded work on hostile input).
 const MAX_DEPTH: usize = 8;
@@ -17,16 +19,16 @@ const MAX_DEPTH: usize = 8;
 const MAX_PATHS: usize = 512;
 
 pub fn paths(caps: &Value) -> CapPaths {
-    let mut out = CapPaths::new();
+    let mut out = BTreeSet::new();
     if let Value::Object(map) = caps {
         for (k, v) in map {
             walk(k.clone(), v, 1, &mut out);
         }
     }
-    out
+    out.into_iter().map(String::into_boxed_str).collect()
 }
 
-fn walk(path: String, v: &Value, depth: usize, out: &mut CapPaths) {
+fn walk(path: String, v: &Value, depth: usize, out: &mut BTreeSet<String>) {
     if out.len() >= MAX_PATHS {
         return;
     }
@@ -54,10 +56,17 @@ pub struct PathDiff {
 }
 
 impl PathDiff {
-    pub fn between(before: &CapPaths, after: &CapPaths) -> PathDiff {
+    pub fn between(before: &[Box<str>], after: &[Box<str>]) -> PathDiff {
+        // Both are sorted (see `paths`), so membership is a binary search.
+        let missing = |from: &[Box<str>], to: &[Box<str>]| -> Vec<String> {
+            from.iter()
+                .filter(|p| to.binary_search(p).is_err())
+                .map(|p| p.to_string())
+                .collect()
+        };
         PathDiff {
-            removed: before.difference(after).cloned().collect(),
-            added: after.difference(before).cloned().collect(),
+            removed: missing(before, after),
+            added: missing(after, before),
         }
     }
 
@@ -105,7 +114,8 @@ mod tests {
     use serde_json::json;
 
     fn set(items: &[&str]) -> CapPaths {
-        items.iter().map(|s| s.to_string()).collect()
+        let sorted: BTreeSet<&str> = items.iter().copied().collect();
+        sorted.into_iter().map(Box::from).collect()
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum Output {
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
     pub max_sessions: usize,
+    /// Estimated bytes all tracked sessions may hold (see [`Tracker::session_bytes`]); least
+    /// recently seen sessions are evicted beyond it, as beyond `max_sessions`.
+    pub max_session_bytes: usize,
     /// A session with no traffic for this long is ended (reason `idle`).
     pub session_idle_timeout_ns: i64,
     /// Lineage: a new session within this time of its predecessor's end is linked to it.
@@ -44,6 +47,7 @@ impl Default for SessionLimits {
     fn default() -> Self {
         SessionLimits {
             max_sessions: 100_000,
+            max_session_bytes: usize::MAX,
             session_idle_timeout_ns: 3600 * 1_000_000_000,
             lineage_window_ns: 600 * 1_000_000_000,
             max_in_flight: 4096,
@@ -63,18 +67,75 @@ pub struct FlowCtx {
 type SessionKey = (SocketAddr, String);
 type ExchangeKey = (u64, u64);
 
-/// One handshake's capability sets, kept as the baseline of comparisons.
+/// One handshake's capability sets, kept as the baseline of comparisons. Every tracked session
+/// holds one, so it is kept compact: the server's capability object as JSON text (a `Value`
+/// tree costs several KB), parsed again only when an alert needs it.
 #[derive(Debug, Clone)]
 struct CapsRecord {
-    server_caps: Value,
+    server_caps: Box<str>,
+    streaming: bool,
     client_paths: CapPaths,
     server_paths: CapPaths,
 }
 
+impl CapsRecord {
+    fn new(client_caps: &Value, server_caps: &Value) -> CapsRecord {
+        CapsRecord {
+            server_caps: compact_json(server_caps),
+            streaming: caps::streaming_enabled(server_caps),
+            client_paths: caps::paths(client_caps),
+            server_paths: caps::paths(server_caps),
+        }
+    }
+
+    fn server_caps(&self) -> Value {
+        serde_json::from_str(&self.server_caps).unwrap_or(Value::Null)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.server_caps.len() + paths_bytes(&self.client_paths) + paths_bytes(&self.server_paths)
+    }
+}
+
+/// Heap held by a path set: the strings (allocator rounding included) and the slice.
+fn paths_bytes(paths: &[Box<str>]) -> usize {
+    paths
+        .iter()
+        .map(|p| p.len().next_multiple_of(16) + 16)
+        .sum::<usize>()
+        + std::mem::size_of_val(paths)
+}
+
+/// What one session costs besides its id and capability record: the boxed struct, its slot in
+/// the table (counted twice: the table keeps up to half its slots free), and the per-method
+/// mode tracker and in-flight table a busy session grows. Measured at ~1.6 KB in all with the
+/// capability sets of common clients and servers.
+const SESSION_FIXED_COST: usize = std::mem::size_of::<Session>()
+    + 2 * (std::mem::size_of::<SessionKey>() + std::mem::size_of::<Box<Session>>() + 1)
+    + 768;
+
+fn session_cost(sid: &str, s: &Session) -> usize {
+    SESSION_FIXED_COST
+        + sid.len()
+        + s.client_info.len()
+        + s.baseline.as_ref().map_or(0, CapsRecord::heap_bytes)
+}
+
+/// A value kept as JSON text: `Value` trees are large, and JSON objects serialize with sorted
+/// keys, so equal values give equal text.
+fn compact_json(v: &Value) -> Box<str> {
+    serde_json::to_string(v)
+        .unwrap_or_default()
+        .into_boxed_str()
+}
+
 #[derive(Debug)]
 struct Session {
+    /// Bytes this session is charged against `max_session_bytes` (see `session_cost`).
+    charged: usize,
     client: SocketAddr,
-    client_info: Value,
+    /// `clientInfo` of the latest handshake, as compact JSON (for lineage matching).
+    client_info: Box<str>,
     last_seen: Timestamp,
     handshakes: u32,
     /// The first accepted handshake: the baseline, never replaced.
@@ -135,7 +196,7 @@ struct Ended {
     ts: Timestamp,
     server: SocketAddr,
     client_ip: IpAddr,
-    client_info: Value,
+    client_info: Box<str>,
     session_id: String,
     baseline: Option<CapsRecord>,
 }
@@ -146,7 +207,10 @@ const MAX_ENDED: usize = 4096;
 #[derive(Debug, Default)]
 pub struct Tracker {
     limits: SessionLimits,
-    sessions: HashMap<SessionKey, Session>,
+    /// Boxed: the table keeps up to half its slots free, and those should hold a pointer.
+    sessions: HashMap<SessionKey, Box<Session>>,
+    /// Sum of the sessions' `charged` bytes.
+    session_bytes: usize,
     exchanges: HashMap<ExchangeKey, ExchangeState>,
     ended: VecDeque<Ended>,
 }
@@ -174,6 +238,25 @@ impl Tracker {
 
     pub fn active_sessions(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Estimated bytes held by tracked sessions, as charged against `max_session_bytes`.
+    pub fn session_bytes(&self) -> usize {
+        self.session_bytes
+    }
+
+    /// Re-estimates what session `key` costs after it changed, then evicts the least recently
+    /// seen sessions if all of them no longer fit.
+    fn recharge(&mut self, key: &SessionKey, now: Timestamp, out: &mut Vec<Output>) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        let cost = session_cost(&key.1, s);
+        self.session_bytes = self.session_bytes - s.charged + cost;
+        s.charged = cost;
+        if self.session_bytes > self.limits.max_session_bytes {
+            self.evict_oldest(now, Some(key), out);
+        }
     }
 
     pub fn on_http(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
@@ -354,21 +437,32 @@ impl Tracker {
         }));
         self.sessions
             .insert(key.clone(), new_session(ctx.client, ts));
+        self.recharge(key, ts, out);
     }
 
     /// Enforces the session cap by ending the least recently seen sessions.
     fn make_room(&mut self, now: Timestamp, out: &mut Vec<Output>) {
         let max = self.limits.max_sessions.max(1);
-        if self.sessions.len() < max {
-            return;
+        let bytes_full =
+            self.session_bytes.saturating_add(SESSION_FIXED_COST) > self.limits.max_session_bytes;
+        if self.sessions.len() >= max || bytes_full {
+            self.evict_oldest(now, None, out);
         }
-        // Evict a batch at once so that a flood of new ids costs O(n) per batch, not per id.
+    }
+
+    /// Ends the least recently seen 1/16 of the sessions, never `keep`. A batch at once, so
+    /// that a flood of new ids costs O(n) per batch, not per id.
+    fn evict_oldest(&mut self, now: Timestamp, keep: Option<&SessionKey>, out: &mut Vec<Output>) {
         let mut by_age: Vec<(Timestamp, SessionKey)> = self
             .sessions
             .iter()
+            .filter(|(k, _)| Some(*k) != keep)
             .map(|(k, s)| (s.last_seen, k.clone()))
             .collect();
-        let batch = (max / 16).max(1).min(by_age.len());
+        if by_age.is_empty() {
+            return;
+        }
+        let batch = (by_age.len() / 16).max(1);
         by_age.select_nth_unstable(batch - 1);
         let mut oldest: Vec<(Timestamp, SessionKey)> = by_age.into_iter().take(batch).collect();
         oldest.sort_unstable();
@@ -687,11 +781,7 @@ impl Tracker {
             predecessor_session_id: None,
             lineage: None,
         };
-        let record = CapsRecord {
-            client_paths: caps::paths(&client_caps),
-            server_paths: caps::paths(&server_caps),
-            server_caps,
-        };
+        let record = CapsRecord::new(&client_caps, &server_caps);
         let Some(sid) = sid else {
             // Stateless server: nothing to compare against.
             out.push(Output::Event(Event::Handshake(Box::new(hs))));
@@ -706,13 +796,14 @@ impl Tracker {
             }));
             self.sessions
                 .insert(key.clone(), new_session(ex.client, ts));
+            self.recharge(&key, ts, out);
         }
         let lineage_window = self.limits.lineage_window_ns;
         let predecessor = if accepted && reinit_of.is_none() {
             self.find_predecessor(
                 ex.server,
                 ex.client.ip(),
-                &client_info,
+                &compact_json(&client_info),
                 &sid,
                 ts,
                 lineage_window,
@@ -727,12 +818,12 @@ impl Tracker {
         session.handshakes += 1;
         hs.seq = session.handshakes;
         if !client_info.is_null() {
-            session.client_info = client_info.clone();
+            session.client_info = compact_json(&client_info);
         }
         let mut alerts = Vec::new();
         match (&session.baseline, accepted) {
             (None, true) => {
-                session.streaming_negotiated = caps::streaming_enabled(&record.server_caps);
+                session.streaming_negotiated = record.streaming;
                 session.baseline = Some(record.clone());
             }
             (Some(base), _) => {
@@ -743,13 +834,13 @@ impl Tracker {
                     PathDiff::default()
                 };
                 if accepted {
-                    session.streaming_negotiated = caps::streaming_enabled(&record.server_caps);
+                    session.streaming_negotiated = record.streaming;
                     let change = CapabilityChange::new(
                         hs.seq,
                         &server,
                         &client,
-                        base.server_caps.clone(),
-                        record.server_caps.clone(),
+                        base.server_caps(),
+                        server_caps.clone(),
                     );
                     if !server.removed.is_empty() {
                         alerts.push(AlertKind::CapabilityNarrowing(change.clone()));
@@ -781,6 +872,8 @@ impl Tracker {
                 kind,
             }))));
         }
+        // The handshake may have given the session its baseline and client info.
+        self.recharge(&key, ts, out);
         if !accepted && reinit_of.is_some() {
             // A rejected re-initialize: the client will most likely start over in a new session.
             self.remember_ended(&key, ts);
@@ -791,7 +884,7 @@ impl Tracker {
         &self,
         server: SocketAddr,
         client_ip: IpAddr,
-        client_info: &Value,
+        client_info: &str,
         sid: &str,
         now: Timestamp,
         window: i64,
@@ -803,7 +896,7 @@ impl Tracker {
                 e.server == server
                     && e.client_ip == client_ip
                     && e.session_id != sid
-                    && &e.client_info == client_info
+                    && &*e.client_info == client_info
                     && now.0.saturating_sub(e.ts.0) <= window
             })
             .cloned()
@@ -841,6 +934,7 @@ impl Tracker {
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
+        self.session_bytes -= s.charged;
         out.push(Output::Event(Event::SessionEnd(SessionEnd {
             ts,
             session_id: Some(key.1.clone()),
@@ -948,10 +1042,11 @@ impl ExchangeState {
     }
 }
 
-fn new_session(client: SocketAddr, ts: Timestamp) -> Session {
-    Session {
+fn new_session(client: SocketAddr, ts: Timestamp) -> Box<Session> {
+    Box::new(Session {
+        charged: 0,
         client,
-        client_info: Value::Null,
+        client_info: Box::from("null"),
         last_seen: ts,
         handshakes: 0,
         baseline: None,
@@ -960,7 +1055,7 @@ fn new_session(client: SocketAddr, ts: Timestamp) -> Session {
         alerts: 0,
         in_flight: HashMap::default(),
         modes: ModeTracker::default(),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -484,6 +484,64 @@ fn session_cap_evicts_least_recently_seen() {
 }
 
 #[test]
+fn session_bytes_are_charged_and_capped() {
+    let mut h = Harness::new();
+    let caps = json!({"tools": {"streaming": true, "listChanged": true}, "logging": {}});
+    h.handshake(
+        ctx(1, 5000),
+        0,
+        None,
+        "one",
+        json!({"sampling": {}}),
+        caps.clone(),
+    );
+    let one = h.t.session_bytes();
+    // The fixed part, the id, the client info and the capability record.
+    assert!((1000..2500).contains(&one), "{one}");
+    // A budget for about five such sessions.
+    h.t = Tracker::new(SessionLimits {
+        max_session_bytes: one * 5,
+        ..SessionLimits::default()
+    });
+    let before = h.of("handshake").len();
+    for i in 0..100u64 {
+        let sid = format!("s{i:03}");
+        h.now += 1_000;
+        h.handshake(ctx(i, 6000), i, None, &sid, json!({}), caps.clone());
+        assert!(h.t.session_bytes() <= one * 5, "{}", h.t.session_bytes());
+        // The session just handshaking is never the one evicted to make room.
+        assert_eq!(h.of("handshake").len(), before + i as usize + 1);
+    }
+    assert!((3..=5).contains(&h.t.active_sessions()));
+    let evicted = h
+        .of("session_end")
+        .iter()
+        .filter(|e| e["reason"] == "evicted")
+        .count();
+    assert_eq!(evicted, 100 - h.t.active_sessions());
+    // Even a budget smaller than one session keeps the session being set up.
+    h.t = Tracker::new(SessionLimits {
+        max_session_bytes: 1,
+        ..SessionLimits::default()
+    });
+    h.handshake(ctx(1, 7000), 0, None, "alone", json!({}), caps.clone());
+    h.handshake(
+        ctx(1, 7000),
+        1,
+        Some("alone"),
+        "alone",
+        json!({}),
+        json!({}),
+    );
+    assert_eq!(h.t.active_sessions(), 1);
+    assert!(
+        h.of("alert")
+            .iter()
+            .any(|a| a["kind"] == "capability_narrowing")
+    );
+}
+
+#[test]
 fn stateless_servers_log_handshakes_without_a_session() {
     let mut h = Harness::new();
     let c = ctx(1, 5000);

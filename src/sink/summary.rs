@@ -18,6 +18,10 @@ pub struct Summary {
     pub gap_bytes: u64,
     pub http_errors: u64,
     pub jsonrpc_errors: u64,
+    /// Flows evicted, by reason (`idle`, `flow_limit`, `memory`).
+    pub flows_evicted: BTreeMap<&'static str, u64>,
+    /// Sessions ended, by reason (`deleted`, `expired`, `idle`, `evicted`).
+    pub sessions_ended: BTreeMap<&'static str, u64>,
 }
 
 impl Summary {
@@ -26,8 +30,13 @@ impl Summary {
             Output::Event(Event::Handshake(_)) => self.handshakes += 1,
             Output::Event(Event::Exchange(_)) => self.exchanges += 1,
             Output::Event(Event::Alert(a)) => *self.alerts.entry(a.kind.as_str()).or_default() += 1,
-            Output::Event(Event::SessionEnd(_)) => {}
+            Output::Event(Event::SessionEnd(e)) => {
+                *self.sessions_ended.entry(e.reason.as_str()).or_default() += 1
+            }
             Output::Telemetry(Telemetry::FlowOpened) => self.flows += 1,
+            Output::Telemetry(Telemetry::FlowEvicted { reason }) => {
+                *self.flows_evicted.entry(reason).or_default() += 1
+            }
             Output::Telemetry(Telemetry::SessionStarted { .. }) => self.sessions += 1,
             Output::Telemetry(Telemetry::TcpGap { bytes, .. }) => {
                 self.gaps += 1;
@@ -52,6 +61,12 @@ impl Summary {
         self.gap_bytes += other.gap_bytes;
         self.http_errors += other.http_errors;
         self.jsonrpc_errors += other.jsonrpc_errors;
+        for (k, v) in &other.flows_evicted {
+            *self.flows_evicted.entry(k).or_default() += v;
+        }
+        for (k, v) in &other.sessions_ended {
+            *self.sessions_ended.entry(k).or_default() += v;
+        }
     }
 
     pub fn total_alerts(&self) -> u64 {
@@ -96,6 +111,22 @@ impl Summary {
                 skipped.join(" ")
             }
         );
+        let counts = |m: &BTreeMap<&'static str, u64>| {
+            if m.is_empty() {
+                "0".to_string()
+            } else {
+                m.iter()
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  flows evicted: {}, sessions ended: {}",
+            counts(&self.flows_evicted),
+            counts(&self.sessions_ended)
+        );
         let _ = write!(
             s,
             "  elapsed: {:.3} s, {:.1} MB/s, {:.0} packets/s",
@@ -104,5 +135,47 @@ impl Summary {
             stats.packets as f64 / secs
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EndReason, SessionEnd, Timestamp};
+
+    #[test]
+    fn evictions_are_counted_by_reason_and_rendered() {
+        let mut sum = Summary::default();
+        for reason in ["flow_limit", "flow_limit", "memory"] {
+            sum.observe(&Output::Telemetry(Telemetry::FlowEvicted { reason }));
+        }
+        let end = |reason| {
+            Output::Event(Event::SessionEnd(SessionEnd {
+                ts: Timestamp(0),
+                session_id: Some("s".into()),
+                server: "10.0.0.1:8080".parse().unwrap(),
+                reason,
+                handshakes: 1,
+                requests: 0,
+                alerts: 0,
+            }))
+        };
+        sum.observe(&end(EndReason::Evicted));
+        sum.observe(&end(EndReason::Deleted));
+        let mut total = Summary::default();
+        total.merge(&sum);
+        total.merge(&sum);
+        let text = total.render(&PacketStats::default(), Duration::from_secs(1));
+        assert!(
+            text.contains(
+                "flows evicted: flow_limit=4 memory=2, sessions ended: deleted=2 evicted=2"
+            ),
+            "{text}"
+        );
+        let empty = Summary::default().render(&PacketStats::default(), Duration::from_secs(1));
+        assert!(
+            empty.contains("flows evicted: 0, sessions ended: 0"),
+            "{empty}"
+        );
     }
 }
