@@ -9,6 +9,7 @@ use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
 use crate::mcp::{FlowCtx, Output, SessionLimits, Tracker};
 use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
 use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 /// Every limit of the pipeline; each is counted when hit.
@@ -107,8 +108,21 @@ struct Flow {
 /// rounding) and its hash-table slot, counted twice because the table keeps up to half of its
 /// buckets free (power-of-two capacity, load at most 7/8). Flows are boxed so that the free
 /// buckets hold a pointer, not a whole flow.
-const FLOW_OVERHEAD: usize =
-    std::mem::size_of::<Flow>() + 16 + 2 * (std::mem::size_of::<(FlowKey, Box<Flow>)>() + 1);
+/// Plus its entry in the eviction queue, counted twice for the stale entries the queue may
+/// hold before it is compacted.
+const FLOW_OVERHEAD: usize = std::mem::size_of::<Flow>()
+    + 16
+    + 2 * (std::mem::size_of::<(FlowKey, Box<Flow>)>() + 1)
+    + 2 * std::mem::size_of::<QueuedFlow>();
+
+/// A flow in the eviction queue: its id (a key can be reused by a later flow) and its
+/// `last_seen` when it was queued.
+#[derive(Debug, Clone, Copy)]
+struct QueuedFlow {
+    key: FlowKey,
+    id: u64,
+    seen: Timestamp,
+}
 
 /// The share of the memory budget sessions may take, so that flows always keep room.
 fn session_budget(limits: &Limits) -> usize {
@@ -197,6 +211,11 @@ pub struct Pipeline {
     http_events: Vec<HttpEvent>,
     /// Sum of `Flow::charged` over all flows.
     buffered: usize,
+    /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
+    /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
+    /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
+    /// of the table: a SYN flood must not slow the pipeline down.
+    eviction_queue: VecDeque<QueuedFlow>,
 }
 
 impl Pipeline {
@@ -217,6 +236,7 @@ impl Pipeline {
             now: Timestamp(i64::MIN),
             http_events: Vec::new(),
             buffered: 0,
+            eviction_queue: VecDeque::new(),
         }
     }
 
@@ -287,8 +307,14 @@ impl Pipeline {
                 last_seen: ts,
                 charged: 0,
             });
+            self.eviction_queue.push_back(QueuedFlow {
+                key,
+                id: flow.id,
+                seen: ts,
+            });
             self.next_flow_id += 1;
             self.flows.insert(key, flow);
+            self.compact_eviction_queue();
             out.push(Output::Telemetry(Telemetry::FlowOpened));
             return self.handle_segment(ts, seg, out);
         };
@@ -335,9 +361,7 @@ impl Pipeline {
         } else if both_done {
             self.remove_flow(key, Removal::Fin, out);
         }
-        if self.memory_in_use() > self.limits.memory_budget_bytes {
-            self.evict_oldest("memory", out);
-        }
+        self.fit_budget(0, out);
     }
 
     fn deliver(
@@ -394,34 +418,57 @@ impl Pipeline {
         out.extend(telemetry.map(Output::Telemetry));
     }
 
-    /// Keeps the flow table under its cap by evicting the least recently seen flows.
+    /// Keeps the flow table under its cap, with room for one more flow, by evicting the least
+    /// recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
-        let max = self.limits.max_flows.max(1);
-        if self.flows.len() >= max {
+        if self.flows.len() >= self.limits.max_flows.max(1) {
             self.evict_oldest("flow_limit", out);
-        } else if self.memory_in_use() + FLOW_OVERHEAD > self.limits.memory_budget_bytes {
-            self.evict_oldest("memory", out);
         }
+        self.fit_budget(FLOW_OVERHEAD, out);
     }
 
-    /// Evicts a batch of the least recently seen flows.
-    fn evict_oldest(&mut self, reason: &'static str, out: &mut Vec<Output>) {
-        if self.flows.is_empty() {
+    /// Evicts flows until the memory in use plus `room` fits the budget (or no flow is left).
+    fn fit_budget(&mut self, room: usize, out: &mut Vec<Output>) {
+        while self.memory_in_use() + room > self.limits.memory_budget_bytes
+            && self.evict_oldest("memory", out) > 0
+        {}
+    }
+
+    /// Evicts a batch (1/64) of the least recently seen flows: from the front of the queue,
+    /// giving a flow seen since it was queued a second chance at the back.
+    /// Returns how many were evicted.
+    fn evict_oldest(&mut self, reason: &'static str, out: &mut Vec<Output>) -> usize {
+        let batch = (self.flows.len() / 64).max(1);
+        let mut left = batch;
+        while left > 0 {
+            let Some(q) = self.eviction_queue.pop_front() else {
+                break;
+            };
+            let Some(flow) = self.flows.get(&q.key).filter(|f| f.id == q.id) else {
+                continue; // stale: that flow is gone
+            };
+            if flow.last_seen > q.seen {
+                self.eviction_queue.push_back(QueuedFlow {
+                    seen: flow.last_seen,
+                    ..q
+                });
+                continue;
+            }
+            self.remove_flow(q.key, Removal::Evicted(reason), out);
+            left -= 1;
+        }
+        batch - left
+    }
+
+    /// Drops the stale entries once they outnumber the live ones (flows that ended on their
+    /// own leave one behind), keeping the queue's order.
+    fn compact_eviction_queue(&mut self) {
+        if self.eviction_queue.len() <= 2 * self.flows.len() + 1024 {
             return;
         }
-        // A batch at a time, so a SYN flood costs O(n) per batch rather than per packet.
-        let mut by_age: Vec<(Timestamp, u64, FlowKey)> = self
-            .flows
-            .values()
-            .map(|f| (f.last_seen, f.id, f.key))
-            .collect();
-        let batch = (by_age.len() / 16).clamp(1, by_age.len());
-        by_age.select_nth_unstable(batch - 1);
-        let mut oldest: Vec<(Timestamp, u64, FlowKey)> = by_age.into_iter().take(batch).collect();
-        oldest.sort_unstable();
-        for (_, _, key) in oldest {
-            self.remove_flow(key, Removal::Evicted(reason), out);
-        }
+        let flows = &self.flows;
+        self.eviction_queue
+            .retain(|q| flows.get(&q.key).is_some_and(|f| f.id == q.id));
     }
 
     fn sweep(&mut self, out: &mut Vec<Output>) {
@@ -495,6 +542,61 @@ mod tests {
         let mut v = Vec::new();
         b.write(&mut v, payload).expect("frame");
         v
+    }
+
+    #[test]
+    fn flow_limit_evicts_the_least_recently_seen_flow_not_the_oldest() {
+        let limits = Limits {
+            max_flows: 4,
+            ..Limits::default()
+        };
+        let mut p = Pipeline::new(limits);
+        let mut out = Vec::new();
+        let syn = |p: &mut Pipeline, port: u16, t: i64, out: &mut Vec<Output>| {
+            p.handle_packet(Timestamp(t), 1, &frame(port, 0, true, b""), out)
+        };
+        for (i, port) in [1001, 1002, 1003, 1004].into_iter().enumerate() {
+            syn(&mut p, port, i as i64, &mut out);
+        }
+        // 1001 and 1002 are seen again: 1003 is now the least recently seen.
+        syn(&mut p, 1001, 10, &mut out);
+        syn(&mut p, 1002, 11, &mut out);
+        let open = |p: &Pipeline| -> Vec<u16> {
+            let mut ports: Vec<u16> = p.flows.values().map(|f| f.key.1.port()).collect();
+            ports.sort_unstable();
+            ports
+        };
+        syn(&mut p, 1005, 12, &mut out);
+        assert_eq!(open(&p), vec![1001, 1002, 1004, 1005]);
+        syn(&mut p, 1006, 13, &mut out);
+        assert_eq!(open(&p), vec![1001, 1002, 1005, 1006]);
+        syn(&mut p, 1007, 14, &mut out);
+        assert_eq!(open(&p), vec![1002, 1005, 1006, 1007]);
+    }
+
+    #[test]
+    fn eviction_queue_stays_bounded_when_flows_end_on_their_own() {
+        let mut p = Pipeline::new(Limits::default());
+        let mut out = Vec::new();
+        for port in 1000..40_000u16 {
+            let ts = Timestamp(i64::from(port));
+            p.handle_packet(ts, 1, &frame(port, 0, true, b""), &mut out);
+            let mut rst = Vec::new();
+            etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+                .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+                .tcp(port, 8080, 1, 1000)
+                .rst()
+                .write(&mut rst, b"")
+                .expect("frame");
+            p.handle_packet(ts, 1, &rst, &mut out);
+            out.clear();
+        }
+        assert_eq!(p.active_flows(), 0);
+        assert!(
+            p.eviction_queue.len() <= 1024 + 1,
+            "{}",
+            p.eviction_queue.len()
+        );
     }
 
     #[test]
