@@ -25,6 +25,9 @@ impl Timestamp {
 
     /// RFC 3339, UTC, microseconds: `2026-11-30T17:25:46.123456Z`.
     pub fn rfc3339(self) -> String {
+        if let Some(b) = self.rfc3339_bytes() {
+            return String::from_utf8_lossy(&b).into_owned();
+        }
         let secs = self.0.div_euclid(1_000_000_000);
         let micros = self.0.rem_euclid(1_000_000_000) / 1000;
         match time::OffsetDateTime::from_unix_timestamp(secs) {
@@ -41,16 +44,79 @@ impl Timestamp {
             Err(_) => format!("@{}", self.0),
         }
     }
+
+    /// [`Timestamp::rfc3339`] in a fixed-size buffer, for years 0 to 9999: every event carries
+    /// one or two timestamps, and `format!` costs thousands of instructions each.
+    fn rfc3339_bytes(self) -> Option<[u8; 27]> {
+        let secs = self.0.div_euclid(1_000_000_000);
+        let micros = self.0.rem_euclid(1_000_000_000) / 1000;
+        let t = time::OffsetDateTime::from_unix_timestamp(secs).ok()?;
+        let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+        let mut b = *b"0000-00-00T00:00:00.000000Z";
+        put_digits(&mut b[0..4], year);
+        put_digits(&mut b[5..7], u32::from(u8::from(t.month())));
+        put_digits(&mut b[8..10], u32::from(t.day()));
+        put_digits(&mut b[11..13], u32::from(t.hour()));
+        put_digits(&mut b[14..16], u32::from(t.minute()));
+        put_digits(&mut b[17..19], u32::from(t.second()));
+        put_digits(&mut b[20..26], micros as u32);
+        Some(b)
+    }
+}
+
+/// Writes `v` as decimal digits filling `dst`, zero-padded (high digits dropped if too long).
+fn put_digits(dst: &mut [u8], mut v: u32) {
+    for d in dst.iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// Appends `v` in decimal (at most 5 digits) at `buf[*len..]`.
+fn push_decimal(buf: &mut [u8], len: &mut usize, v: u32) {
+    let n = match v {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1000..=9999 => 4,
+        _ => 5,
+    };
+    if let Some(dst) = buf.get_mut(*len..*len + n) {
+        put_digits(dst, v);
+    }
+    *len += n;
+}
+
+fn push_byte(buf: &mut [u8], len: &mut usize, b: u8) {
+    if let Some(dst) = buf.get_mut(*len) {
+        *dst = b;
+    }
+    *len += 1;
 }
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.rfc3339())
+        match self.rfc3339_bytes() {
+            Some(b) => s.serialize_str(std::str::from_utf8(&b).unwrap_or_default()),
+            None => s.serialize_str(&self.rfc3339()),
+        }
     }
 }
 
+/// `a.b.c.d:port` without the formatting machinery for IPv4 (most endpoints); IPv6 through
+/// `Display`.
 fn addr<S: Serializer>(a: &SocketAddr, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(a)
+    let SocketAddr::V4(v4) = a else {
+        return s.collect_str(a);
+    };
+    let mut buf = [0u8; 21];
+    let mut len = 0;
+    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+        push_decimal(&mut buf, &mut len, u32::from(octet));
+        push_byte(&mut buf, &mut len, if i < 3 { b'.' } else { b':' });
+    }
+    push_decimal(&mut buf, &mut len, u32::from(v4.port()));
+    s.serialize_str(std::str::from_utf8(buf.get(..len).unwrap_or_default()).unwrap_or_default())
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -369,4 +435,70 @@ pub enum Telemetry {
     LimitHit {
         limit: &'static str,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The formatting the fast path replaced, as the reference.
+    fn reference(ts: Timestamp) -> String {
+        let secs = ts.0.div_euclid(1_000_000_000);
+        let micros = ts.0.rem_euclid(1_000_000_000) / 1000;
+        let t = time::OffsetDateTime::from_unix_timestamp(secs).expect("in range");
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            micros
+        )
+    }
+
+    #[test]
+    fn timestamps_format_like_the_reference() {
+        let mut samples = vec![
+            0,
+            1,
+            -1,
+            999_999_999,
+            1_764_523_546_123_456_789,
+            i64::MIN, // 1677-09-21
+            i64::MAX, // 2262-04-11
+        ];
+        let mut x: i64 = 0x0123_4567_89ab_cdef;
+        for _ in 0..2000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            samples.push(x);
+        }
+        for ns in samples {
+            let ts = Timestamp(ns);
+            assert_eq!(ts.rfc3339(), reference(ts), "{ns}");
+            assert_eq!(
+                serde_json::to_string(&ts).unwrap(),
+                format!("\"{}\"", reference(ts))
+            );
+        }
+    }
+
+    #[test]
+    fn addresses_format_like_display() {
+        #[derive(Serialize)]
+        struct A(#[serde(serialize_with = "addr")] SocketAddr);
+        for a in [
+            "0.0.0.0:0",
+            "10.1.1.7:33000",
+            "255.255.255.255:65535",
+            "127.0.0.1:8080",
+            "192.168.10.100:9",
+            "[::1]:8080",
+            "[2001:db8::1]:443",
+        ] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(serde_json::to_string(&A(a)).unwrap(), format!("\"{a}\""));
+        }
+    }
 }
