@@ -97,8 +97,23 @@ pub struct SseParser {
     /// While discarding: the current line has bytes (so it is not blank).
     discard_line_nonempty: bool,
     block: Block,
+    /// The unterminated line is a `data` field whose value is appended straight to the event's
+    /// data buffer as it arrives (instead of into `partial_line` and then copied): tool results
+    /// are long single `data:` lines spanning many segments.
+    data_line: Option<DataLine>,
     overflows: u64,
     events_dispatched: u64,
+}
+
+/// Where a `data` line being streamed sits in `Block::data`.
+#[derive(Debug, Clone, Copy)]
+struct DataLine {
+    /// Index in `Block::data` where this line's value starts.
+    start: usize,
+    /// Bytes before the value in the raw line: `data:` or `data: `.
+    prefix: usize,
+    /// A separating `\n` was pushed before the value (the block already had data).
+    separator: bool,
 }
 
 impl SseParser {
@@ -122,6 +137,7 @@ impl SseParser {
             discarding: false,
             discard_line_nonempty: false,
             block: Block::default(),
+            data_line: None,
             overflows: 0,
             events_dispatched: 0,
         }
@@ -165,10 +181,12 @@ impl SseParser {
     /// Afterwards the parser is reset for a new stream (counters are kept).
     pub fn finish(&mut self) -> bool {
         let discarded = !self.partial_line.is_empty()
+            || self.data_line.is_some()
             || self.discarding
             || self.block.has_fields
             || (self.at_stream_start && self.bom_matched > 0);
         self.partial_line.clear();
+        self.data_line = None;
         self.at_stream_start = true;
         self.bom_matched = 0;
         self.pending_cr = false;
@@ -231,8 +249,24 @@ impl SseParser {
         self.append_partial(input);
     }
 
+    /// Would the event exceed the cap with a current line `line_len` raw bytes long? The
+    /// bytes of a streamed data line already in the block count as part of the line.
     fn exceeds_cap(&self, line_len: usize) -> bool {
-        self.block.buffered_bytes().saturating_add(line_len) > self.max_event_bytes
+        let mut held = self.block.buffered_bytes();
+        if let Some(dl) = self.data_line {
+            held = dl.start - usize::from(dl.separator)
+                + self.block.event_type.len()
+                + self.block.id.len();
+        }
+        held.saturating_add(line_len) > self.max_event_bytes
+    }
+
+    /// Raw length of the unterminated line so far.
+    fn partial_len(&self) -> usize {
+        match self.data_line {
+            Some(dl) => dl.prefix + (self.block.data.len() - dl.start),
+            None => self.partial_line.len(),
+        }
     }
 
     /// Buffers the unterminated tail of the input.
@@ -244,11 +278,45 @@ impl SseParser {
             self.discard_line_nonempty = true;
             return;
         }
-        if self.exceeds_cap(self.partial_line.len().saturating_add(tail.len())) {
+        if self.exceeds_cap(self.partial_len().saturating_add(tail.len())) {
             self.overflow(true);
             return;
         }
+        if self.data_line.is_some() {
+            self.block.data.extend_from_slice(tail);
+            return;
+        }
         self.partial_line.extend_from_slice(tail);
+        self.start_data_line();
+    }
+
+    /// Once the unterminated line is known to be a `data` field (its name and the byte after
+    /// the colon have arrived), moves its value into the block and streams the rest there.
+    fn start_data_line(&mut self) {
+        let Some(rest) = self.partial_line.strip_prefix(b"data:") else {
+            return;
+        };
+        let Some(&first) = rest.first() else {
+            return; // is a space after the colon coming? Wait for the next byte.
+        };
+        let prefix = 5 + usize::from(first == b' ');
+        let block = &mut self.block;
+        block.has_fields = true;
+        let separator = block.has_data;
+        if separator {
+            block.data.push(b'\n');
+        }
+        block.has_data = true;
+        let start = block.data.len();
+        block
+            .data
+            .extend_from_slice(self.partial_line.get(prefix..).unwrap_or_default());
+        self.partial_line.clear();
+        self.data_line = Some(DataLine {
+            start,
+            prefix,
+            separator,
+        });
     }
 
     /// `tail` is the rest of a line whose terminator was just found.
@@ -260,6 +328,16 @@ impl SseParser {
                 // The blank line ends the dropped event.
                 self.discarding = false;
             }
+            return;
+        }
+        if self.data_line.is_some() {
+            // The rest of a streamed data line: its value is already in the block.
+            if self.exceeds_cap(self.partial_len().saturating_add(tail.len())) {
+                self.overflow(false);
+                return;
+            }
+            self.block.data.extend_from_slice(tail);
+            self.data_line = None;
             return;
         }
         if self.partial_line.is_empty() {
@@ -285,6 +363,7 @@ impl SseParser {
     /// Drops the current event and skips input until the next blank line.
     fn overflow(&mut self, line_in_progress: bool) {
         self.overflows += 1;
+        self.data_line = None;
         self.block.reset();
         self.partial_line.clear();
         self.partial_line.shrink_to(RETAINED_LINE_CAPACITY);
