@@ -1,12 +1,16 @@
 //! JSON-RPC 2.0 messages as MCP uses them: single messages and batches.
 //!
-//! Parsing is zero-copy: a message borrows its `params` and the result members MCP looks at as
-//! raw JSON text from the body, and only the few places that need more (the `initialize`
-//! handshake, a tool name) parse further. Tool results can be large: they are scanned exactly
-//! once, in the pass that finds the end of the message, and never turned into a `Value` tree.
+//! Parsing is zero-copy: [`skim`] splits a message into its raw members, stepping over large
+//! values (tool results) without decoding them; only the small members MCP reads (`jsonrpc`,
+//! `id`, `method`, `error`, the handshake's capabilities) are parsed by serde_json, and only the
+//! few places that need more (the `initialize` handshake, a tool name) parse further. Tool
+//! results are never validated or turned into a `Value` tree: a monitor needs to know where
+//! they end and whether they are empty.
+
+mod skim;
 
 use serde::Deserialize;
-use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -80,20 +84,79 @@ impl ParseError {
 }
 
 /// The fields of a JSON-RPC object, borrowed from the input.
-#[derive(Deserialize)]
+#[derive(Default)]
 struct Envelope<'a> {
-    #[serde(borrow, default)]
     jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     params: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     result: Option<ResultFields<'a>>,
-    #[serde(borrow, default)]
     error: Option<ErrorObject<'a>>,
+}
+
+/// A string member, borrowed unless it has escapes.
+#[derive(Deserialize)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// A member's key without its quotes, decoded only if it has escapes.
+fn key_text(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<Str<'_>>(raw).ok().map(|k| k.0)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+fn parse_error(e: &serde_json::Error) -> ParseError {
+    if e.is_data() {
+        ParseError::NotJsonRpc
+    } else {
+        ParseError::InvalidJson
+    }
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope of one message. Of duplicate members the first counts.
+    fn parse(text: &'a str) -> Result<Envelope<'a>, ParseError> {
+        let Some(members) = skim::object_members(text) else {
+            // Not an object: valid JSON of another type is not JSON-RPC.
+            let json = !text.trim_start().starts_with('{')
+                && serde_json::from_str::<IgnoredAny>(text).is_ok();
+            return Err(if json {
+                ParseError::NotJsonRpc
+            } else {
+                ParseError::InvalidJson
+            });
+        };
+        let mut env = Envelope::default();
+        for (key, raw) in members {
+            let Some(key) = key_text(key) else {
+                return Err(ParseError::InvalidJson);
+            };
+            let str_member = |raw: &'a str| {
+                serde_json::from_str::<Str<'a>>(raw)
+                    .map(|s| s.0)
+                    .map_err(|e| parse_error(&e))
+            };
+            let raw_member = |raw: &'a str| {
+                serde_json::from_str::<&'a RawValue>(raw).map_err(|e| parse_error(&e))
+            };
+            match key.as_ref() {
+                "jsonrpc" if env.jsonrpc.is_none() => env.jsonrpc = Some(str_member(raw)?),
+                "id" if env.id.is_none() => env.id = Some(raw_member(raw)?),
+                "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
+                "params" if env.params.is_none() => env.params = Some(raw_member(raw)?),
+                "result" if env.result.is_none() => env.result = ResultFields::parse(raw)?,
+                "error" if env.error.is_none() => {
+                    env.error = serde_json::from_str::<Option<ErrorObject<'a>>>(raw)
+                        .map_err(|e| parse_error(&e))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(env)
+    }
 }
 
 /// The members of a result that MCP monitoring reads, as raw JSON, picked out in the same pass
@@ -103,8 +166,10 @@ struct Envelope<'a> {
 pub struct ResultFields<'a> {
     /// False for a result that is not an object (MCP results always are).
     pub is_object: bool,
-    pub content: Option<&'a RawValue>,
-    pub structured_content: Option<&'a RawValue>,
+    /// Raw JSON text, never parsed: the bulk of a tool result.
+    pub content: Option<&'a str>,
+    /// Raw JSON text, never parsed.
+    pub structured_content: Option<&'a str>,
     pub capabilities: Option<&'a RawValue>,
     pub protocol_version: Option<&'a RawValue>,
     pub server_info: Option<&'a RawValue>,
@@ -115,14 +180,13 @@ impl ResultFields<'_> {
     /// `structuredContent`.
     pub fn is_empty_tool_content(&self) -> bool {
         // `[]` with any whitespace inside, decided from the raw text.
-        let content_empty = is_null(self.content)
+        let content_empty = is_null_text(self.content)
             || self.content.is_some_and(|c| {
-                c.get()
-                    .trim()
+                c.trim()
                     .strip_prefix('[')
                     .is_some_and(|rest| rest.trim_start().starts_with(']'))
             });
-        self.is_object && content_empty && is_null(self.structured_content)
+        self.is_object && content_empty && is_null_text(self.structured_content)
     }
 
     /// The `initialize` members as a `Value` object (only these are ever kept whole).
@@ -142,69 +206,43 @@ impl ResultFields<'_> {
     }
 }
 
-/// An object key, borrowed unless it has escapes.
-#[derive(Deserialize)]
-struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for ResultFields<'a> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> Visitor<'de> for Fields {
-            type Value = ResultFields<'de>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON-RPC result")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut r = ResultFields {
-                    is_object: true,
-                    ..ResultFields::default()
-                };
-                while let Some(Key(key)) = map.next_key()? {
-                    let slot = match key.as_ref() {
-                        "content" => &mut r.content,
-                        "structuredContent" => &mut r.structured_content,
-                        "capabilities" => &mut r.capabilities,
-                        "protocolVersion" => &mut r.protocol_version,
-                        "serverInfo" => &mut r.server_info,
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    let value: &'de RawValue = map.next_value()?;
-                    slot.get_or_insert(value);
+impl<'a> ResultFields<'a> {
+    /// The members of a raw `result`; `None` for `null` (no result).
+    fn parse(raw: &'a str) -> Result<Option<ResultFields<'a>>, ParseError> {
+        let text = raw.trim();
+        if text == "null" {
+            return Ok(None);
+        }
+        if !text.starts_with('{') {
+            return Ok(Some(ResultFields::default()));
+        }
+        let members = skim::object_members(text).ok_or(ParseError::InvalidJson)?;
+        let mut r = ResultFields {
+            is_object: true,
+            ..ResultFields::default()
+        };
+        for (key, value) in members {
+            let Some(key) = key_text(key) else {
+                return Err(ParseError::InvalidJson);
+            };
+            let parsed =
+                || serde_json::from_str::<&'a RawValue>(value).map_err(|e| parse_error(&e));
+            match key.as_ref() {
+                "content" => {
+                    r.content.get_or_insert(value);
                 }
-                Ok(r)
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(ResultFields::default())
-            }
-
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(ResultFields::default())
-            }
-
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(ResultFields::default())
-            }
-
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(ResultFields::default())
-            }
-
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(ResultFields::default())
-            }
-
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ResultFields::default())
+                "structuredContent" => {
+                    r.structured_content.get_or_insert(value);
+                }
+                "capabilities" if r.capabilities.is_none() => r.capabilities = Some(parsed()?),
+                "protocolVersion" if r.protocol_version.is_none() => {
+                    r.protocol_version = Some(parsed()?)
+                }
+                "serverInfo" if r.server_info.is_none() => r.server_info = Some(parsed()?),
+                _ => {}
             }
         }
-        d.deserialize_any(Fields)
+        Ok(Some(r))
     }
 }
 
@@ -227,11 +265,10 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Message<'_>>, ParseError> {
 /// validation pass.
 pub fn parse_str(text: &str) -> Result<Vec<Message<'_>>, ParseError> {
     if text.trim_start().starts_with('[') {
-        let items: Vec<&RawValue> =
-            serde_json::from_str(text).map_err(|_| ParseError::InvalidJson)?;
+        let items = skim::array_elements(text).ok_or(ParseError::InvalidJson)?;
         let msgs: Vec<Message<'_>> = items
             .into_iter()
-            .filter_map(|raw| serde_json::from_str::<Envelope<'_>>(raw.get()).ok())
+            .filter_map(|raw| Envelope::parse(raw).ok())
             .filter_map(classify)
             .collect();
         return if msgs.is_empty() {
@@ -240,20 +277,13 @@ pub fn parse_str(text: &str) -> Result<Vec<Message<'_>>, ParseError> {
             Ok(msgs)
         };
     }
-    let envelope: Envelope<'_> = serde_json::from_str(text).map_err(|e| {
-        if e.is_data() {
-            ParseError::NotJsonRpc
-        } else {
-            ParseError::InvalidJson
-        }
-    })?;
-    classify(envelope)
+    classify(Envelope::parse(text)?)
         .map(|m| vec![m])
         .ok_or(ParseError::NotJsonRpc)
 }
 
-fn is_null(raw: Option<&RawValue>) -> bool {
-    raw.is_none_or(|r| r.get().trim() == "null")
+fn is_null_text(raw: Option<&str>) -> bool {
+    raw.is_none_or(|r| r.trim() == "null")
 }
 
 fn classify(env: Envelope<'_>) -> Option<Message<'_>> {
