@@ -6,7 +6,8 @@
 #   FUZZ_ARGS="-rss_limit_mb=4096" ...     extra libFuzzer flags
 #   SANITIZER=address fuzz/run.sh          AddressSanitizer (default: none, see below)
 #
-# mcptap and the fuzz drivers have no `unsafe` code, so the default is no sanitizer: that is
+# mcptap has one `unsafe` block (mapping capture files, src/capture/mapped.rs, which
+# pipeline_capture reaches) and the fuzz drivers none, so the default is no sanitizer: that is
 # several times faster, and panics, integer overflows (debug assertions are on), timeouts
 # and out-of-memory are still caught. Installs cargo-fuzz if missing. Works on a stable toolchain: RUSTC_BOOTSTRAP=1 lets it
 # accept the -Z sanitizer flags cargo-fuzz passes. Each target's working corpus is

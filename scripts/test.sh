@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+# The fuzz harness lives in its own workspace: make sure it still builds against the crate.
+cargo check --locked --manifest-path fuzz/Cargo.toml --all-targets
 cargo test --locked
 scripts/e2e.sh
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

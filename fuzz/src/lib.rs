@@ -309,7 +309,7 @@ pub fn run_http(data: &[u8]) -> usize {
         conn.on_close(half, BodyEnd::Unfinished, &mut events);
     }
     deliver(&mut events, &mut tracker, ts);
-    let _ = conn.pending_requests();
+    let _ = conn.buffered_bytes();
     tracker.on_flow_closed(0);
     let mut out = Vec::new();
     tracker.sweep(Timestamp(i64::MAX), &mut out);
