@@ -135,13 +135,17 @@ fn main() {
     }
 }
 
-fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
-    let started = Instant::now();
+/// Writes the frames `produce` emits to `path` (atomically, through a temporary file) and
+/// returns what `produce` returned and the file's size.
+fn write_capture<S>(
+    path: &Path,
+    produce: impl FnOnce(&mut dyn FnMut(i64, &[u8])) -> S,
+) -> (S, u64) {
     let tmp = path.with_extension("pcap.tmp");
     let file = File::create(&tmp).unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
     let mut w = PcapWriter::new(BufWriter::with_capacity(8 << 20, file)).expect("pcap header");
     let mut err = None;
-    let stats = traffic::generate(target, mcp_share, seed, &mut |ts, frame| {
+    let stats = produce(&mut |ts, frame| {
         if err.is_none()
             && let Err(e) = w.write(ts, frame)
         {
@@ -157,6 +161,14 @@ fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
         .unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
     drop(out);
     std::fs::rename(&tmp, path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+    (stats, bytes)
+}
+
+fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
+    let started = Instant::now();
+    let (stats, bytes) = write_capture(path, |emit| {
+        traffic::generate(target, mcp_share, seed, emit)
+    });
     let total = (stats.mcp_bytes + stats.bulk_bytes).max(1);
     println!(
         "gen_capture: wrote {} ({} bytes, {} packets, {:.1}% MCP bytes, {} MCP sessions ({} incident), {} tools/call, {} bulk flows) in {:.1} s",
@@ -174,26 +186,7 @@ fn generate(path: &Path, target: u64, mcp_share: f64, seed: u64) {
 
 fn generate_flood(path: &Path, flows: u64, sessions: u64, seed: u64) {
     let started = Instant::now();
-    let tmp = path.with_extension("pcap.tmp");
-    let file = File::create(&tmp).unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
-    let mut w = PcapWriter::new(BufWriter::with_capacity(8 << 20, file)).expect("pcap header");
-    let mut err = None;
-    let stats = flood::generate(flows, sessions, seed, &mut |ts, frame| {
-        if err.is_none()
-            && let Err(e) = w.write(ts, frame)
-        {
-            err = Some(e);
-        }
-    });
-    if let Some(e) = err {
-        die(&format!("{}: {e}", tmp.display()));
-    }
-    let bytes = w.file_bytes;
-    let mut out = w.into_inner();
-    out.flush()
-        .unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
-    drop(out);
-    std::fs::rename(&tmp, path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+    let (stats, bytes) = write_capture(path, |emit| flood::generate(flows, sessions, seed, emit));
     println!(
         "gen_capture: wrote {} ({} bytes, {} packets, {} SYN flows, {} MCP sessions, faulty session {} in {} packets) in {:.1} s",
         path.display(),

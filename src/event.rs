@@ -25,28 +25,15 @@ impl Timestamp {
 
     /// RFC 3339, UTC, microseconds: `2026-11-30T17:25:46.123456Z`.
     pub fn rfc3339(self) -> String {
-        if let Some(b) = self.rfc3339_bytes() {
-            return String::from_utf8_lossy(&b).into_owned();
-        }
-        let secs = self.0.div_euclid(1_000_000_000);
-        let micros = self.0.rem_euclid(1_000_000_000) / 1000;
-        match time::OffsetDateTime::from_unix_timestamp(secs) {
-            Ok(t) => format!(
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-                t.year(),
-                u8::from(t.month()),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second(),
-                micros
-            ),
-            Err(_) => format!("@{}", self.0),
+        match self.rfc3339_bytes() {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            // Unreachable for nanoseconds in an i64 (years 1677 to 2262), kept total.
+            None => format!("@{}", self.0),
         }
     }
 
-    /// [`Timestamp::rfc3339`] in a fixed-size buffer, for years 0 to 9999: every event carries
-    /// one or two timestamps, and `format!` costs thousands of instructions each.
+    /// [`Timestamp::rfc3339`] in a fixed-size buffer: every event carries one or two
+    /// timestamps, and `format!` costs thousands of instructions each.
     fn rfc3339_bytes(self) -> Option<[u8; 27]> {
         let secs = self.0.div_euclid(1_000_000_000);
         let micros = self.0.rem_euclid(1_000_000_000) / 1000;

@@ -194,16 +194,20 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
         );
         writes.push(AppWrite::server(answer(VICTIM_SID, sse, &result)));
     };
-    if stage == 0 {
+    // initialize (on `reinit`, re-initialize) with these capabilities, then initialized.
+    let handshake = |writes: &mut Vec<AppWrite>,
+                     id: &mut u64,
+                     reinit: Option<&str>,
+                     client_caps: &str,
+                     server_tools: &str| {
         *id += 1;
-        let caps = r#"{"roots":{"listChanged":true},"sampling":{},"tools":{"streaming":true}}"#;
         writes.push(AppWrite::client(post(
-            &init_body(*id, caps, name, version),
-            None,
+            &init_body(*id, client_caps, name, version),
+            reinit,
             name,
             version,
         )));
-        let result = init_result(*id, r#"{"listChanged":true,"streaming":true}"#);
+        let result = init_result(*id, server_tools);
         writes.push(AppWrite::server(answer(VICTIM_SID, true, &result)));
         writes.push(AppWrite::client(post(
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
@@ -217,6 +221,15 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
             )
             .into_bytes(),
         ));
+    };
+    if stage == 0 {
+        handshake(
+            &mut writes,
+            id,
+            None,
+            r#"{"roots":{"listChanged":true},"sampling":{},"tools":{"streaming":true}}"#,
+            r#"{"listChanged":true,"streaming":true}"#,
+        );
         for _ in 0..2 {
             call(&mut writes, id, true, &mut rng);
         }
@@ -237,28 +250,13 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
         return Conn::new(client, server, &mut rng, writes).server_closes();
     }
     // Reconnect: re-initialize on the same session id with reset (narrower) capabilities.
-    *id += 1;
-    let caps = r#"{"roots":{"listChanged":true},"tools":{"streaming":false}}"#;
-    writes.push(AppWrite::client(post(
-        &init_body(*id, caps, name, version),
+    handshake(
+        &mut writes,
+        id,
         sid,
-        name,
-        version,
-    )));
-    let result = init_result(*id, r#"{"listChanged":true,"streaming":false}"#);
-    writes.push(AppWrite::server(answer(VICTIM_SID, true, &result)));
-    writes.push(AppWrite::client(post(
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        sid,
-        name,
-        version,
-    )));
-    writes.push(AppWrite::server(
-        format!(
-            "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nMcp-Session-Id: {VICTIM_SID}\r\nContent-Length: 0\r\n\r\n"
-        )
-        .into_bytes(),
-    ));
+        r#"{"roots":{"listChanged":true},"tools":{"streaming":false}}"#,
+        r#"{"listChanged":true,"streaming":false}"#,
+    );
     for _ in 0..2 {
         call(&mut writes, id, false, &mut rng);
     }
