@@ -196,6 +196,18 @@ impl SseParser {
         discarded
     }
 
+    /// About `expected` more bytes of the stream are announced (the rest of an HTTP chunk):
+    /// if they continue a data line being streamed, make room for them in the event's buffer
+    /// (within the event size cap) instead of regrowing it as they come.
+    pub fn reserve_hint(&mut self, expected: usize) {
+        if self.data_line.is_some() {
+            let room = self
+                .max_event_bytes
+                .saturating_sub(self.block.buffered_bytes());
+            crate::http::grow_for(&mut self.block.data, expected.min(room));
+        }
+    }
+
     /// Buffer capacity held while idle between streams (see [`SseParser::recycle`]).
     pub fn retained_bytes(&self) -> usize {
         self.partial_line.capacity() + self.block.data.capacity()
@@ -796,6 +808,24 @@ mod tests {
         assert_eq!(overflows, 1);
         assert_eq!(dispatched, 4);
         assert_eq!(capped.len(), 8);
+    }
+
+    #[test]
+    fn reserve_hint_makes_room_for_a_streamed_data_line_within_the_cap() {
+        let mut p = SseParser::new(1000);
+        let mut out = Vec::new();
+        p.reserve_hint(500);
+        assert_eq!(p.retained_bytes(), 0, "no data line yet: nothing reserved");
+        p.push(b"data: {\"a\":", &mut out);
+        p.reserve_hint(500);
+        assert!(p.block.data.capacity() >= p.block.data.len() + 500);
+        p.reserve_hint(1 << 30);
+        assert!(
+            p.block.data.capacity() <= 2 * 1000,
+            "capped by the event size"
+        );
+        p.push(b"1}\n\n", &mut out);
+        assert_eq!(out, vec![SseItem::Event(event("{\"a\":1}"))]);
     }
 
     #[test]

@@ -153,6 +153,14 @@ impl ChunkedDecoder {
         self.state == State::Done
     }
 
+    /// Data bytes still to come in the current chunk (0 between chunks).
+    pub fn chunk_remaining(&self) -> u64 {
+        match self.state {
+            State::Data { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
     /// Total body (de-chunked) bytes delivered so far.
     pub fn body_bytes(&self) -> u64 {
         self.body_bytes

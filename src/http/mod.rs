@@ -157,6 +157,40 @@ enum Sink {
     Sse(Box<SseParser>),
 }
 
+/// Makes room for `additional` more bytes, at least doubling (amortised like `Vec::reserve`).
+/// Unlike `Vec::reserve`, which reallocates and so may copy the whole old allocation, this
+/// copies only the bytes held.
+pub(crate) fn grow_for(buf: &mut Vec<u8>, additional: usize) {
+    if buf.capacity() - buf.len() >= additional {
+        return;
+    }
+    let size = buf
+        .len()
+        .saturating_add(additional)
+        .max(buf.capacity().saturating_mul(2));
+    let mut grown = Vec::with_capacity(size);
+    grown.extend_from_slice(buf);
+    *buf = grown;
+}
+
+/// Most bytes reserved ahead for the rest of a message or chunk the framing announces.
+/// Reservations are address space until the bytes arrive; the cap bounds what a false claim
+/// can reserve.
+const MAX_RESERVE_HINT: u64 = 1 << 20;
+
+impl Sink {
+    /// The framing says `expected` more bytes of this body (or chunk) are coming: make room
+    /// now, so a body or event arriving in many segments is not regrown and recopied.
+    fn reserve_hint(&mut self, expected: u64, max_message: usize) {
+        let expected = expected.min(MAX_RESERVE_HINT) as usize;
+        match self {
+            Sink::Discard => {}
+            Sink::Json(buf) => grow_for(buf, expected.min(max_message.saturating_sub(buf.len()))),
+            Sink::Sse(parser) => parser.reserve_hint(expected),
+        }
+    }
+}
+
 // One per half-connection and replaced in place, so the size gap costs nothing worth a Box.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
@@ -667,6 +701,12 @@ impl Connection {
         if too_large {
             out.push(HttpEvent::Error(HttpError::MessageTooLarge));
         }
+        let expected = match framing {
+            Framing::Length(remaining) => *remaining,
+            Framing::Chunked(decoder) => decoder.chunk_remaining(),
+            Framing::None | Framing::UntilClose => 0,
+        };
+        sink.reserve_hint(expected, max_message);
         let (used, end) = match progress {
             Ok((used, true)) => (used, BodyEnd::Complete),
             Ok((used, false)) => return used,

@@ -293,3 +293,18 @@ fn a_non_http_start_is_ignored_however_it_is_segmented() {
         );
     }
 }
+
+#[test]
+fn grow_for_keeps_bytes_and_amortises() {
+    let mut buf = Vec::with_capacity(8);
+    buf.extend_from_slice(b"abcdef");
+    grow_for(&mut buf, 2);
+    assert_eq!(buf.capacity(), 8, "room enough: untouched");
+    grow_for(&mut buf, 100);
+    assert_eq!(buf, b"abcdef");
+    assert!(buf.capacity() >= 106);
+    let cap = buf.capacity();
+    let more = cap - buf.len() + 1;
+    grow_for(&mut buf, more);
+    assert!(buf.capacity() >= 2 * cap, "at least doubles");
+}

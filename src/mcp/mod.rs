@@ -643,10 +643,12 @@ impl Tracker {
         let req_ts = ex.ts;
         let client = ex.client;
         let accept = ex.head.accept.clone();
-        let origin = ex.origin();
+        let protocol_version = ex.head.protocol_version.clone();
+        // The whole request side is only needed for a handshake.
+        let origin = (method == "initialize").then(|| ex.origin());
         let sid = ex.session_id.clone();
 
-        if method == "initialize" {
+        if let Some(origin) = &origin {
             let result = result.as_ref().map(|r| {
                 r.initialize_value().unwrap_or_else(|e| {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
@@ -660,7 +662,7 @@ impl Tracker {
                 error: error.as_ref(),
                 status,
             };
-            self.on_handshake(ts, &origin, init_params, answer, out);
+            self.on_handshake(ts, origin, init_params, answer, out);
         }
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
@@ -673,7 +675,7 @@ impl Tracker {
             method: method.clone(),
             request_id: id.to_value(),
             tool: tool.clone(),
-            protocol_version: origin.head.protocol_version.clone(),
+            protocol_version,
             http_status: status,
             media_type: media_label(mt.as_deref()),
             sse_events,
