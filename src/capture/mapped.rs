@@ -116,6 +116,25 @@ impl MappedReader {
         Ok(())
     }
 
+    /// The next classic pcap record, if it lies wholly in the current window: the common case,
+    /// without the block wrapping of the general `next`/`consume` protocol. `None` leaves the
+    /// reader untouched for the general path (file header not yet handed out, pcapng, a record
+    /// cut by the window or the file, a malformed record).
+    pub(super) fn next_legacy_record(&mut self) -> Option<LegacyPcapBlock<'_>> {
+        let Format::Legacy { parse, .. } = &self.format else {
+            return None;
+        };
+        if self.consumed == 0 {
+            return None;
+        }
+        let data = self.map.as_ref()?.get(self.pos..)?;
+        let (rest, block) = parse(data).ok()?;
+        let used = data.len() - rest.len();
+        self.pos += used;
+        self.consumed += used;
+        Some(block)
+    }
+
     fn window_end(&self) -> u64 {
         self.map_start + self.map.as_ref().map_or(0, |m| m.len() as u64)
     }

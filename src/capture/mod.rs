@@ -20,8 +20,8 @@ mod mapped;
 use mapped::MappedReader;
 use pcap_parser::traits::{PcapNGPacketBlock, PcapReaderIterator};
 use pcap_parser::{
-    Block, EnhancedPacketBlock, InterfaceDescriptionBlock, LegacyPcapReader, OptionCode,
-    PcapBlockOwned, PcapError, PcapNGReader, SimplePacketBlock, UnknownBlock,
+    Block, EnhancedPacketBlock, InterfaceDescriptionBlock, LegacyPcapBlock, LegacyPcapReader,
+    OptionCode, PcapBlockOwned, PcapError, PcapNGReader, SimplePacketBlock, UnknownBlock,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -415,6 +415,22 @@ struct LegacyInfo {
     record_header: usize,
 }
 
+impl LegacyInfo {
+    /// Delivers a classic pcap record as a packet; returns its timestamp.
+    fn packet(&self, b: &LegacyPcapBlock<'_>, on_packet: &mut dyn FnMut(RawPacket<'_>)) -> i64 {
+        let frac = i64::from(b.ts_usec);
+        let frac = if self.nanos { frac } else { frac * 1000 };
+        let ts = i64::from(b.ts_sec) * NANOS_PER_SEC + frac;
+        on_packet(RawPacket {
+            ts_nanos: ts,
+            linktype: self.linktype,
+            data: b.data,
+            orig_len: b.origlen,
+        });
+        ts
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Interface {
     linktype: u32,
@@ -473,10 +489,25 @@ struct State {
     warnings: Vec<String>,
 }
 
+/// A mapped file is kept as its concrete type for the fast path in `next_packet`.
+enum Reader {
+    Mapped(MappedReader),
+    Stream(Box<dyn PcapReaderIterator>),
+}
+
+impl Reader {
+    fn iter(&mut self) -> &mut dyn PcapReaderIterator {
+        match self {
+            Reader::Mapped(m) => m,
+            Reader::Stream(s) => s.as_mut(),
+        }
+    }
+}
+
 struct FileReader {
     state: State,
     /// `None` once the file is finished.
-    reader: Option<Box<dyn PcapReaderIterator>>,
+    reader: Option<Reader>,
     last_error: Rc<Cell<Option<io::Error>>>,
     capacity: usize,
     max_record: usize,
@@ -566,9 +597,9 @@ impl FileReader {
         if is_pcapng {
             file.state.format = Format::Ng(NgInfo::default());
         }
-        let reader: Result<Box<dyn PcapReaderIterator>, _> = match inner {
+        let reader: Result<Reader, _> = match inner {
             InputData::File(f, len) => {
-                MappedReader::open(f, len, file.capacity, is_pcapng).map(|r| Box::new(r) as _)
+                MappedReader::open(f, len, file.capacity, is_pcapng).map(Reader::Mapped)
             }
             InputData::Stream(inner) => {
                 let source = Source {
@@ -578,9 +609,10 @@ impl FileReader {
                     last_error: Rc::clone(&file.last_error),
                 };
                 if is_pcapng {
-                    PcapNGReader::new(file.capacity, source).map(|r| Box::new(r) as _)
+                    PcapNGReader::new(file.capacity, source).map(|r| Reader::Stream(Box::new(r)))
                 } else {
-                    LegacyPcapReader::new(file.capacity, source).map(|r| Box::new(r) as _)
+                    LegacyPcapReader::new(file.capacity, source)
+                        .map(|r| Reader::Stream(Box::new(r)))
                 }
             }
         };
@@ -603,9 +635,18 @@ impl FileReader {
         &mut self,
         on_packet: &mut dyn FnMut(RawPacket<'_>),
     ) -> Result<bool, CaptureError> {
+        // Fast path: a classic pcap record wholly inside the mapped window. Anything else (the
+        // file header, a record cut by the window or the file, an error) takes the general path.
+        if let Some(Reader::Mapped(mapped)) = self.reader.as_mut()
+            && let Format::Legacy(Some(info)) = &self.state.format
+            && let Some(block) = mapped.next_legacy_record()
+        {
+            self.state.last_ts = info.packet(&block, on_packet);
+            return Ok(true);
+        }
         let mut stalled = 0u32;
         loop {
-            let Some(reader) = self.reader.as_mut() else {
+            let Some(reader) = self.reader.as_mut().map(Reader::iter) else {
                 return Ok(false);
             };
             let offset = reader.consumed() as u64;
@@ -659,7 +700,7 @@ impl FileReader {
                 Step::NeedData => {
                     let before = reader.data().len();
                     self.make_room(offset)?;
-                    let Some(reader) = self.reader.as_mut() else {
+                    let Some(reader) = self.reader.as_mut().map(Reader::iter) else {
                         return Ok(false);
                     };
                     if reader.refill().is_err() {
@@ -689,7 +730,7 @@ impl FileReader {
     /// Before a refill: make sure the pending record can fit in the buffer,
     /// and reject records that are absurdly large or self-inconsistent.
     fn make_room(&mut self, offset: u64) -> Result<(), CaptureError> {
-        let Some(reader) = self.reader.as_mut() else {
+        let Some(reader) = self.reader.as_mut().map(Reader::iter) else {
             return Ok(());
         };
         let have = reader.data().len();
@@ -892,16 +933,7 @@ impl State {
                 let Format::Legacy(Some(info)) = &self.format else {
                     return Err("packet record before file header".to_string());
                 };
-                let frac = i64::from(b.ts_usec);
-                let frac = if info.nanos { frac } else { frac * 1000 };
-                let ts = i64::from(b.ts_sec) * NANOS_PER_SEC + frac;
-                self.last_ts = ts;
-                on_packet(RawPacket {
-                    ts_nanos: ts,
-                    linktype: info.linktype,
-                    data: b.data,
-                    orig_len: b.origlen,
-                });
+                self.last_ts = info.packet(&b, on_packet);
                 Ok(true)
             }
             PcapBlockOwned::NG(block) => self.handle_ng(block, on_packet),
