@@ -801,11 +801,12 @@ impl Tracker {
             self.recharge(&key, ts, out);
         }
         let lineage_window = self.limits.lineage_window_ns;
+        let client_info_text = compact_json(&client_info);
         let predecessor = if accepted && reinit_of.is_none() {
             self.find_predecessor(
                 ex.server,
                 ex.client.ip(),
-                &compact_json(&client_info),
+                &client_info_text,
                 &sid,
                 ts,
                 lineage_window,
@@ -820,7 +821,7 @@ impl Tracker {
         session.handshakes += 1;
         hs.seq = session.handshakes;
         if !client_info.is_null() {
-            session.client_info = compact_json(&client_info);
+            session.client_info = client_info_text;
         }
         let mut alerts = Vec::new();
         match (&session.baseline, accepted) {
