@@ -1528,6 +1528,54 @@ mod tests {
         }
     }
 
+    /// Windows of the real size start on huge-page boundaries, so every window after the
+    /// first begins some way before the first unconsumed record: records straddling window
+    /// and huge-page boundaries, and files cut anywhere near one, read as streamed.
+    #[test]
+    fn huge_page_aligned_windows_read_exactly_like_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [1usize, 60, 1514, 9000, 65_535, 333, 4093];
+        let payloads: Vec<Vec<u8>> = (0..1_500)
+            .map(|i| frame(i as u8, sizes[i % sizes.len()]))
+            .collect();
+        let records: Vec<(u32, u32, &[u8], u32)> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u32, 0, p.as_slice(), p.len() as u32))
+            .collect();
+        let bytes = pcap(false, false, 1, &records);
+        assert!(
+            bytes.len() > 3 * SINGLE_FILE_BUFFER,
+            "spans several windows"
+        );
+        let limits = || Limits {
+            initial: SINGLE_FILE_BUFFER,
+            max_record: MAX_RECORD,
+        };
+        let huge = mapped::HUGE_PAGE;
+        for cut in [
+            bytes.len(),
+            bytes.len() - 1,
+            SINGLE_FILE_BUFFER + 5,
+            2 * huge + 17,
+            3 * huge - 3,
+            2 * SINGLE_FILE_BUFFER + huge / 2,
+        ] {
+            let part = &bytes[..cut];
+            let stream = Input {
+                name: "c".into(),
+                data: InputData::Stream(Box::new(io::Cursor::new(part.to_vec()))),
+            };
+            let streamed = outcome(run_inputs(vec![stream], limits()));
+            let name = format!("h{cut}");
+            let mut via_map = outcome(run_inputs(vec![mapped(dir.path(), &name, part)], limits()));
+            if let Ok((t, _)) = &mut via_map.1 {
+                t.iter_mut().for_each(|t| t.path = "c".into());
+            }
+            assert_eq!(via_map, streamed, "cut {cut}");
+        }
+    }
+
     #[test]
     fn mapped_record_larger_than_the_window_grows_it() {
         let dir = tempfile::tempdir().unwrap();
