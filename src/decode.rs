@@ -212,11 +212,70 @@ fn decode_loopback(frame: &[u8]) -> Decoded<'_> {
     }
 }
 
+/// IPv4/IPv6 down to TCP: the plain IPv4 case inline, everything else through etherparse.
+fn decode_ip(packet: &[u8]) -> Decoded<'_> {
+    match plain_ipv4_tcp(packet) {
+        Some(seg) => Decoded::Tcp(seg),
+        None => decode_ip_general(packet),
+    }
+}
+
+/// The case nearly every packet is: IPv4 without options, wholly inside the frame, not a
+/// fragment, carrying a well-formed TCP header. It costs a few loads here against a few hundred
+/// instructions for etherparse's general slicing, which is most of the per-packet cost of
+/// skipping bulk traffic. Anything else (options, IPv6, truncation, odd lengths) returns `None`
+/// for the general path; a property test checks that the two agree on every input this
+/// accepts.
+#[inline]
+fn plain_ipv4_tcp(packet: &[u8]) -> Option<TcpSegment<'_>> {
+    const IPV4_NO_OPTIONS: u8 = 0x45;
+    const PROTO_TCP: u8 = 6;
+    const MORE_FRAGMENTS_AND_OFFSET: u16 = 0x3fff;
+    let ip: &[u8; 20] = packet.get(..20)?.try_into().ok()?;
+    if ip[0] != IPV4_NO_OPTIONS || ip[9] != PROTO_TCP {
+        return None;
+    }
+    if u16::from_be_bytes([ip[6], ip[7]]) & MORE_FRAGMENTS_AND_OFFSET != 0 {
+        return None;
+    }
+    let total_len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let tcp = packet.get(20..total_len)?;
+    let header: &[u8; 20] = tcp.get(..20)?.try_into().ok()?;
+    let data_offset = usize::from(header[12] >> 4) * 4;
+    if data_offset < 20 {
+        return None;
+    }
+    let payload = tcp.get(data_offset..)?;
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let flags = header[13];
+    Some(TcpSegment {
+        src: SocketAddr::from((
+            [ip[12], ip[13], ip[14], ip[15]],
+            u16::from_be_bytes([header[0], header[1]]),
+        )),
+        dst: SocketAddr::from((
+            [ip[16], ip[17], ip[18], ip[19]],
+            u16::from_be_bytes([header[2], header[3]]),
+        )),
+        seq: be32(4),
+        ack: be32(8),
+        flags: TcpFlags {
+            syn: flags & 0x02 != 0,
+            ack: flags & 0x10 != 0,
+            fin: flags & 0x01 != 0,
+            rst: flags & 0x04 != 0,
+        },
+        payload,
+    })
+}
+
 /// IPv4/IPv6 (with extension headers) and TCP, via etherparse's lax slicing:
 /// the IP length field bounds the payload when the frame holds all of it
 /// (dropping link padding / FCS), and the captured bytes are used when the
 /// frame was cut short.
-fn decode_ip(packet: &[u8]) -> Decoded<'_> {
+fn decode_ip_general(packet: &[u8]) -> Decoded<'_> {
     let Ok((ip, ext_error)) = LaxIpSlice::from_slice(packet) else {
         return Decoded::Skipped(SkipReason::Malformed);
     };
@@ -724,6 +783,70 @@ mod tests {
         assert!(!is_supported_link(105));
         for lt in [0, 1, 12, 14, 101, 108, 113, 228, 229, 276] {
             assert!(is_supported_link(lt), "{lt}");
+        }
+    }
+
+    /// Valid IPv4/TCP packets of all shapes, then mutated: header bytes rewritten at random,
+    /// cut short, padded.
+    fn ipv4_packets() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        (
+            any::<[u8; 4]>(),
+            any::<[u8; 4]>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u8>(), 0..64),
+            proptest::collection::vec((0usize..60, any::<u8>()), 0..4),
+            proptest::option::of(0usize..80),
+            0usize..8,
+        )
+            .prop_map(|(src, dst, sp, dp, seq, payload, edits, cut, pad)| {
+                let mut v = Vec::new();
+                PacketBuilder::ipv4(src, dst, 64)
+                    .tcp(sp, dp, seq, 512)
+                    .ack(seq ^ 0x5555)
+                    .write(&mut v, &payload)
+                    .unwrap();
+                for (at, byte) in edits {
+                    if let Some(b) = v.get_mut(at) {
+                        *b = byte;
+                    }
+                }
+                v.truncate(v.len().saturating_sub(cut.unwrap_or(0)));
+                v.extend(std::iter::repeat_n(0xee, pad));
+                v
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        #[test]
+        fn plain_ipv4_fast_path_agrees_with_etherparse(packet in ipv4_packets()) {
+            if let Some(seg) = plain_ipv4_tcp(&packet) {
+                proptest::prop_assert_eq!(Decoded::Tcp(seg), decode_ip_general(&packet));
+            }
+        }
+    }
+
+    #[test]
+    fn plain_ipv4_fast_path_takes_the_common_case_only() {
+        let plain = ipv4_tcp();
+        assert_eq!(
+            plain_ipv4_tcp(&plain).map(Decoded::Tcp),
+            Some(decode_ip_general(&plain))
+        );
+        let mut padded = plain.clone();
+        padded.extend_from_slice(&[0; 6]); // Ethernet minimum-size padding
+        assert_eq!(plain_ipv4_tcp(&padded).map(|s| s.payload), Some(PAYLOAD));
+        let mut fragment = plain.clone();
+        fragment[6] |= 0x20; // more fragments
+        let mut cut = plain.clone();
+        cut.pop();
+        let mut options = plain.clone();
+        options[0] = 0x46;
+        for other in [fragment, cut, options, ipv6_tcp()] {
+            assert!(plain_ipv4_tcp(&other).is_none());
         }
     }
 
