@@ -3,14 +3,14 @@
 //!
 //! serde_json validates every string byte by byte (eight at a time) to find where a value
 //! ends; a tool result is mostly one long string, so that scan dominated the whole pipeline.
-//! Here a string's end is found with `memchr2` (the quote or an escape), and containers by
+//! Here a string's end is found with `memchr` (the next quote, escaped or not), and containers by
 //! counting brackets outside strings. Only the small members MCP reads are then given to
 //! serde_json. The text inside skipped values is not checked: a monitor only needs to know
 //! where they end.
 //!
 //! Iterative, so nesting depth costs no stack; every index is bounds-checked.
 
-use memchr::memchr2;
+use memchr::memchr;
 
 /// Members of the object `text` as (raw key with its quotes, raw value), in order.
 /// `None` if `text` is not one well-formed object at the top level.
@@ -85,17 +85,26 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// `b[i]` is the opening quote; returns the index just past the closing one.
+///
+/// Searches for quotes only: text is full of escapes (`\n`, `\"` in embedded JSON) but has
+/// few quotes, so stopping at every escape made a search per line of a tool result. A quote
+/// preceded by an odd run of backslashes is escaped; each run is counted once, so the scan stays
+/// linear.
 fn skip_string(b: &[u8], i: usize) -> Option<usize> {
-    let mut pos = i + 1;
+    let body = i + 1;
+    let mut pos = body;
     loop {
-        let rest = b.get(pos..)?;
-        let found = memchr2(b'"', b'\\', rest)?;
-        let at = pos + found;
-        if b.get(at) == Some(&b'"') {
+        let at = pos + memchr(b'"', b.get(pos..)?)?;
+        let backslashes = b
+            .get(body..at)?
+            .iter()
+            .rev()
+            .take_while(|&&c| c == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
             return Some(at + 1);
         }
-        // An escape: the next byte is escaped whatever it is (`\uXXXX` has no quote in it).
-        pos = at + 2;
+        pos = at + 1;
     }
 }
 
