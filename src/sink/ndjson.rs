@@ -5,16 +5,31 @@ use std::io::{self, Write};
 
 pub struct NdjsonWriter<W: Write> {
     out: W,
+    /// One event is serialised here, then written with one call: serde_json writes each
+    /// punctuation mark and field separately, and a `BufWriter` call per fragment cost more than
+    /// the formatting itself.
+    line: Vec<u8>,
 }
+
+/// Keep the line buffer after a very large event only up to this size.
+const LINE_BUFFER_KEEP: usize = 64 << 10;
 
 impl<W: Write> NdjsonWriter<W> {
     pub fn new(out: W) -> Self {
-        NdjsonWriter { out }
+        NdjsonWriter {
+            out,
+            line: Vec::with_capacity(1024),
+        }
     }
 
     pub fn write(&mut self, event: &Event) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, event)?;
-        self.out.write_all(b"\n")
+        self.line.clear();
+        if self.line.capacity() > LINE_BUFFER_KEEP {
+            self.line.shrink_to(LINE_BUFFER_KEEP);
+        }
+        serde_json::to_writer(&mut self.line, event)?;
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
