@@ -459,12 +459,17 @@ impl SseParser {
 /// decoding the whole stream first (as the spec does), because invalid
 /// sequences never swallow the ASCII delimiters (':', CR, LF).
 fn into_string(bytes: Vec<u8>) -> String {
-    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    // simdutf8 validates several times faster than std; this is one pass over every SSE body.
+    if simdutf8::basic::from_utf8(&bytes).is_ok() {
+        // SAFETY: validated as UTF-8 just above.
+        return unsafe { String::from_utf8_unchecked(bytes) };
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn lossy(bytes: &[u8]) -> String {
     // Valid UTF-8 is the norm: check it with the fast validator, fall back to lossy.
-    match std::str::from_utf8(bytes) {
+    match simdutf8::basic::from_utf8(bytes) {
         Ok(s) => s.to_owned(),
         Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }

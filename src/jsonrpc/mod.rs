@@ -257,7 +257,8 @@ struct ErrorObject<'a> {
 /// Parses a body or SSE `data` payload: one message or a batch. Elements of a batch that are
 /// not JSON-RPC are skipped; the whole payload is an error only if nothing in it is.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Message<'_>>, ParseError> {
-    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::InvalidJson)?;
+    // simdutf8: the whole body is validated here, the one pass over it besides the skim.
+    let text = simdutf8::basic::from_utf8(bytes).map_err(|_| ParseError::InvalidJson)?;
     parse_str(text)
 }
 
