@@ -4,7 +4,6 @@
 //! and the per-session [`ModeTracker`] decide whether that is an alert.
 
 use crate::event::{DivergenceReason, EmptyReason};
-use std::collections::HashMap;
 
 /// How one 2xx answer to a request was delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +75,8 @@ pub struct DivergenceFinding {
 /// Per-session record of how the server answers each method.
 #[derive(Debug, Default, Clone)]
 pub struct ModeTracker {
-    methods: HashMap<String, MethodState>,
+    /// A handful of methods per session: a linear search beats hashing the name.
+    methods: Vec<(Box<str>, MethodState)>,
 }
 
 /// Bound on distinct methods tracked per session (method names come from the wire).
@@ -93,16 +93,19 @@ impl ModeTracker {
         streaming_negotiated: bool,
         accept: Option<&str>,
     ) -> Vec<DivergenceFinding> {
-        if !self.methods.contains_key(method) && self.methods.len() >= MAX_METHODS {
-            return Vec::new();
-        }
-        let state = self
-            .methods
-            .entry(method.to_string())
-            .or_insert(MethodState {
-                modes: SSE | JSON | AUTO,
-                alerted: Vec::new(),
-            });
+        let at = match self.methods.iter().position(|(m, _)| **m == *method) {
+            Some(at) => at,
+            None if self.methods.len() >= MAX_METHODS => return Vec::new(),
+            None => {
+                let fresh = MethodState {
+                    modes: SSE | JSON | AUTO,
+                    alerted: Vec::new(),
+                };
+                self.methods.push((method.into(), fresh));
+                self.methods.len() - 1
+            }
+        };
+        let state = &mut self.methods[at].1;
         let mut found = Vec::new();
         let remaining = state.modes & shape.fits();
         if remaining == 0 {

@@ -971,16 +971,24 @@ impl Tracker {
             BodyEnd::ServerClosed => Some(StreamEnd::ServerClosed),
             _ => None,
         };
-        let origin = ex.origin();
+        // Only an unanswered initialize needs the request side (copying it is most of the work).
+        let origin = ex
+            .requests
+            .iter()
+            .any(|r| !r.answered && r.method == "initialize")
+            .then(|| ex.origin());
         for r in ex.requests.iter().filter(|r| !r.answered) {
-            if r.method == "initialize" && ended_by.is_some() {
+            if let Some(origin) = &origin
+                && r.method == "initialize"
+                && ended_by.is_some()
+            {
                 // An initialize refused at the HTTP level (4xx/5xx without a JSON-RPC error).
                 let answer = Answer {
                     result: None,
                     error: None,
                     status,
                 };
-                self.on_handshake(ts, &origin, r.init_params.clone(), answer, out);
+                self.on_handshake(ts, origin, r.init_params.clone(), answer, out);
             }
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {
                 ts: ex.ts,
