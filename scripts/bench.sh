@@ -18,7 +18,7 @@
 #   scripts/bench.sh --flood         # only the full-scale flood check (scripts/flood.sh): 1M SYN
 #                                    # flows + 100k session ids, default limits, asserts peak RSS,
 #                                    # evictions and the faulty session's alerts (~3 min)
-#   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 3),
+#   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 5),
 #            --keep-cache (time the captures in the page cache as found; see "page cache" below)
 #
 # Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
@@ -34,7 +34,7 @@ TSHARK=1
 FLOOD=0
 KEEP_CACHE=0
 SEED=1
-RUNS=3
+RUNS=5
 DATA="$ROOT/target/bench-data"
 while [ $# -gt 0 ]; do
   case "$1" in
