@@ -24,6 +24,8 @@
 # Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
 # The captures are never committed: they live under target/ (ignored by git).
 set -euo pipefail
+# $EPOCHREALTIME and awk must agree on the decimal point.
+export LC_ALL=C
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -112,24 +114,22 @@ done
 # Replay is timed with the capture in the page cache, but in which state depends on history:
 # read from disk (readahead caches a file in huge folios on recent kernels, mapped by mcptap a
 # huge page per fault) or left by the generator's writes and later memory pressure (often 4 KiB
-# pages: ~16x the page faults, 0.1-0.25 s more per GB). So each capture is first evicted and
-# read back once, as a capture copied from a sensor is, and every run starts from that same
-# state. --keep-cache skips this and measures the cache as found.
-if [ "$KEEP_CACHE" = 0 ]; then
-  echo
-  echo "== page cache: evicting and re-reading each capture once =="
-  for f in "$MIXED" "$MCP"; do
-    sync "$f"
-    python3 -c 'import os, sys
+# pages: ~4x the page faults, 0.1-0.25 s more per GB). So just before its timed runs, each
+# capture is evicted and read back once, as a capture copied from a sensor is, and every run
+# starts from that same state. --keep-cache skips this and measures the cache as found.
+recache() { # FILE
+  [ "$KEEP_CACHE" = 1 ] && return 0
+  sync "$1"
+  python3 -c 'import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-os.close(fd)' "$f"
-    t0="$EPOCHREALTIME"; cat "$f" > /dev/null; t1="$EPOCHREALTIME"
-    awk -v a="$t0" -v b="$t1" -v n="$(basename "$f")" -v s="$(stat -c %s "$f")" \
-      'BEGIN{printf "%s: read back in %.2f s (%.0f MB/s from disk)\n", n, b-a, s/1e6/(b-a)}'
-  done
-fi
-awk '/^FileHugePages/{printf "page cache held in huge pages (whole machine): %.0f MiB\n", $2/1024}' /proc/meminfo
+os.close(fd)' "$1"
+  local t0 t1
+  t0="$EPOCHREALTIME"; cat "$1" > /dev/null; t1="$EPOCHREALTIME"
+  awk -v a="$t0" -v b="$t1" -v s="$(stat -c %s "$1")" \
+    'BEGIN{d = b - a; if (d <= 0) d = 1e-6; printf "page cache: evicted and read back in %.2f s (%.0f MB/s from disk); ", d, s/1e6/d}'
+  awk '/^FileHugePages/{printf "%.0f MiB of the page cache in huge pages\n", $2/1024}' /proc/meminfo
+}
 
 # ------------------------------------------------------------------ measurements
 # run_timed OUT_PREFIX CMD...: runs CMD under /usr/bin/time -v; stdout to OUT_PREFIX.out,
@@ -162,6 +162,7 @@ for name in mixed mcp; do
   size="$(stat -c %s "$file")"
   echo
   echo "== $name: $(basename "$file") =="
+  recache "$file"
   walls=(); cpus=(); rss_max=0
   for i in $(seq 1 "$RUNS"); do
     read -r wall rss cpu < <(run_timed "$WORK/mcptap-$name-$i" "$BIN" replay "$file" --events /dev/null)

@@ -51,6 +51,10 @@ pub(super) struct MappedReader {
     map_start: u64,
     /// Offset in `map` of the first unconsumed byte.
     pos: usize,
+    /// Offset in `map` where the bytes handed to the parsers end: at most `window` bytes past
+    /// the refill's start, like a stream reader's buffer, so every record-size limit applies
+    /// the same way. The mapping itself may reach further, to a huge-page boundary.
+    end: usize,
     consumed: usize,
     /// Bytes mapped past the first unconsumed byte on refill (at least; full-size windows are
     /// widened to huge-page boundaries); grown for records larger than a window.
@@ -74,6 +78,7 @@ impl MappedReader {
             map: None,
             map_start: 0,
             pos: 0,
+            end: 0,
             consumed: 0,
             window: window.max(1),
             format,
@@ -121,6 +126,7 @@ impl MappedReader {
         let len = (self.file_len - base).min(want as u64) as usize;
         self.map_start = base;
         self.pos = lead;
+        self.end = len.min(lead.saturating_add(self.window));
         if len == lead {
             return Ok(());
         }
@@ -131,6 +137,7 @@ impl MappedReader {
         // Best effort: read ahead aggressively, drop pages behind us early, map huge folios
         // whole.
         let _ = map.advise(Advice::Sequential);
+        #[cfg(target_os = "linux")]
         let _ = map.advise(Advice::HugePage);
         self.map = Some(map);
         Ok(())
@@ -147,7 +154,7 @@ impl MappedReader {
         if self.consumed == 0 {
             return None;
         }
-        let data = self.map.as_ref()?.get(self.pos..)?;
+        let data = self.map.as_ref()?.get(self.pos..self.end)?;
         let (rest, block) = parse(data).ok()?;
         let used = data.len() - rest.len();
         self.pos += used;
@@ -156,8 +163,9 @@ impl MappedReader {
         Some(block)
     }
 
+    /// File offset just past the bytes handed to the parsers.
     fn window_end(&self) -> u64 {
-        self.map_start + self.map.as_ref().map_or(0, |m| m.len() as u64)
+        self.map_start + self.map.as_ref().map_or(self.pos, |_| self.end) as u64
     }
 }
 
@@ -179,7 +187,7 @@ impl PcapReaderIterator for MappedReader {
         let exhausted = self.reader_exhausted();
         let window = self.window;
         let data = match &self.map {
-            Some(map) => map.get(self.pos..).unwrap_or_default(),
+            Some(map) => map.get(self.pos..self.end).unwrap_or_default(),
             None => &[],
         };
         if data.is_empty() && exhausted {
@@ -249,7 +257,7 @@ impl PcapReaderIterator for MappedReader {
 
     fn data(&self) -> &[u8] {
         match &self.map {
-            Some(map) => map.get(self.pos..).unwrap_or_default(),
+            Some(map) => map.get(self.pos..self.end).unwrap_or_default(),
             None => &[],
         }
     }

@@ -1576,6 +1576,42 @@ mod tests {
         }
     }
 
+    /// A window grown for a large record is still widened to a huge-page boundary; the bytes
+    /// past the window must stay out of the parsers' reach, or a record over the size limit
+    /// that lies there would be accepted where the stream reader refuses it.
+    #[test]
+    fn grown_aligned_windows_keep_the_record_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mib = 1 << 20;
+        let first = frame(1, 4 * mib + 600 * 1024);
+        let filler = frame(2, 1000);
+        let small = frame(3, 100);
+        let over = frame(4, 5 * mib + mib / 2);
+        // Fillers, then one sized so that the small record starts 50 bytes before 6 MiB and
+        // straddles it: the refill it causes maps up to 8 MiB past a 4 MiB base.
+        let fillers = (6 * mib - 50 - (24 + 16 + first.len())) / (16 + filler.len()) - 1;
+        let at = 24 + 16 + first.len() + fillers * (16 + filler.len());
+        let pad = frame(5, 6 * mib - 50 - at - 16);
+        let mut records: Vec<(u32, u32, &[u8], u32)> = vec![(1, 0, &first, first.len() as u32)];
+        records.extend((0..fillers).map(|_| (2, 0, filler.as_slice(), 1000)));
+        records.push((2, 0, &pad, pad.len() as u32));
+        records.push((3, 0, &small, 100));
+        records.push((4, 0, &over, over.len() as u32));
+        let bytes = pcap(false, false, 1, &records);
+        let limits = || Limits {
+            initial: 4 * mib,
+            max_record: 5 * mib,
+        };
+        let stream = Input {
+            name: "c".into(),
+            data: InputData::Stream(Box::new(io::Cursor::new(bytes.clone()))),
+        };
+        let streamed = outcome(run_inputs(vec![stream], limits()));
+        let via_map = outcome(run_inputs(vec![mapped(dir.path(), "c", &bytes)], limits()));
+        assert!(streamed.1.as_ref().is_err_and(|e| e.contains("over the")));
+        assert_eq!(via_map, streamed);
+    }
+
     #[test]
     fn mapped_record_larger_than_the_window_grows_it() {
         let dir = tempfile::tempdir().unwrap();
