@@ -11,6 +11,7 @@ pub mod chunked;
 use crate::sse::{SseItem, SseParser};
 use chunked::ChunkedDecoder;
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 
 /// Limits for one connection's parsing; all are counted when hit.
 #[derive(Debug, Clone, Copy)]
@@ -831,10 +832,13 @@ fn header_error(e: httparse::Error) -> bool {
 }
 
 fn parse_head(buf: &[u8]) -> HeadParse {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    // Left uninitialised: httparse writes only the headers it finds, and initialising all 96
+    // slots (3 KB) cost more than parsing a typical head.
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let config = httparse::ParserConfig::default();
     if buf.starts_with(b"HTTP/") {
-        let mut resp = httparse::Response::new(&mut headers);
-        match resp.parse(buf) {
+        let mut resp = httparse::Response::new(&mut []);
+        match config.parse_response_with_uninit_headers(&mut resp, buf, &mut headers) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
             Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
             Err(e) => HeadParse::Invalid {
@@ -865,8 +869,8 @@ fn parse_head(buf: &[u8]) -> HeadParse {
             }
         }
     } else {
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(buf) {
+        let mut req = httparse::Request::new(&mut []);
+        match config.parse_request_with_uninit_headers(&mut req, buf, &mut headers) {
             Ok(httparse::Status::Partial) => HeadParse::Partial,
             Err(httparse::Error::TooManyHeaders) => HeadParse::TooManyHeaders,
             Err(e) => HeadParse::Invalid {
