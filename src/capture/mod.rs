@@ -1349,6 +1349,15 @@ mod tests {
         }
     }
 
+    /// A stream that hands out as much as asked: the reference for large captures, where
+    /// `trickle` would take millions of reads.
+    fn in_memory(name: &str, data: Vec<u8>) -> Input {
+        Input {
+            name: name.to_string(),
+            data: InputData::Stream(Box::new(io::Cursor::new(data))),
+        }
+    }
+
     fn tiny() -> Limits {
         Limits {
             initial: 64,
@@ -1562,11 +1571,7 @@ mod tests {
             2 * SINGLE_FILE_BUFFER + huge / 2,
         ] {
             let part = &bytes[..cut];
-            let stream = Input {
-                name: "c".into(),
-                data: InputData::Stream(Box::new(io::Cursor::new(part.to_vec()))),
-            };
-            let streamed = outcome(run_inputs(vec![stream], limits()));
+            let streamed = outcome(run_inputs(vec![in_memory("c", part.to_vec())], limits()));
             let name = format!("h{cut}");
             let mut via_map = outcome(run_inputs(vec![mapped(dir.path(), &name, part)], limits()));
             if let Ok((t, _)) = &mut via_map.1 {
@@ -1602,11 +1607,7 @@ mod tests {
             initial: 4 * mib,
             max_record: 5 * mib,
         };
-        let stream = Input {
-            name: "c".into(),
-            data: InputData::Stream(Box::new(io::Cursor::new(bytes.clone()))),
-        };
-        let streamed = outcome(run_inputs(vec![stream], limits()));
+        let streamed = outcome(run_inputs(vec![in_memory("c", bytes.clone())], limits()));
         let via_map = outcome(run_inputs(vec![mapped(dir.path(), "c", &bytes)], limits()));
         assert!(streamed.1.as_ref().is_err_and(|e| e.contains("over the")));
         assert_eq!(via_map, streamed);
