@@ -11,9 +11,11 @@
 #            --preload (tcpreplay -K: capture loaded into RAM first; a faster sender)
 #            --keep (keep the temp dir with logs and events)
 #
-# Per run: start `mcptap run -i lo -f 'tcp and net 10.0.0.0/8'` (every frame of the reference
-# captures is TCP within 10/8, so mcptap counts exactly the replayed packets and no other
-# loopback traffic), wait for /readyz, run `tcpreplay --intf1=lo --topspeed --loop 0
+# Before anything is sent, scripts/loopback-guard.sh refuses a capture with any non-loopback
+# address or a destination MAC that lo would take as its own.
+# Per run: start `mcptap run -i lo -f 'tcp and net 127.10.0.0/16'` (every frame of the reference
+# captures is TCP to or from a server in 127.10.0.0/16, clients in other 127.x subnets, so
+# mcptap counts exactly the replayed packets and no other loopback traffic), wait for /readyz, run `tcpreplay --intf1=lo --topspeed --loop 0
 # --duration S` (tcpreplay 4.4 checks --duration only between loops, so it also gets SIGINT
 # after S seconds: it stops and prints its statistics), wait until mcptap's packet counter
 # settles, read /metrics, stop mcptap with SIGTERM and print:
@@ -25,8 +27,9 @@
 #     any capture socket saw them (pcap_stats cannot count those)
 #   * alerts (events file), CPU seconds of mcptap's capture and pipeline threads, load average
 # and a PASS/FAIL line for "no kernel drops" per run. Exit status 0 either way (2 on a setup
-# error). The frames carry arbitrary 10.x addresses and MACs; on lo nothing is routed (the
-# kernel discards them after the capture taps) and nothing leaves the machine.
+# error). The frames carry loopback addresses (127.0.0.0/8, never 127.0.0.1) and locally
+# administered destination MACs (02:…): on lo the kernel marks them PACKET_OTHERHOST and drops
+# them after the capture taps, before IP, so no local service answers and nothing leaves lo.
 #
 # Needs: root (capture and injection on lo), cargo, curl, python3; tcpreplay is installed with
 # apt-get if missing.
@@ -97,10 +100,12 @@ if [ -z "$CAPTURE" ]; then
   CAPTURE="$(grep -E '/mixed-[^/]*\.pcap$' <<<"$out" | tail -n 1)"
 fi
 [ -f "$CAPTURE" ] || die "no capture file ${CAPTURE:-?}"
+# Never push a capture that could reach a real address or the local stack.
+scripts/loopback-guard.sh --bin "$BIN" --interface lo "$CAPTURE" || exit 2
 
 [ -n "$PORT" ] || PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 MURL="http://127.0.0.1:$PORT"
-FILTER='tcp and net 10.0.0.0/8'
+FILTER='tcp and net 127.10.0.0/16'
 
 echo
 echo "== machine =="

@@ -5,7 +5,7 @@
 //! bytes that were captured) but never panics on hostile input; anything that is
 //! not a complete-enough TCP segment becomes a [`SkipReason`].
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{IpNumber, LaxIpSlice, TcpSlice};
 
@@ -105,15 +105,60 @@ pub fn is_supported_link(linktype: u32) -> bool {
 
 /// Decodes one captured frame of the given link type down to TCP.
 pub fn decode(linktype: u32, frame: &[u8]) -> Decoded<'_> {
+    match ip_packet(linktype, frame) {
+        Ok(packet) => decode_ip(packet),
+        Err(reason) => Decoded::Skipped(reason),
+    }
+}
+
+/// The addresses in a frame's headers: what a capture must show before it is pushed onto an
+/// interface (see `mcptap endpoints --require-loopback`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameAddresses {
+    /// Ethernet destination (Ethernet link type only).
+    pub dst_mac: Option<[u8; 6]>,
+    /// Source and destination of the IPv4/IPv6 header, when the frame carries one.
+    pub ip: Option<(IpAddr, IpAddr)>,
+}
+
+/// Reads the link-layer destination and the IP addresses of one frame; never panics.
+pub fn frame_addresses(linktype: u32, frame: &[u8]) -> FrameAddresses {
+    let dst_mac = match linktype {
+        dlt::EN10MB => frame.get(..6).and_then(|m| m.try_into().ok()),
+        _ => None,
+    };
+    let ip = ip_packet(linktype, frame).ok().and_then(ip_addresses);
+    FrameAddresses { dst_mac, ip }
+}
+
+fn ip_addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    let field = |range: std::ops::Range<usize>| packet.get(range);
+    match packet.first()? >> 4 {
+        4 => {
+            let src: [u8; 4] = field(12..16)?.try_into().ok()?;
+            let dst: [u8; 4] = field(16..20)?.try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        6 => {
+            let src: [u8; 16] = field(8..24)?.try_into().ok()?;
+            let dst: [u8; 16] = field(24..40)?.try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        _ => None,
+    }
+}
+
+/// Walks the link layer of one frame to its IPv4/IPv6 packet.
+fn ip_packet(linktype: u32, frame: &[u8]) -> Result<&[u8], SkipReason> {
     match linktype {
-        dlt::EN10MB => decode_ethernet(frame),
-        dlt::LINUX_SLL => decode_sll(frame),
-        dlt::LINUX_SLL2 => decode_sll2(frame),
-        dlt::RAW | dlt::RAW_DLT12 | dlt::RAW_DLT14 => decode_raw_ip(frame, None),
-        dlt::IPV4 => decode_raw_ip(frame, Some(4)),
-        dlt::IPV6 => decode_raw_ip(frame, Some(6)),
-        dlt::NULL | dlt::LOOP => decode_loopback(frame),
-        _ => Decoded::Skipped(SkipReason::UnsupportedLink),
+        dlt::EN10MB => ethernet_ip(frame),
+        dlt::LINUX_SLL => sll_ip(frame),
+        dlt::LINUX_SLL2 => sll2_ip(frame),
+        dlt::RAW | dlt::RAW_DLT12 | dlt::RAW_DLT14 => raw_ip(frame, None),
+        dlt::IPV4 => raw_ip(frame, Some(4)),
+        dlt::IPV6 => raw_ip(frame, Some(6)),
+        dlt::NULL | dlt::LOOP => loopback_ip(frame),
+        _ => Err(SkipReason::UnsupportedLink),
     }
 }
 
@@ -122,70 +167,70 @@ fn be16(bytes: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes(b))
 }
 
-fn decode_ethernet(frame: &[u8]) -> Decoded<'_> {
+fn ethernet_ip(frame: &[u8]) -> Result<&[u8], SkipReason> {
     let (Some(ethertype), Some(rest)) = (be16(frame, 12), frame.get(ETHERNET_HEADER_LEN..)) else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
-    decode_ethertype(ethertype, rest)
+    ethertype_ip(ethertype, rest)
 }
 
-/// Follows any VLAN tags, then hands IPv4/IPv6 payloads to the IP decoder.
-fn decode_ethertype(mut ethertype: u16, mut rest: &[u8]) -> Decoded<'_> {
+/// Follows any VLAN tags to an IPv4/IPv6 payload.
+fn ethertype_ip(mut ethertype: u16, mut rest: &[u8]) -> Result<&[u8], SkipReason> {
     for _ in 0..=MAX_VLAN_TAGS {
         match ethertype {
-            ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => return decode_ip(rest),
+            ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => return Ok(rest),
             ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD => {
                 // Tag: 2 bytes TCI, then the encapsulated ethertype.
                 let (Some(inner), Some(after)) = (be16(rest, 2), rest.get(4..)) else {
-                    return Decoded::Skipped(SkipReason::Malformed);
+                    return Err(SkipReason::Malformed);
                 };
                 ethertype = inner;
                 rest = after;
             }
-            _ => return Decoded::Skipped(SkipReason::NotIp),
+            _ => return Err(SkipReason::NotIp),
         }
     }
-    Decoded::Skipped(SkipReason::Malformed)
+    Err(SkipReason::Malformed)
 }
 
 /// Linux cooked capture v1: packet type u16, ARPHRD u16, address length u16,
 /// 8 address bytes, protocol u16 — all big-endian.
-fn decode_sll(frame: &[u8]) -> Decoded<'_> {
+fn sll_ip(frame: &[u8]) -> Result<&[u8], SkipReason> {
     let (Some(arphrd), Some(protocol), Some(rest)) =
         (be16(frame, 2), be16(frame, 14), frame.get(SLL_HEADER_LEN..))
     else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
     if arphrd == ARPHRD_NETLINK {
-        return Decoded::Skipped(SkipReason::NotIp);
+        return Err(SkipReason::NotIp);
     }
-    decode_ethertype(protocol, rest)
+    ethertype_ip(protocol, rest)
 }
 
 /// Linux cooked capture v2: protocol u16, reserved u16, interface index u32,
 /// ARPHRD u16, packet type u8, address length u8, 8 address bytes.
-fn decode_sll2(frame: &[u8]) -> Decoded<'_> {
+fn sll2_ip(frame: &[u8]) -> Result<&[u8], SkipReason> {
     let (Some(protocol), Some(arphrd), Some(rest)) =
         (be16(frame, 0), be16(frame, 8), frame.get(SLL2_HEADER_LEN..))
     else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
     if arphrd == ARPHRD_NETLINK {
-        return Decoded::Skipped(SkipReason::NotIp);
+        return Err(SkipReason::NotIp);
     }
-    decode_ethertype(protocol, rest)
+    ethertype_ip(protocol, rest)
 }
 
 /// Raw IP: the version nibble decides; `expect` pins it for LINKTYPE_IPV4/IPV6.
-fn decode_raw_ip(frame: &[u8], expect: Option<u8>) -> Decoded<'_> {
+fn raw_ip(frame: &[u8], expect: Option<u8>) -> Result<&[u8], SkipReason> {
     let Some(first) = frame.first() else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
     let version = first >> 4;
     match expect {
-        Some(v) if v != version => Decoded::Skipped(SkipReason::Malformed),
-        _ if version == 4 || version == 6 => decode_ip(frame),
-        _ => Decoded::Skipped(SkipReason::Malformed),
+        Some(v) if v != version => Err(SkipReason::Malformed),
+        _ if version == 4 || version == 6 => Ok(frame),
+        _ => Err(SkipReason::Malformed),
     }
 }
 
@@ -193,12 +238,12 @@ fn decode_raw_ip(frame: &[u8], expect: Option<u8>) -> Decoded<'_> {
 /// capturing host's byte order and LOOP in network order, but files get moved
 /// between machines, so both orders are accepted for both (the valid values
 /// are tiny, so the two readings can't collide).
-fn decode_loopback(frame: &[u8]) -> Decoded<'_> {
+fn loopback_ip(frame: &[u8]) -> Result<&[u8], SkipReason> {
     let (Some(family), Some(rest)) = (frame.get(..4), frame.get(4..)) else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
     let Ok(family) = <[u8; 4]>::try_from(family) else {
-        return Decoded::Skipped(SkipReason::Malformed);
+        return Err(SkipReason::Malformed);
     };
     let is_ip = |af: u32| {
         // AF_INET is 2 everywhere; AF_INET6 is 10 (Linux), 23 (Windows/Npcap),
@@ -206,9 +251,9 @@ fn decode_loopback(frame: &[u8]) -> Decoded<'_> {
         matches!(af, 2 | 10 | 23 | 24 | 28 | 30)
     };
     if is_ip(u32::from_le_bytes(family)) || is_ip(u32::from_be_bytes(family)) {
-        decode_raw_ip(rest, None)
+        raw_ip(rest, None)
     } else {
-        Decoded::Skipped(SkipReason::NotIp)
+        Err(SkipReason::NotIp)
     }
 }
 

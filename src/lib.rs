@@ -10,6 +10,7 @@ pub mod config;
 pub mod daemon;
 pub mod decode;
 pub mod detect;
+pub mod endpoints;
 pub mod event;
 pub mod http;
 pub mod jsonrpc;

@@ -68,6 +68,19 @@ enum Command {
     Run(RunArgs),
     /// Validate a configuration file and print the effective configuration.
     CheckConfig { file: String },
+    /// List the IP addresses of capture files; with --require-loopback, refuse (exit 1) a
+    /// capture that is not safe to push onto an interface with tcpreplay.
+    Endpoints {
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// Refuse any frame with an address outside 127.0.0.0/8 and ::1, a destination MAC the
+        /// interface would take as its own (or broadcast/multicast), or a non-Ethernet link type.
+        #[arg(long)]
+        require_loopback: bool,
+        /// The target interface's own MAC address (repeatable) [default: lo's, 00:00:00:00:00:00].
+        #[arg(long = "local-mac", value_parser = mcptap::endpoints::parse_mac)]
+        local_macs: Vec<[u8; 6]>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -227,6 +240,42 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Endpoints {
+            files,
+            require_loopback,
+            mut local_macs,
+        } => {
+            if local_macs.is_empty() {
+                local_macs.push(mcptap::endpoints::LO_MAC);
+            }
+            endpoints(&files, require_loopback, &local_macs)
+        }
+    }
+}
+
+fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -> ExitCode {
+    let inv = match mcptap::endpoints::inventory(files, local_macs) {
+        Ok(inv) => inv,
+        Err(e) => return fail(&e.to_string()),
+    };
+    if !require_loopback {
+        print!("{}", inv.render());
+        return ExitCode::SUCCESS;
+    }
+    match inv.refusal() {
+        Some(why) => {
+            eprintln!("mcptap: error: {}: {why}", files.join(", "));
+            ExitCode::from(1)
+        }
+        None => {
+            eprintln!(
+                "mcptap: {}: {} frames, {} addresses, all loopback",
+                files.join(", "),
+                inv.frames,
+                inv.addresses.len()
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -3,9 +3,9 @@
 //! and checked by `scripts/flood.sh`.
 //!
 //! * `flows` SYNs (no answer: the server is drowning), each from a distinct client address
-//!   (a bijection of the flow index onto 100.64.0.0/10, so addresses look random but never
-//!   repeat) and a random port, to one of four server ports on the MCP server's address.
-//! * `sessions` short MCP connections to the MCP server (10.0.0.10:8080): handshake, one
+//!   (a bijection of the flow index onto 127.64.0.0/10, so addresses look random but never
+//!   repeat; loopback like every address the generators use) and a random port, to one of four server ports on the MCP server's address.
+//! * `sessions` short MCP connections to the MCP server (127.10.0.10:8080): handshake, one
 //!   `POST /mcp` `initialize`, answered 200 with a fresh `Mcp-Session-Id` (3 in 4 as
 //!   `application/json`, 1 in 4 as a chunked `text/event-stream`), FIN exchange. No DELETE:
 //!   every session id stays live until the tracker evicts it.
@@ -46,7 +46,7 @@ pub struct Stats {
 pub fn generate(flows: u64, sessions: u64, seed: u64, sink: &mut dyn FnMut(i64, &[u8])) -> Stats {
     let mut rng = Rng(seed ^ 0xf100_d5ee_d000_0001);
     let pool = Pool::new(seed);
-    let server = Endpoint::new([10, 0, 0, 10], 8080);
+    let server = Endpoint::new([127, 10, 0, 10], 8080);
     let mut stats = Stats::default();
     let mut buf = Vec::with_capacity(2048);
     let mut now = START_NS;
@@ -68,7 +68,7 @@ pub fn generate(flows: u64, sessions: u64, seed: u64, sink: &mut dyn FnMut(i64, 
                 _ => false,
             };
             if due {
-                let client = Endpoint::new([10, 2, 0, 7], 51_000 + u16::from(victim_stage));
+                let client = Endpoint::new([127, 2, 0, 7], 51_000 + u16::from(victim_stage));
                 victim = Some(victim_conn(victim_stage, client, server, &mut victim_id));
                 victim_stage += 1;
             }
@@ -117,10 +117,10 @@ fn syn_frame(i: u64, flows: u64, rng: &mut Rng, buf: &mut Vec<u8>) {
     debug_assert!(flows <= 1 << 22);
     // An odd multiplier is a bijection modulo 2^22: distinct i, distinct address.
     let a = (i.wrapping_mul(0x2c_9277) & ((1 << 22) - 1)) as u32;
-    let ip = [100, 64 | (a >> 16) as u8, (a >> 8) as u8, a as u8];
+    let ip = [127, 64 | (a >> 16) as u8, (a >> 8) as u8, a as u8];
     let port = 1024 + (rng.next_u64() % 64_000) as u16;
     let client = Endpoint::new(ip, port);
-    let dst = Endpoint::new([10, 0, 0, 10], *rng.pick(&FLOOD_PORTS));
+    let dst = Endpoint::new([127, 10, 0, 10], *rng.pick(&FLOOD_PORTS));
     let h = super::TcpHeader {
         ip_id: rng.next_u64() as u16,
         seq: rng.next_u64() as u32,
@@ -158,7 +158,7 @@ fn session_conn(k: u64, server: Endpoint, rng: &mut Rng) -> Conn {
     let sid = sid_for(k, rng);
     let host = (k % 65_536) as u16;
     let client = Endpoint::new(
-        [10, 1, (host >> 8) as u8, host as u8],
+        [127, 1, (host >> 8) as u8, host as u8],
         40_000 + (k / 65_536) as u16,
     );
     let body = init_body(

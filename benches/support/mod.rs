@@ -58,7 +58,15 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// An endpoint of a reference capture. `ip` must be loopback (127.0.0.0/8, never 127.0.0.1,
+    /// which the metrics endpoint and tests use): the captures are pushed onto `lo` with
+    /// tcpreplay. The MAC is locally administered (`02:…`), never lo's own, so the kernel marks
+    /// the frames PACKET_OTHERHOST and drops them before IP: no local service answers.
     pub fn new(ip: [u8; 4], port: u16) -> Self {
+        assert!(
+            ip[0] == 127 && ip != [127, 0, 0, 1],
+            "reference captures use loopback addresses only"
+        );
         Endpoint {
             mac: [0x02, 0x00, ip[0], ip[1], ip[2], ip[3]],
             ip,

@@ -133,7 +133,7 @@ impl Gen {
         let mut rng = Rng(seed);
         let servers = (0..16u8)
             .map(|i| McpServer {
-                ep: Endpoint::new([10, 0, 0, 10 + i], 8080),
+                ep: Endpoint::new([127, 10, 0, 10 + i], 8080),
                 host: format!("mcp-{i}.internal:8080"),
                 sse: i == 0 || rng.chance(0.6),
             })
@@ -152,7 +152,7 @@ impl Gen {
         self.conns += 1;
         let host = (k % 4096) as u16 + 256;
         let port = 33_000 + ((k / 4096) % 28_000) as u16;
-        Endpoint::new([10, net, (host >> 8) as u8, host as u8], port)
+        Endpoint::new([127, net, (host >> 8) as u8, host as u8], port)
     }
 
     fn words(&mut self, len: usize) -> String {
@@ -193,7 +193,7 @@ impl Gen {
         let client = self.client(3);
         let mut writes = Vec::new();
         if self.rng.chance(2.0 / 3.0) {
-            let server = Endpoint::new([10, 0, 2, self.rng.range(1, 40) as u8], 443);
+            let server = Endpoint::new([127, 10, 2, self.rng.range(1, 40) as u8], 443);
             let rounds = self.rng.range(1, 4);
             for _ in 0..rounds {
                 let req = self.rng.range(120, 900);
@@ -214,7 +214,7 @@ impl Gen {
             }
             vec![Conn::new(client, server, &mut self.rng, writes)]
         } else {
-            let server = Endpoint::new([10, 0, 1, self.rng.range(1, 40) as u8], 80);
+            let server = Endpoint::new([127, 10, 1, self.rng.range(1, 40) as u8], 80);
             let files = self.rng.range(1, 3);
             for _ in 0..files {
                 let len = (size / files).max(1);
