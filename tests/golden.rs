@@ -1,0 +1,60 @@
+//! The NDJSON of every fixture, byte for byte, against tests/golden/NAME.ndjson: recorded before
+//! the core was reshaped into a library, so any change of output is seen. Regenerate only for
+//! an intended change of the event contract:
+//! `for f in tests/fixtures/*.pcap; do mcptap replay $f > tests/golden/$(basename $f).ndjson; done`
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn every_fixture_replays_to_its_golden_ndjson() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut compared = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(root.join("tests/fixtures"))
+        .expect("tests/fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    entries.sort();
+    for capture in entries {
+        let name = capture
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .to_string();
+        let golden = root.join("tests/golden").join(format!("{name}.ndjson"));
+        let want = std::fs::read_to_string(&golden).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (every fixture has a golden file)",
+                golden.display()
+            )
+        });
+        let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
+            .arg("replay")
+            .arg(&capture)
+            .output()
+            .expect("run mcptap replay");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8(out.stdout).expect("UTF-8 NDJSON");
+        if got != want {
+            let line = got
+                .lines()
+                .zip(want.lines())
+                .position(|(g, w)| g != w)
+                .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
+            panic!(
+                "{name}: output differs from {} at line {}:\n got: {}\nwant: {}",
+                golden.display(),
+                line + 1,
+                got.lines().nth(line).unwrap_or("<end>"),
+                want.lines().nth(line).unwrap_or("<end>")
+            );
+        }
+        compared += 1;
+    }
+    assert!(compared >= 14, "compared {compared} fixtures");
+}
