@@ -15,12 +15,12 @@ use std::time::Duration;
 use criterion::{
     BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };
-use mcptap::decode::{self, Decoded, dlt};
-use mcptap::event::Timestamp;
-use mcptap::http::{Connection, HttpEvent, HttpLimits};
-use mcptap::pipeline::{Limits, Pipeline};
-use mcptap::reassembly::{PushReport, Reassembler, StreamConsumer};
-use mcptap::sse::SseParser;
+use mcptap_core::decode::{self, Decoded, dlt};
+use mcptap_core::http::sse::SseParser;
+use mcptap_core::http::{Connection, HttpEvent, HttpLimits};
+use mcptap_core::model::Timestamp;
+use mcptap_core::pipeline::{Limits, Pipeline};
+use mcptap_core::reassembly::{PushReport, Reassembler, StreamConsumer};
 use support::{ACK, Endpoint, MSS, PSH, Rng, TcpHeader, tcp_frame};
 
 fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
@@ -385,7 +385,7 @@ fn bench_jsonrpc(c: &mut Criterion) {
     ] {
         g.throughput(Throughput::Bytes(input.len() as u64));
         g.bench_function(name, |b| {
-            b.iter(|| mcptap::jsonrpc::parse(black_box(input.as_bytes())).map(|m| m.len()))
+            b.iter(|| mcptap_core::jsonrpc::parse(black_box(input.as_bytes())).map(|m| m.len()))
         });
     }
     g.finish();

@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fuzz harness lives in its own workspace: make sure it still builds against the crate.
 cargo check --locked --manifest-path fuzz/Cargo.toml --all-targets
-cargo test --locked
+cargo test --workspace --locked
 scripts/e2e.sh
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

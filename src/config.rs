@@ -1,7 +1,7 @@
 //! Daemon configuration: a TOML file, overridden by command-line flags.
 
-use crate::pipeline::Limits;
 use crate::sink::metrics::LabelConfig;
+use mcptap_core::pipeline::Limits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -2,15 +2,15 @@
 //! the metrics endpoint and signal handling on a small tokio runtime.
 
 use crate::config::Config;
-use crate::event::Timestamp;
 use crate::live::{self, Batch, CaptureHealth};
-use crate::mcp::Output;
-use crate::pipeline::{PacketStats, Pipeline};
 use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::Metrics;
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
+use mcptap_core::model::Output;
+use mcptap_core::model::Timestamp;
+use mcptap_core::pipeline::{PacketStats, Pipeline};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use crate::capture::{self, CaptureError};
-use crate::decode::{self, FrameAddresses, dlt};
+use mcptap_core::decode::{self, FrameAddresses, dlt};
 
 /// lo's own address: frames sent to it are PACKET_HOST and reach the IP stack.
 pub const LO_MAC: [u8; 6] = [0; 6];

@@ -2,8 +2,8 @@
 //! the same sans-IO pipeline that `replay` uses.
 
 use crate::config::CaptureConfig;
-use crate::decode::{self, Decoded};
 use crate::sink::metrics::Metrics;
+use mcptap_core::decode::{self, Decoded};
 use nix::poll::{PollFd, PollFlags, poll};
 use std::hash::BuildHasher;
 use std::os::fd::AsFd;

@@ -7,10 +7,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use mcptap::config::{self, Config};
-use mcptap::event::Event;
-use mcptap::mcp::Output;
-use mcptap::pipeline::Limits;
 use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
+use mcptap_core::model::Event;
+use mcptap_core::model::Output;
+use mcptap_core::pipeline::Limits;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;

@@ -1,9 +1,9 @@
 //! Replay adapter: capture files in, pipeline outputs to a callback.
 
 use crate::capture::{self, CaptureError, ReadSummary};
-use crate::event::Timestamp;
-use crate::mcp::Output;
-use crate::pipeline::{Limits, PacketStats, Pipeline};
+use mcptap_core::model::Output;
+use mcptap_core::model::Timestamp;
+use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
 
 /// What a replay produced besides the outputs themselves.
 #[derive(Debug)]

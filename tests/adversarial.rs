@@ -2,9 +2,9 @@
 //! memory, and be counted. Tests here run one at a time so peak-RSS readings are their own.
 
 use etherparse::PacketBuilder;
-use mcptap::event::{Event, Telemetry, Timestamp};
-use mcptap::mcp::Output;
-use mcptap::pipeline::{Limits, Pipeline};
+use mcptap_core::model::Output;
+use mcptap_core::model::{Event, Telemetry, Timestamp};
+use mcptap_core::pipeline::{Limits, Pipeline};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;

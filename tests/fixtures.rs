@@ -1,7 +1,7 @@
 //! Whole-pipeline runs against the captures in tests/fixtures (real traffic on loopback).
 
-use mcptap::mcp::Output;
-use mcptap::pipeline::Limits;
+use mcptap_core::model::Output;
+use mcptap_core::pipeline::Limits;
 use serde_json::Value;
 use std::collections::BTreeSet;
 

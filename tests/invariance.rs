@@ -27,11 +27,11 @@ use common::{
     ETHERTYPE_QINQ, ETHERTYPE_VLAN, Frame, Segment, SplitMix64, ethernet, ethernet_vlan, from_fd00,
     ip_tcp_packet, pcap_bytes, pcapng_bytes, read_segments, read_segments_observing, sll2, to_fd00,
 };
-use mcptap::decode::{TcpFlags, dlt};
-use mcptap::event::Timestamp;
-use mcptap::mcp::Output;
-use mcptap::pipeline::{Limits, Pipeline};
 use mcptap::replay::replay_collect;
+use mcptap_core::decode::{TcpFlags, dlt};
+use mcptap_core::model::Output;
+use mcptap_core::model::Timestamp;
+use mcptap_core::pipeline::{Limits, Pipeline};
 use serde_json::Value;
 
 /// One original capture: its TCP segments and the (serialised) events of its replay.

@@ -10,8 +10,8 @@
 //! Run from `fuzz/`: `cargo run --example gen_seeds`.
 
 use mcptap::capture::read_captures;
-use mcptap::decode::{Decoded, decode};
-use mcptap::http::{BodyEnd, Connection, HttpLimits};
+use mcptap_core::decode::{Decoded, decode};
+use mcptap_core::http::{BodyEnd, Connection, HttpLimits};
 use mcptap_fuzz::{FILE_SPLIT, HttpOp, McpOp, encode_frames, encode_http, encode_mcp};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -247,7 +247,7 @@ fn main() {
         }
 
         // jsonrpc_mcp: HTTP events of all connections, in time order, flows reused after close.
-        let mut timeline: Vec<(i64, usize, Option<mcptap::http::HttpEvent>)> = Vec::new();
+        let mut timeline: Vec<(i64, usize, Option<mcptap_core::http::HttpEvent>)> = Vec::new();
         for (ci, c) in conns.iter().enumerate() {
             let mut conn = Connection::new(true, HttpLimits::default());
             for (ts, half, b) in &c.steps {

@@ -12,11 +12,12 @@
 // here; ops are short-lived, so their size does not matter.
 #![allow(clippy::field_reassign_with_default, clippy::large_enum_variant)]
 
-use mcptap::event::{Event, Timestamp};
-use mcptap::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
-use mcptap::mcp::{FlowCtx, Output, SessionLimits, Tracker};
-use mcptap::pipeline::{Limits, Pipeline};
-use mcptap::sse::{SseEvent, SseItem};
+use mcptap_core::model::{Event, Timestamp};
+use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
+use mcptap_core::mcp::{FlowCtx, SessionLimits, Tracker};
+use mcptap_core::model::Output;
+use mcptap_core::pipeline::{Limits, Pipeline};
+use mcptap_core::http::sse::{SseEvent, SseItem};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -585,7 +586,7 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 end: BODY_ENDS[usize::from(r.u8() % 4)],
             },
             10 => HttpEvent::Abandoned { exchange },
-            _ => HttpEvent::Error(mcptap::http::HttpError::BadChunk),
+            _ => HttpEvent::Error(mcptap_core::http::HttpError::BadChunk),
         };
         ops.push(McpOp::Http { flow, dt, ev });
     }

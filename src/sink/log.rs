@@ -2,8 +2,8 @@
 //! Only the fields of the event are logged: never headers such as Authorization or Cookie,
 //! never bodies beyond capabilities, client/server info, methods, tool names and ids.
 
-use crate::event::{AlertKind, Event, Telemetry};
-use crate::mcp::Output;
+use mcptap_core::model::Output;
+use mcptap_core::model::{AlertKind, Event, Telemetry};
 
 fn json(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_default()
@@ -112,10 +112,10 @@ pub fn log_telemetry(t: &Telemetry) {
             tracing::debug!(target: "mcptap::tcp", "overlapping segment with different bytes")
         }
         Telemetry::HttpError { reason } => {
-            tracing::debug!(target: "mcptap::http", reason, "HTTP parse error")
+            tracing::debug!(target: "mcptap_core::http", reason, "HTTP parse error")
         }
         Telemetry::JsonRpcError { reason } => {
-            tracing::debug!(target: "mcptap::jsonrpc", reason, "JSON-RPC parse error")
+            tracing::debug!(target: "mcptap_core::jsonrpc", reason, "JSON-RPC parse error")
         }
         Telemetry::FlowEvicted { reason } => {
             tracing::debug!(target: "mcptap::flow", reason, "flow evicted")

@@ -4,10 +4,10 @@
 //! server address (or an operator-given name), capped with an `other` bucket; methods outside
 //! the MCP set are `other`; session and request ids are never labels.
 
-use crate::event::{AlertKind, Event, Telemetry};
-use crate::mcp::Output;
-use crate::mcp::caps::scope;
-use crate::pipeline::PacketStats;
+use mcptap_core::mcp::caps::scope;
+use mcptap_core::model::Output;
+use mcptap_core::model::{AlertKind, Event, Telemetry};
+use mcptap_core::pipeline::PacketStats;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,

@@ -1,6 +1,6 @@
 //! NDJSON event output: one JSON object per line.
 
-use crate::event::Event;
+use mcptap_core::model::Event;
 use std::io::{self, Write};
 
 pub struct NdjsonWriter<W: Write> {
@@ -81,7 +81,7 @@ impl EventFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EndReason, SessionEnd, Timestamp};
+    use mcptap_core::model::{EndReason, SessionEnd, Timestamp};
 
     #[test]
     fn one_object_per_line_with_event_ts_and_session_id() {

@@ -1,8 +1,8 @@
 //! End-of-run summary for `mcptap replay`.
 
-use crate::event::{AlertKind, Event, Telemetry};
-use crate::mcp::Output;
-use crate::pipeline::PacketStats;
+use mcptap_core::model::Output;
+use mcptap_core::model::{AlertKind, Event, Telemetry};
+use mcptap_core::pipeline::PacketStats;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
@@ -141,7 +141,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EndReason, SessionEnd, Timestamp};
+    use mcptap_core::model::{EndReason, SessionEnd, Timestamp};
 
     #[test]
     fn evictions_are_counted_by_reason_and_rendered() {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use etherparse::PacketBuilder;
 use mcptap::capture::{RawPacket, read_captures};
-use mcptap::decode::{Decoded, TcpFlags, decode};
+use mcptap_core::decode::{Decoded, TcpFlags, decode};
 
 /// One TCP segment with its capture timestamp, owning its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! The session layer feeds facts (an answer's media type, how a stream ended); these functions
 //! and the per-session [`ModeTracker`] decide whether that is an alert.
 
-use crate::event::{DivergenceReason, EmptyReason};
+use crate::model::{DivergenceReason, EmptyReason};
 
 /// How one 2xx answer to a request was delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

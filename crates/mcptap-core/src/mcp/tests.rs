@@ -1,6 +1,6 @@
 use super::*;
+use crate::http::sse::{SseEvent, SseItem};
 use crate::http::{HttpEvent, RequestHead, ResponseHead};
-use crate::sse::{SseEvent, SseItem};
 use serde_json::json;
 
 const SERVER: &str = "10.0.0.1:8080";

@@ -8,25 +8,19 @@
 pub mod caps;
 
 use crate::detect::{self, AnswerShape, ModeTracker, StreamContent};
-use crate::event::{
+use crate::http::sse::SseItem;
+use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
+use crate::jsonrpc::{self, Id, Message, ResultFields};
+use crate::model::{
     Alert, AlertKind, CapabilityChange, Divergence, EmptyResult, EndReason, Event, Exchange,
     Handshake, Outcome, SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
-use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
-use crate::jsonrpc::{self, Id, Message, ResultFields};
-use crate::sse::SseItem;
-use caps::{CapPaths, HandshakeDiff, PathDiff};
+use crate::model::{HandshakeDiff, Output, PathDiff};
+use caps::CapPaths;
 use foldhash::HashMap;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-
-/// Output of the session layer and everything below it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Output {
-    Event(Event),
-    Telemetry(Telemetry),
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {

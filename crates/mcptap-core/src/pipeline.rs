@@ -4,9 +4,10 @@
 //! Replay and live capture drive this same type, so they behave identically.
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
-use crate::event::{Telemetry, Timestamp};
 use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
-use crate::mcp::{FlowCtx, Output, SessionLimits, Tracker};
+use crate::mcp::{FlowCtx, SessionLimits, Tracker};
+use crate::model::Output;
+use crate::model::{Telemetry, Timestamp};
 use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
 use foldhash::HashMap;
 use std::collections::VecDeque;
@@ -724,8 +725,8 @@ mod tests {
         let started = count(&|o| matches!(o, Output::Telemetry(Telemetry::SessionStarted { .. })));
         assert_eq!(started, 300);
         let evicted = count(&|o| {
-            matches!(o, Output::Event(crate::event::Event::SessionEnd(e))
-                if e.reason == crate::event::EndReason::Evicted)
+            matches!(o, Output::Event(crate::model::Event::SessionEnd(e))
+                if e.reason == crate::model::EndReason::Evicted)
         });
         // Each session here is charged about 1.1 KB: about 135 fit in 150 KiB.
         assert!((100..=200).contains(&(300 - evicted)), "{evicted}");

@@ -6,9 +6,12 @@
 //! MCP have their bodies kept (JSON) or parsed as SSE; every other body is skipped by length
 //! without buffering.
 
+mod buffer;
 pub mod chunked;
+pub mod sse;
 
-use crate::sse::{SseItem, SseParser};
+use crate::http::sse::{SseItem, SseParser};
+use buffer::grow_for;
 use chunked::ChunkedDecoder;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -156,22 +159,6 @@ enum Sink {
     Discard,
     Json(Vec<u8>),
     Sse(Box<SseParser>),
-}
-
-/// Makes room for `additional` more bytes, at least doubling (amortised like `Vec::reserve`).
-/// Unlike `Vec::reserve`, which reallocates and so may copy the whole old allocation, this
-/// copies only the bytes held.
-pub(crate) fn grow_for(buf: &mut Vec<u8>, additional: usize) {
-    if buf.capacity() - buf.len() >= additional {
-        return;
-    }
-    let size = buf
-        .len()
-        .saturating_add(additional)
-        .max(buf.capacity().saturating_mul(2));
-    let mut grown = Vec::with_capacity(size);
-    grown.extend_from_slice(buf);
-    *buf = grown;
 }
 
 /// Most bytes reserved ahead for the rest of a message or chunk the framing announces.

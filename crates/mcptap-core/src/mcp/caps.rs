@@ -5,7 +5,6 @@
 //! `false` and `null` are not. Other scalars count as present, so a changed value elsewhere
 //! still shows up as presence.
 
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -48,40 +47,6 @@ fn walk(path: String, v: &Value, depth: usize, out: &mut BTreeSet<String>) {
     }
 }
 
-/// What one side lost and gained between two handshakes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct PathDiff {
-    pub removed: Vec<String>,
-    pub added: Vec<String>,
-}
-
-impl PathDiff {
-    pub fn between(before: &[Box<str>], after: &[Box<str>]) -> PathDiff {
-        // Both are sorted (see `paths`), so membership is a binary search.
-        let missing = |from: &[Box<str>], to: &[Box<str>]| -> Vec<String> {
-            from.iter()
-                .filter(|p| to.binary_search(p).is_err())
-                .map(|p| p.to_string())
-                .collect()
-        };
-        PathDiff {
-            removed: missing(before, after),
-            added: missing(after, before),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.removed.is_empty() && self.added.is_empty()
-    }
-}
-
-/// Both sides' differences.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct HandshakeDiff {
-    pub client: PathDiff,
-    pub server: PathDiff,
-}
-
 /// The top-level capability a path belongs to, bounded to known names for metric labels.
 pub fn scope(path: &str) -> &'static str {
     const KNOWN: &[&str] = &[
@@ -111,6 +76,7 @@ pub fn streaming_enabled(caps: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PathDiff;
     use serde_json::json;
 
     fn set(items: &[&str]) -> CapPaths {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::sse::SseItem;
+use crate::http::sse::SseItem;
 
 fn run(conn: &mut Connection, half: usize, bytes: &[u8], out: &mut Vec<HttpEvent>) {
     conn.on_data(half, bytes, out);

@@ -4,7 +4,6 @@
 //! `session_end`). [`Telemetry`] values describe the monitor's own health (gaps, drops, parse
 //! errors); sinks turn both into log lines and counters.
 
-use crate::mcp::caps::{HandshakeDiff, PathDiff};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -422,6 +421,47 @@ pub enum Telemetry {
     LimitHit {
         limit: &'static str,
     },
+}
+
+/// Output of the session layer and everything below it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Event(Event),
+    Telemetry(Telemetry),
+}
+
+/// What one side lost and gained between two handshakes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PathDiff {
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
+}
+
+impl PathDiff {
+    pub fn between(before: &[Box<str>], after: &[Box<str>]) -> PathDiff {
+        // Both are sorted (see `paths`), so membership is a binary search.
+        let missing = |from: &[Box<str>], to: &[Box<str>]| -> Vec<String> {
+            from.iter()
+                .filter(|p| to.binary_search(p).is_err())
+                .map(|p| p.to_string())
+                .collect()
+        };
+        PathDiff {
+            removed: missing(before, after),
+            added: missing(after, before),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.added.is_empty()
+    }
+}
+
+/// Both sides' differences.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HandshakeDiff {
+    pub client: PathDiff,
+    pub server: PathDiff,
 }
 
 #[cfg(test)]

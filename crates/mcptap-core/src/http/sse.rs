@@ -204,7 +204,7 @@ impl SseParser {
             let room = self
                 .max_event_bytes
                 .saturating_sub(self.block.buffered_bytes());
-            crate::http::grow_for(&mut self.block.data, expected.min(room));
+            super::buffer::grow_for(&mut self.block.data, expected.min(room));
         }
     }
 
