@@ -18,6 +18,7 @@ use criterion::{
 use mcptap_core::decode::{self, Decoded, dlt};
 use mcptap_core::http::sse::SseParser;
 use mcptap_core::http::{Connection, HttpEvent, HttpLimits};
+use mcptap_core::mcp::HTTP_INTEREST;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, Pipeline};
 use mcptap_core::reassembly::{PushReport, Reassembler, StreamConsumer};
@@ -254,7 +255,7 @@ impl HttpInput {
         self.bytes += data.len() as u64;
     }
     fn run(&self) -> usize {
-        let mut conn = Connection::new(true, HttpLimits::default());
+        let mut conn = Connection::new(true, HttpLimits::default(), HTTP_INTEREST);
         let mut out: Vec<HttpEvent> = Vec::new();
         let mut events = 0;
         for (half, data) in &self.pieces {

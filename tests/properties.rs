@@ -30,7 +30,7 @@ use mcptap_core::http::chunked::{ChunkedDecoder, ChunkedError};
 use mcptap_core::http::sse::{SseItem, SseParser};
 use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
 use mcptap_core::jsonrpc;
-use mcptap_core::mcp::{FlowCtx, SessionLimits, Tracker};
+use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, Pipeline};
@@ -525,7 +525,7 @@ fn flow_ctx() -> FlowCtx {
 /// Feeds (half, bytes) steps into a connection, each step in pieces of `split` bytes (0:
 /// whole), and everything it emits into a tracker. Returns the serialised events.
 fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) -> Vec<Value> {
-    let mut conn = Connection::new(synchronised, HttpLimits::default());
+    let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
     let mut tracker = Tracker::new(SessionLimits::default());
     let mut events = Vec::new();
     let mut out = Vec::new();

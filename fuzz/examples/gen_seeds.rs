@@ -11,6 +11,7 @@
 
 use mcptap::capture::read_captures;
 use mcptap_core::decode::{Decoded, decode};
+use mcptap_core::mcp::HTTP_INTEREST;
 use mcptap_core::http::{BodyEnd, Connection, HttpLimits};
 use mcptap_fuzz::{FILE_SPLIT, HttpOp, McpOp, encode_frames, encode_http, encode_mcp};
 use std::collections::{BTreeSet, HashMap};
@@ -249,7 +250,7 @@ fn main() {
         // jsonrpc_mcp: HTTP events of all connections, in time order, flows reused after close.
         let mut timeline: Vec<(i64, usize, Option<mcptap_core::http::HttpEvent>)> = Vec::new();
         for (ci, c) in conns.iter().enumerate() {
-            let mut conn = Connection::new(true, HttpLimits::default());
+            let mut conn = Connection::new(true, HttpLimits::default(), HTTP_INTEREST);
             for (ts, half, b) in &c.steps {
                 let mut evs = Vec::new();
                 conn.on_data(*half, b, &mut evs);

@@ -14,7 +14,7 @@
 
 use mcptap_core::model::{Event, Timestamp};
 use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
-use mcptap_core::mcp::{FlowCtx, SessionLimits, Tracker};
+use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
 use mcptap_core::pipeline::{Limits, Pipeline};
 use mcptap_core::http::sse::{SseEvent, SseItem};
@@ -274,7 +274,7 @@ pub fn check_http_events(events: &[HttpEvent], state: &mut HashMap<u64, (bool, b
 pub fn run_http(data: &[u8]) -> usize {
     let mut n_events = 0;
     let (synchronised, ops) = decode_http(data);
-    let mut conn = Connection::new(synchronised, HttpLimits::default());
+    let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
     let mut tracker = Tracker::new(SessionLimits::default());
     let ctx = flow_ctx(0);
     let mut events = Vec::new();
@@ -528,15 +528,17 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 } else {
                     "POST".to_string()
                 };
-                let head = RequestHead {
+                let mut head = RequestHead {
                     method,
                     path: r.str(),
                     host: r.opt_str(),
                     accept: r.opt_str(),
                     content_type: r.opt_str(),
-                    session_id: r.opt_str(),
-                    protocol_version: r.opt_str(),
+                    ..RequestHead::default()
                 };
+                // Mcp-Session-Id, MCP-Protocol-Version: the slots of mcp::HTTP_INTEREST.
+                head.extracted[0] = r.opt_str();
+                head.extracted[1] = r.opt_str();
                 HttpEvent::Request {
                     exchange,
                     head,
@@ -545,10 +547,14 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
             }
             1 => HttpEvent::ResponseHead {
                 exchange,
-                head: ResponseHead {
-                    status: r.u16(),
-                    media_type: r.opt_str(),
-                    session_id: r.opt_str(),
+                head: {
+                    let mut head = ResponseHead {
+                        status: r.u16(),
+                        media_type: r.opt_str(),
+                        ..ResponseHead::default()
+                    };
+                    head.extracted[0] = r.opt_str();
+                    head
                 },
             },
             2 => HttpEvent::ResponseJson {
@@ -656,14 +662,14 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
                 w.opt_str(head.host.as_deref());
                 w.opt_str(head.accept.as_deref());
                 w.opt_str(head.content_type.as_deref());
-                w.opt_str(head.session_id.as_deref());
-                w.opt_str(head.protocol_version.as_deref());
+                w.opt_str(head.extracted[0].as_deref());
+                w.opt_str(head.extracted[1].as_deref());
                 raw_body(&mut w, body);
             }
             HttpEvent::ResponseHead { head, .. } => {
                 w.u16(head.status);
                 w.opt_str(head.media_type.as_deref());
-                w.opt_str(head.session_id.as_deref());
+                w.opt_str(head.extracted[0].as_deref());
             }
             HttpEvent::ResponseJson { body, .. } => raw_body(&mut w, body),
             HttpEvent::ResponseSse { item, .. } => match item {

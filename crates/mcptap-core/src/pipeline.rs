@@ -332,7 +332,7 @@ impl Pipeline {
                     Reassembler::new(self.limits.max_flow_buffer_bytes),
                     Reassembler::new(self.limits.max_flow_buffer_bytes),
                 ],
-                http: Connection::new(synchronised, self.limits.http),
+                http: Connection::new(synchronised, self.limits.http, crate::mcp::HTTP_INTEREST),
                 last_seen: ts,
                 charged: 0,
             });

@@ -2,8 +2,9 @@
 //!
 //! Each direction of a connection gets a [`HalfParser`]; the [`Connection`] pairs requests with
 //! responses in order (pipelining, keep-alive). Heads are parsed with `httparse`; bodies with a
-//! push state machine (Content-Length, chunked, read-until-close). Only messages that can carry
-//! MCP have their bodies kept (JSON) or parsed as SSE; every other body is skipped by length
+//! push state machine (Content-Length, chunked, read-until-close). HTTP knows no protocol above
+//! it: the layer above names, in an [`Interest`], the headers to copy out and the exchanges to
+//! keep; their bodies are kept (JSON) or parsed as SSE, every other body is skipped by length
 //! without buffering.
 
 mod buffer;
@@ -37,8 +38,38 @@ impl Default for HttpLimits {
     }
 }
 
-/// The request facts later layers need. Other headers (Authorization, Cookie, ...) are never
-/// copied out of the packet.
+/// Most headers a layer above can ask HTTP to copy out of a head (see [`Interest`]).
+pub const MAX_EXTRACTED_HEADERS: usize = 4;
+
+/// Values of the headers an [`Interest`] names, by the index of the name in its list.
+pub type ExtractedHeaders = [Option<String>; MAX_EXTRACTED_HEADERS];
+
+/// What the layer above wants from HTTP, which knows no protocol above itself: the headers to
+/// copy out of request and response heads, and which exchanges are worth keeping (request body
+/// buffered, response parsed as JSON or SSE). Everything else is skipped by length, unbuffered.
+#[derive(Debug, Clone, Copy)]
+pub struct Interest {
+    /// Request header names (case-insensitive), at most [`MAX_EXTRACTED_HEADERS`]; their
+    /// values land in [`RequestHead::extracted`] at the same index.
+    pub request_headers: &'static [&'static str],
+    /// Response header names, as for requests, into [`ResponseHead::extracted`].
+    pub response_headers: &'static [&'static str],
+    /// Whether the exchange a request opens is kept.
+    pub keeps: fn(&RequestHead) -> bool,
+}
+
+impl Interest {
+    /// Keeps every exchange with a JSON request body or an event-stream `Accept`, and no headers
+    /// beyond the generic ones.
+    pub const JSON_AND_SSE: Interest = Interest {
+        request_headers: &[],
+        response_headers: &[],
+        keeps: RequestHead::may_carry_json_or_sse,
+    };
+}
+
+/// The request facts later layers need: the generic ones plus the headers the [`Interest`]
+/// names. Other headers (Authorization, Cookie, ...) are never copied out of the packet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestHead {
     pub method: String,
@@ -46,16 +77,13 @@ pub struct RequestHead {
     pub host: Option<String>,
     pub accept: Option<String>,
     pub content_type: Option<String>,
-    pub session_id: Option<String>,
-    pub protocol_version: Option<String>,
+    pub extracted: ExtractedHeaders,
 }
 
 impl RequestHead {
-    /// Whether this request can be part of an MCP conversation, i.e. whether its body and its
-    /// response are worth parsing.
-    fn may_be_mcp(&self) -> bool {
-        self.session_id.is_some()
-            || (self.method == "POST" && self.content_type.as_deref().is_some_and(is_json))
+    /// A POST with a JSON body, or a GET that accepts an event stream.
+    pub fn may_carry_json_or_sse(&self) -> bool {
+        (self.method == "POST" && self.content_type.as_deref().is_some_and(is_json))
             || (self.method == "GET"
                 && self
                     .accept
@@ -69,7 +97,16 @@ pub struct ResponseHead {
     pub status: u16,
     /// Media type, lowercased, without parameters.
     pub media_type: Option<String>,
-    pub session_id: Option<String>,
+    pub extracted: ExtractedHeaders,
+}
+
+/// Stores `value` at the index of `name` in `names`, if it is there.
+fn extract(names: &[&str], name: &str, value: &[u8], into: &mut ExtractedHeaders) {
+    if let Some(i) = names.iter().position(|n| name.eq_ignore_ascii_case(n))
+        && let Some(slot) = into.get_mut(i)
+    {
+        *slot = Some(header_str(value));
+    }
 }
 
 /// How a response body ended.
@@ -255,6 +292,7 @@ pub struct Connection {
     pending: VecDeque<(u64, RequestHead)>,
     next_exchange: u64,
     limits: HttpLimits,
+    interest: Interest,
     /// The SSE parser of the previous event-stream response, kept for the next one.
     spare_sse: Option<Box<SseParser>>,
 }
@@ -274,7 +312,7 @@ fn json_buffer(framing: &Framing, max_message: usize) -> Vec<u8> {
     }
 }
 
-fn is_json(content_type: &str) -> bool {
+pub fn is_json(content_type: &str) -> bool {
     let mt = media_type(content_type);
     mt == "application/json" || mt.ends_with("+json")
 }
@@ -298,14 +336,16 @@ fn header_str(value: &[u8]) -> String {
 
 impl Connection {
     /// `synchronised`: the connection was seen from its SYN, so both directions start at a
-    /// message boundary; otherwise they resynchronise at the next message start.
-    pub fn new(synchronised: bool, limits: HttpLimits) -> Self {
+    /// message boundary; otherwise they resynchronise at the next message start. `interest`
+    /// says what the layer above wants kept.
+    pub fn new(synchronised: bool, limits: HttpLimits, interest: Interest) -> Self {
         Connection {
             halves: [HalfParser::new(synchronised), HalfParser::new(synchronised)],
             client_half: None,
             pending: VecDeque::new(),
             next_exchange: 0,
             limits,
+            interest,
             spare_sse: None,
         }
     }
@@ -435,7 +475,7 @@ impl Connection {
             parser.head_buf.extend_from_slice(&data[..take]);
             (&parser.head_buf[..], carried)
         };
-        let parsed = parse_head(buf);
+        let parsed = parse_head(buf, &self.interest);
         match parsed {
             HeadParse::Partial => {
                 let parser = &mut self.halves[half];
@@ -515,7 +555,7 @@ impl Connection {
         self.client_half.get_or_insert(half);
         let exchange = self.next_exchange;
         self.next_exchange += 1;
-        let keep = head.may_be_mcp();
+        let keep = (self.interest.keeps)(&head);
         let sink = if keep && !matches!(framing, Framing::None) {
             Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
         } else {
@@ -596,7 +636,7 @@ impl Connection {
         if request.method == "HEAD" || head.status == 204 || head.status == 304 {
             framing = Framing::None;
         }
-        let mcp = request.may_be_mcp();
+        let mcp = (self.interest.keeps)(&request);
         let sink = match head.media_type.as_deref() {
             Some("text/event-stream") if mcp => {
                 let max_event = self.limits.max_sse_event_bytes;
@@ -818,7 +858,7 @@ fn header_error(e: httparse::Error) -> bool {
     )
 }
 
-fn parse_head(buf: &[u8]) -> HeadParse {
+fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
     // Left uninitialised: httparse writes only the headers it finds, and initialising all 96
     // slots (3 KB) cost more than parsing a typical head.
     let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -841,8 +881,8 @@ fn parse_head(buf: &[u8]) -> HeadParse {
                 let framing = framing_from(resp.headers, &mut |name, value| {
                     if name.eq_ignore_ascii_case("content-type") {
                         head.media_type = Some(media_type(&header_str(value)));
-                    } else if name.eq_ignore_ascii_case("mcp-session-id") {
-                        head.session_id = Some(header_str(value));
+                    } else {
+                        extract(interest.response_headers, name, value, &mut head.extracted);
                     }
                 });
                 let framing = framing.unwrap_or(Framing::UntilClose);
@@ -877,12 +917,8 @@ fn parse_head(buf: &[u8]) -> HeadParse {
                         &mut head.accept
                     } else if name.eq_ignore_ascii_case("content-type") {
                         &mut head.content_type
-                    } else if name.eq_ignore_ascii_case("mcp-session-id") {
-                        &mut head.session_id
-                    } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
-                        &mut head.protocol_version
                     } else {
-                        return;
+                        return extract(interest.request_headers, name, value, &mut head.extracted);
                     };
                     *slot = Some(header_str(value));
                 });

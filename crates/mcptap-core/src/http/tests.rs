@@ -1,4 +1,11 @@
 use super::*;
+
+/// What the MCP layer asks of HTTP, written out here so that http's tests stand alone.
+const MCP_LIKE: Interest = Interest {
+    request_headers: &["mcp-session-id", "mcp-protocol-version"],
+    response_headers: &["mcp-session-id"],
+    keeps: |head| head.extracted[0].is_some() || head.may_carry_json_or_sse(),
+};
 use crate::http::sse::SseItem;
 
 fn run(conn: &mut Connection, half: usize, bytes: &[u8], out: &mut Vec<HttpEvent>) {
@@ -34,7 +41,7 @@ fn sse_resp() -> Vec<u8> {
 fn request_and_chunked_sse_response_at_any_split() {
     let resp = sse_resp();
     for step in [1, 2, 3, 7, 64, 10_000] {
-        let mut c = Connection::new(true, HttpLimits::default());
+        let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
         let mut out = Vec::new();
         run_split(&mut c, 0, INIT_REQ, step, &mut out);
         run_split(&mut c, 1, &resp, step, &mut out);
@@ -53,7 +60,7 @@ fn request_and_chunked_sse_response_at_any_split() {
         );
         assert_eq!(body.len(), 44);
         assert!(
-            matches!(&out[1], HttpEvent::ResponseHead { exchange: 0, head } if head.status == 200 && head.media_type.as_deref() == Some("text/event-stream") && head.session_id.as_deref() == Some("s1"))
+            matches!(&out[1], HttpEvent::ResponseHead { exchange: 0, head } if head.status == 200 && head.media_type.as_deref() == Some("text/event-stream") && head.extracted[0].as_deref() == Some("s1"))
         );
         assert!(
             matches!(&out[2], HttpEvent::ResponseSse { exchange: 0, item: SseItem::Event(e) } if e.data.contains("\"result\"")),
@@ -72,7 +79,7 @@ fn request_and_chunked_sse_response_at_any_split() {
 
 #[test]
 fn pipelined_requests_pair_with_responses_in_order() {
-    let mut c = Connection::new(true, HttpLimits::default());
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     let mut reqs = Vec::new();
     let mut resps = Vec::new();
@@ -102,7 +109,7 @@ fn pipelined_requests_pair_with_responses_in_order() {
 
 #[test]
 fn non_mcp_bodies_are_skipped_and_not_http_is_ignored() {
-    let mut c = Connection::new(true, HttpLimits::default());
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     run(
         &mut c,
@@ -117,7 +124,7 @@ fn non_mcp_bodies_are_skipped_and_not_http_is_ignored() {
         &mut out,
     );
     assert!(out.is_empty(), "{out:?}");
-    let mut tls = Connection::new(true, HttpLimits::default());
+    let mut tls = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     run(
         &mut tls,
         0,
@@ -130,7 +137,7 @@ fn non_mcp_bodies_are_skipped_and_not_http_is_ignored() {
 
 #[test]
 fn head_204_304_and_1xx_have_no_body() {
-    let mut c = Connection::new(true, HttpLimits::default());
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     let req = b"POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"jsonrpc\":\"2.0\",\"method\":\"notify/x\"}   ";
     run(&mut c, 0, req, &mut out);
@@ -146,7 +153,7 @@ fn head_204_304_and_1xx_have_no_body() {
 
 #[test]
 fn read_until_close_ends_on_server_close() {
-    let mut c = Connection::new(true, HttpLimits::default());
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     run(
         &mut c,
@@ -177,7 +184,7 @@ fn read_until_close_ends_on_server_close() {
 
 #[test]
 fn midstream_pickup_resynchronises_at_next_message() {
-    let mut c = Connection::new(false, HttpLimits::default());
+    let mut c = Connection::new(false, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     let mut data = b"tail of an earlier body\"}\r\n".to_vec();
     data.extend_from_slice(INIT_REQ);
@@ -194,7 +201,7 @@ fn midstream_pickup_resynchronises_at_next_message() {
 
 #[test]
 fn gap_abandons_message_and_resyncs() {
-    let mut c = Connection::new(true, HttpLimits::default());
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
     let mut out = Vec::new();
     run(&mut c, 0, INIT_REQ, &mut out);
     run(
@@ -232,7 +239,7 @@ fn limits_are_counted() {
         max_message_bytes: 16,
         ..HttpLimits::default()
     };
-    let mut c = Connection::new(true, limits);
+    let mut c = Connection::new(true, limits, MCP_LIKE);
     let mut out = Vec::new();
     let mut big = b"POST /mcp HTTP/1.1\r\n".to_vec();
     for i in 0..100 {
@@ -240,7 +247,7 @@ fn limits_are_counted() {
     }
     run_split(&mut c, 0, &big, 50, &mut out);
     assert!(out.contains(&HttpEvent::Error(HttpError::HeadTooLarge)));
-    let mut c = Connection::new(true, limits);
+    let mut c = Connection::new(true, limits, MCP_LIKE);
     let mut out = Vec::new();
     run(&mut c, 0, INIT_REQ, &mut out);
     assert!(out.contains(&HttpEvent::Error(HttpError::MessageTooLarge)));
@@ -250,7 +257,7 @@ fn limits_are_counted() {
 fn garbage_never_panics() {
     let mut seed = 0x1234_5678_u64;
     for _ in 0..200 {
-        let mut c = Connection::new(seed.is_multiple_of(2), HttpLimits::default());
+        let mut c = Connection::new(seed.is_multiple_of(2), HttpLimits::default(), MCP_LIKE);
         let mut out = Vec::new();
         let mut buf = Vec::new();
         for _ in 0..300 {
@@ -281,7 +288,7 @@ fn a_non_http_start_is_ignored_however_it_is_segmented() {
     let mut bytes = b"GARBAGE\r\n\r\n".to_vec();
     bytes.extend_from_slice(INIT_REQ);
     for cut in [0, 1, 3, 8] {
-        let mut c = Connection::new(true, HttpLimits::default());
+        let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
         let mut out = Vec::new();
         if cut > 0 {
             run(&mut c, 0, &bytes[..cut], &mut out);
@@ -307,4 +314,37 @@ fn grow_for_keeps_bytes_and_amortises() {
     let more = cap - buf.len() + 1;
     grow_for(&mut buf, more);
     assert!(buf.capacity() >= 2 * cap, "at least doubles");
+}
+
+#[test]
+fn the_layer_above_names_the_headers_and_the_exchanges_it_keeps() {
+    const TRACE_ONLY: Interest = Interest {
+        request_headers: &["x-trace"],
+        response_headers: &["x-served-by"],
+        keeps: |head| head.extracted[0].is_some(),
+    };
+    let mut c = Connection::new(true, HttpLimits::default(), TRACE_ONLY);
+    let mut out = Vec::new();
+    let plain = b"POST /a HTTP/1.1\r\nContent-Type: application/json\r\nMcp-Session-Id: s1\r\nContent-Length: 2\r\n\r\n{}";
+    c.on_data(0, plain, &mut out);
+    c.on_data(
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        &mut out,
+    );
+    assert!(out.is_empty(), "not kept: nothing reported, {out:?}");
+    let traced =
+        b"POST /b HTTP/1.1\r\nX-Trace: t-1\r\nMcp-Session-Id: s1\r\nContent-Length: 2\r\n\r\n{}";
+    c.on_data(0, traced, &mut out);
+    c.on_data(1, b"HTTP/1.1 200 OK\r\nX-Served-By: b7\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", &mut out);
+    let HttpEvent::Request { head, body, .. } = &out[0] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(head.extracted[0].as_deref(), Some("t-1"));
+    // Names the layer above did not ask for are never copied out.
+    assert!(head.extracted[1..].iter().all(Option::is_none));
+    assert_eq!(body, b"{}");
+    assert!(
+        matches!(&out[1], HttpEvent::ResponseHead { head, .. } if head.extracted[0].as_deref() == Some("b7"))
+    );
 }

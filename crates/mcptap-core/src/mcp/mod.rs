@@ -6,6 +6,9 @@
 //! decisions about what is alarming live in [`crate::detect`].
 
 pub mod caps;
+pub mod headers;
+
+pub use headers::HTTP_INTEREST;
 
 use crate::detect::{self, AnswerShape, ModeTracker, StreamContent};
 use crate::http::sse::SseItem;
@@ -320,8 +323,8 @@ impl Tracker {
         }
     }
 
-    fn valid_session_id(&self, id: &Option<String>, out: &mut Vec<Output>) -> Option<String> {
-        let id = id.as_ref()?;
+    fn valid_session_id(&self, id: Option<&str>, out: &mut Vec<Output>) -> Option<String> {
+        let id = id?;
         // MCP: visible ASCII only. Anything else is hostile or broken; don't let it become a key.
         let ok = !id.is_empty()
             && id.len() <= self.limits.max_session_id_len
@@ -331,7 +334,7 @@ impl Tracker {
                 limit: "invalid_session_id",
             }));
         }
-        ok.then(|| id.clone())
+        ok.then(|| id.to_string())
     }
 
     fn on_request(
@@ -343,7 +346,7 @@ impl Tracker {
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
-        let session_id = self.valid_session_id(&head.session_id, out);
+        let session_id = self.valid_session_id(headers::request_session_id(&head), out);
         let mut requests = Vec::new();
         if !body.is_empty() {
             match jsonrpc::parse(body) {
@@ -477,7 +480,7 @@ impl Tracker {
             server: ctx.server,
             status: head.status,
         }));
-        let learned = self.valid_session_id(&head.session_id, out);
+        let learned = self.valid_session_id(headers::response_session_id(&head), out);
         let Some(ex) = self.exchanges.get_mut(&(ctx.flow, exchange)) else {
             return;
         };
@@ -490,7 +493,7 @@ impl Tracker {
         ex.response = Some(head);
         let Some(sid) = sid else { return };
         let key = (ctx.server, sid);
-        if status == 404 && ex.head.session_id.is_some() {
+        if status == 404 && headers::request_session_id(&ex.head).is_some() {
             self.end_session(&key, ts, EndReason::Expired, out);
         } else if method == "DELETE" && is_2xx(status) {
             self.end_session(&key, ts, EndReason::Deleted, out);
@@ -637,7 +640,7 @@ impl Tracker {
         let req_ts = ex.ts;
         let client = ex.client;
         let accept = ex.head.accept.clone();
-        let protocol_version = ex.head.protocol_version.clone();
+        let protocol_version = headers::request_protocol_version(&ex.head).map(str::to_string);
         // The whole request side is only needed for a handshake.
         let origin = (method == "initialize").then(|| ex.origin());
         let sid = ex.session_id.clone();
@@ -728,9 +731,7 @@ impl Tracker {
         } = answer;
         let params = init_params.unwrap_or(Value::Null);
         let accepted = result.is_some() && is_2xx(status);
-        let reinit_of = ex
-            .head
-            .session_id
+        let reinit_of = headers::request_session_id(&ex.head)
             .is_some()
             .then(|| ex.session_id.clone())
             .flatten();
@@ -992,7 +993,7 @@ impl Tracker {
                 method: r.method.clone(),
                 request_id: r.id.to_value(),
                 tool: r.tool.clone(),
-                protocol_version: ex.head.protocol_version.clone(),
+                protocol_version: headers::request_protocol_version(&ex.head).map(str::to_string),
                 http_status: status,
                 media_type: media_label(mt.as_deref()),
                 sse_events: ex.stream.items,

@@ -14,23 +14,20 @@ fn ctx(flow: u64, client_port: u16) -> FlowCtx {
 }
 
 fn post(session: Option<&str>) -> RequestHead {
-    RequestHead {
-        method: "POST".into(),
-        path: "/mcp".into(),
-        host: Some("mcp.example".into()),
-        accept: Some("application/json, text/event-stream".into()),
-        content_type: Some("application/json".into()),
-        session_id: session.map(str::to_string),
-        protocol_version: Some("2025-06-18".into()),
-    }
+    let mut head = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        session,
+        Some("2025-06-18"),
+    );
+    head.host = Some("mcp.example".into());
+    head
 }
 
 fn resp(status: u16, media: &str, session: Option<&str>) -> ResponseHead {
-    ResponseHead {
-        status,
-        media_type: Some(media.into()),
-        session_id: session.map(str::to_string),
-    }
+    headers::response_head(status, Some(media), session)
 }
 
 fn sse_data(v: serde_json::Value) -> SseItem {
@@ -125,11 +122,7 @@ impl Harness {
 
     /// DELETE of session `sid`, answered with `status`.
     fn delete(&mut self, c: FlowCtx, ex: u64, sid: &str, status: u16) {
-        let head = RequestHead {
-            method: "DELETE".into(),
-            session_id: Some(sid.into()),
-            ..RequestHead::default()
-        };
+        let head = headers::request_head("DELETE", "", None, None, Some(sid), None);
         self.send(
             c,
             HttpEvent::Request {
@@ -138,11 +131,7 @@ impl Harness {
                 body: Vec::new(),
             },
         );
-        let head = ResponseHead {
-            status,
-            media_type: None,
-            session_id: None,
-        };
+        let head = headers::response_head(status, None, None);
         self.send(c, HttpEvent::ResponseHead { exchange: ex, head });
         self.send(
             c,
@@ -215,12 +204,7 @@ fn answers_on_a_get_stream_correlate_by_id_within_the_session() {
         },
     );
     let g = ctx(2, 5001);
-    let get = RequestHead {
-        method: "GET".into(),
-        accept: Some("text/event-stream".into()),
-        session_id: Some("s1".into()),
-        ..RequestHead::default()
-    };
+    let get = headers::request_head("GET", "", None, Some("text/event-stream"), Some("s1"), None);
     h.send(
         g,
         HttpEvent::Request {

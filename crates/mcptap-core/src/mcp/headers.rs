@@ -1,0 +1,70 @@
+//! What MCP needs from the HTTP layer: its header names and which exchanges can carry it.
+
+use crate::http::{Interest, RequestHead, ResponseHead};
+
+/// Index of `Mcp-Session-Id` in the extracted headers of requests and responses.
+const SESSION_ID: usize = 0;
+/// Index of `MCP-Protocol-Version` in the extracted request headers.
+const PROTOCOL_VERSION: usize = 1;
+
+/// The headers MCP reads and the exchanges it keeps: anything on a session, POSTs with JSON
+/// bodies and GETs that accept an event stream.
+pub const HTTP_INTEREST: Interest = Interest {
+    request_headers: &["mcp-session-id", "mcp-protocol-version"],
+    response_headers: &["mcp-session-id"],
+    keeps: may_carry_mcp,
+};
+
+/// Whether a request can be part of an MCP conversation.
+pub fn may_carry_mcp(head: &RequestHead) -> bool {
+    request_session_id(head).is_some() || head.may_carry_json_or_sse()
+}
+
+pub fn request_session_id(head: &RequestHead) -> Option<&str> {
+    head.extracted[SESSION_ID].as_deref()
+}
+
+pub fn request_protocol_version(head: &RequestHead) -> Option<&str> {
+    head.extracted[PROTOCOL_VERSION].as_deref()
+}
+
+pub fn response_session_id(head: &ResponseHead) -> Option<&str> {
+    head.extracted[SESSION_ID].as_deref()
+}
+
+/// Request heads as the HTTP layer builds them, for tests and for callers that feed HTTP
+/// messages themselves.
+pub fn request_head(
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    accept: Option<&str>,
+    session_id: Option<&str>,
+    protocol_version: Option<&str>,
+) -> RequestHead {
+    let mut head = RequestHead {
+        method: method.to_string(),
+        path: path.to_string(),
+        content_type: content_type.map(str::to_string),
+        accept: accept.map(str::to_string),
+        ..RequestHead::default()
+    };
+    head.extracted[SESSION_ID] = session_id.map(str::to_string);
+    head.extracted[PROTOCOL_VERSION] = protocol_version.map(str::to_string);
+    head
+}
+
+/// A response head with MCP's headers, as [`request_head`].
+pub fn response_head(
+    status: u16,
+    media_type: Option<&str>,
+    session_id: Option<&str>,
+) -> ResponseHead {
+    let mut head = ResponseHead {
+        status,
+        media_type: media_type.map(str::to_string),
+        ..ResponseHead::default()
+    };
+    head.extracted[SESSION_ID] = session_id.map(str::to_string);
+    head
+}
