@@ -9,5 +9,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fuzz harness lives in its own workspace: make sure it still builds against the crate.
 cargo check --locked --manifest-path fuzz/Cargo.toml --all-targets
 cargo test --workspace --locked
+# The core is a library for others to embed: its docs build without warnings.
+RUSTDOCFLAGS="-D warnings" cargo doc --locked -p mcptap-core --no-deps --quiet
 scripts/e2e.sh
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

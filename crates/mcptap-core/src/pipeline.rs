@@ -42,6 +42,28 @@ impl Default for Limits {
     }
 }
 
+/// One piece of an HTTP conversation, for [`Pipeline::handle_http`]: what a gateway that
+/// terminates HTTP itself sees. Bodies come without transfer coding; every request and
+/// response ends with its `…End`, except interim (1xx) responses.
+#[derive(Debug, Clone, Copy)]
+pub enum HttpMessage<'a> {
+    RequestHead {
+        method: &'a str,
+        path: &'a str,
+        headers: &'a [(&'a str, &'a [u8])],
+    },
+    RequestBody(&'a [u8]),
+    RequestEnd,
+    ResponseHead {
+        status: u16,
+        headers: &'a [(&'a str, &'a [u8])],
+    },
+    ResponseBody(&'a [u8]),
+    ResponseEnd,
+    /// The connection closed: a response body still open ends here (read until close).
+    Closed,
+}
+
 /// Packet-level counters (kept as plain numbers: they are bumped on the hot path).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PacketStats {
@@ -96,6 +118,12 @@ impl PacketStats {
 /// Both endpoints of a connection, the lower first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct FlowKey(SocketAddr, SocketAddr);
+
+impl FlowKey {
+    fn of(a: SocketAddr, b: SocketAddr) -> FlowKey {
+        if a <= b { FlowKey(a, b) } else { FlowKey(b, a) }
+    }
+}
 
 /// Hashed as packed integers: the derived hash of two `SocketAddr`s is a dozen calls into the
 /// hasher, on every packet. Equal keys pack equally (a v6 scope id only refines equality).
@@ -228,6 +256,10 @@ impl StreamConsumer for HttpFeed<'_> {
 /// How often (in packet time) idle flows and sessions are swept.
 const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 
+/// The core's driver: packets ([`Pipeline::handle_packet`]) or HTTP messages
+/// ([`Pipeline::handle_http`]) with their timestamps in, [`Output`]s out. Time only advances
+/// with the timestamps given (and [`Pipeline::advance_time`]); call [`Pipeline::finish`] at the
+/// end of the input.
 pub struct Pipeline {
     limits: Limits,
     flows: HashMap<FlowKey, Box<Flow>>,
@@ -286,7 +318,62 @@ impl Pipeline {
         self.tracker.active_sessions()
     }
 
-    /// Processes one captured frame of link type `linktype`.
+    /// Processes one captured frame of link type `linktype` (a LINKTYPE_* value, see
+    /// [`decode::dlt`]) captured at `ts`; what it completes is appended to `out`.
+    ///
+    /// ```
+    /// use etherparse::PacketBuilder;
+    /// use mcptap_core::decode::dlt;
+    /// use mcptap_core::model::{Event, Output, Timestamp};
+    /// use mcptap_core::pipeline::{Limits, Pipeline};
+    ///
+    /// // One TCP segment from 127.0.0.2:50000 to 127.0.0.3:8080 (or back) as an Ethernet frame.
+    /// fn frame(to_server: bool, seq: u32, flags: &str, payload: &[u8]) -> Vec<u8> {
+    ///     let (client, server) = ([127, 0, 0, 2], [127, 0, 0, 3]);
+    ///     let (src, dst, sport, dport) = if to_server {
+    ///         (client, server, 50000, 8080)
+    ///     } else {
+    ///         (server, client, 8080, 50000)
+    ///     };
+    ///     let mut tcp = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+    ///         .ipv4(src, dst, 64)
+    ///         .tcp(sport, dport, seq, 65535);
+    ///     if flags.contains('S') {
+    ///         tcp = tcp.syn();
+    ///     }
+    ///     let mut out = Vec::new();
+    ///     tcp.write(&mut out, payload).unwrap();
+    ///     out
+    /// }
+    ///
+    /// let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}"#;
+    /// let request = format!(
+    ///     "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+    ///     body.len()
+    /// );
+    /// let result = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"tools","version":"1"}}}"#;
+    /// let response = format!(
+    ///     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: s-1\r\nContent-Length: {}\r\n\r\n{result}",
+    ///     result.len()
+    /// );
+    /// let mut pipeline = Pipeline::new(Limits::default());
+    /// let mut out = Vec::new();
+    /// let packets = [
+    ///     frame(true, 100, "S", b""),
+    ///     frame(true, 101, "", request.as_bytes()),
+    ///     frame(false, 500, "", response.as_bytes()),
+    /// ];
+    /// for (i, packet) in packets.iter().enumerate() {
+    ///     let ts = Timestamp(1_700_000_000_000_000_000 + i as i64 * 1_000_000);
+    ///     pipeline.handle_packet(ts, dlt::EN10MB, packet, &mut out);
+    /// }
+    /// pipeline.finish(&mut out);
+    /// let handshake = out.iter().find_map(|o| match o {
+    ///     Output::Event(Event::Handshake(h)) => Some(h),
+    ///     _ => None,
+    /// });
+    /// assert_eq!(handshake.and_then(|h| h.session_id.as_deref()), Some("s-1"));
+    /// ```
     pub fn handle_packet(
         &mut self,
         ts: Timestamp,
@@ -303,6 +390,11 @@ impl Pipeline {
             Decoded::Tcp(seg) => self.handle_segment(ts, &seg, out),
             Decoded::Skipped(reason) => self.stats.count_skip(reason),
         }
+        self.sweep_if_due(out);
+    }
+
+    /// Sweeps idle flows and sessions once per [`SWEEP_INTERVAL_NS`] of packet time.
+    fn sweep_if_due(&mut self, out: &mut Vec<Output>) {
         if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
             self.last_sweep = self.now;
             self.sweep(out);
@@ -310,11 +402,7 @@ impl Pipeline {
     }
 
     fn handle_segment(&mut self, ts: Timestamp, seg: &TcpSegment<'_>, out: &mut Vec<Output>) {
-        let key = if seg.src <= seg.dst {
-            FlowKey(seg.src, seg.dst)
-        } else {
-            FlowKey(seg.dst, seg.src)
-        };
+        let key = FlowKey::of(seg.src, seg.dst);
         let half = usize::from(seg.src != key.0);
         // One hash lookup per packet of a known flow; new flows take a second one.
         let Some(flow) = self.flows.get_mut(&key) else {
@@ -323,28 +411,7 @@ impl Pipeline {
             if seg.flags.rst || !opens {
                 return;
             }
-            self.make_room(out);
-            let synchronised = seg.flags.syn && !seg.flags.ack;
-            let flow = Box::new(Flow {
-                id: self.next_flow_id,
-                key,
-                streams: [
-                    Reassembler::new(self.limits.max_flow_buffer_bytes),
-                    Reassembler::new(self.limits.max_flow_buffer_bytes),
-                ],
-                http: Connection::new(synchronised, self.limits.http, crate::mcp::HTTP_INTEREST),
-                last_seen: ts,
-                charged: 0,
-            });
-            self.eviction_queue.push_back(QueuedFlow {
-                key,
-                id: flow.id,
-                seen: ts,
-            });
-            self.next_flow_id += 1;
-            self.flows.insert(key, flow);
-            self.compact_eviction_queue();
-            out.push(Output::Telemetry(Telemetry::FlowOpened));
+            self.open_flow(key, ts, seg.flags.syn && !seg.flags.ack, out);
             return self.handle_segment(ts, seg, out);
         };
         flow.last_seen = ts;
@@ -391,6 +458,130 @@ impl Pipeline {
             self.remove_flow(key, Removal::Fin, out);
         }
         self.fit_budget(0, out);
+    }
+
+    /// Starts tracking the connection `key`, making room for it first.
+    fn open_flow(
+        &mut self,
+        key: FlowKey,
+        ts: Timestamp,
+        synchronised: bool,
+        out: &mut Vec<Output>,
+    ) {
+        self.make_room(out);
+        let flow = Box::new(Flow {
+            id: self.next_flow_id,
+            key,
+            streams: [
+                Reassembler::new(self.limits.max_flow_buffer_bytes),
+                Reassembler::new(self.limits.max_flow_buffer_bytes),
+            ],
+            http: Connection::new(synchronised, self.limits.http, crate::mcp::HTTP_INTEREST),
+            last_seen: ts,
+            charged: 0,
+        });
+        self.eviction_queue.push_back(QueuedFlow {
+            key,
+            id: flow.id,
+            seen: ts,
+        });
+        self.next_flow_id += 1;
+        self.flows.insert(key, flow);
+        self.compact_eviction_queue();
+        out.push(Output::Telemetry(Telemetry::FlowOpened));
+    }
+
+    /// Feeds one piece of an HTTP conversation between `client` and `server`, for callers that
+    /// terminate HTTP themselves (a gateway) instead of capturing packets. A conversation fed
+    /// this way gives the same events as its packets would.
+    ///
+    /// ```
+    /// use mcptap_core::model::{Event, Output, Timestamp};
+    /// use mcptap_core::pipeline::{HttpMessage, Limits, Pipeline};
+    ///
+    /// let client = "127.0.0.1:50000".parse().unwrap();
+    /// let server = "127.0.0.1:8080".parse().unwrap();
+    /// let mut pipeline = Pipeline::new(Limits::default());
+    /// let mut out = Vec::new();
+    /// let request = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"agent","version":"1"}}}"#;
+    /// let response = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"tools","version":"1"}}}"#;
+    /// let json: &[u8] = b"application/json";
+    /// let mut feed = |ms: i64, msg: HttpMessage<'_>| {
+    ///     pipeline.handle_http(Timestamp(ms * 1_000_000), client, server, msg, &mut out)
+    /// };
+    /// feed(0, HttpMessage::RequestHead {
+    ///     method: "POST",
+    ///     path: "/mcp",
+    ///     headers: &[("Content-Type", json), ("Accept", b"application/json, text/event-stream")],
+    /// });
+    /// feed(0, HttpMessage::RequestBody(request));
+    /// feed(0, HttpMessage::RequestEnd);
+    /// feed(5, HttpMessage::ResponseHead {
+    ///     status: 200,
+    ///     headers: &[("Content-Type", json), ("Mcp-Session-Id", b"s-1")],
+    /// });
+    /// feed(5, HttpMessage::ResponseBody(response));
+    /// feed(5, HttpMessage::ResponseEnd);
+    /// feed(9, HttpMessage::Closed);
+    /// pipeline.finish(&mut out);
+    /// let handshake = out.iter().find_map(|o| match o {
+    ///     Output::Event(Event::Handshake(h)) => Some(h),
+    ///     _ => None,
+    /// });
+    /// assert_eq!(handshake.and_then(|h| h.session_id.as_deref()), Some("s-1"));
+    /// ```
+    pub fn handle_http(
+        &mut self,
+        ts: Timestamp,
+        client: SocketAddr,
+        server: SocketAddr,
+        msg: HttpMessage<'_>,
+        out: &mut Vec<Output>,
+    ) {
+        if ts > self.now {
+            self.now = ts;
+        }
+        let key = FlowKey::of(client, server);
+        let client_half = usize::from(client != key.0);
+        let server_half = 1 - client_half;
+        if !self.flows.contains_key(&key) {
+            if matches!(msg, HttpMessage::Closed) {
+                return;
+            }
+            self.open_flow(key, ts, true, out);
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        flow.last_seen = ts;
+        let mut events = std::mem::take(&mut self.http_events);
+        let http = &mut flow.http;
+        match msg {
+            HttpMessage::RequestHead {
+                method,
+                path,
+                headers,
+            } => http.on_request_head(client_half, method, path, headers, &mut events),
+            HttpMessage::RequestBody(chunk) => http.on_body(client_half, chunk, &mut events),
+            HttpMessage::RequestEnd => http.on_message_end(client_half, &mut events),
+            HttpMessage::ResponseHead { status, headers } => {
+                http.on_response_head(server_half, status, headers, &mut events)
+            }
+            HttpMessage::ResponseBody(chunk) => http.on_body(server_half, chunk, &mut events),
+            HttpMessage::ResponseEnd => http.on_message_end(server_half, &mut events),
+            HttpMessage::Closed => http.on_close(server_half, BodyEnd::ServerClosed, &mut events),
+        }
+        let now_buffered = flow.buffered();
+        self.buffered = self.buffered + now_buffered - flow.charged;
+        flow.charged = now_buffered;
+        let ctx = flow.ctx();
+        self.deliver(ctx, ts, &mut events, out);
+        self.http_events = events;
+        if matches!(msg, HttpMessage::Closed) {
+            self.remove_flow(key, Removal::Fin, out);
+        }
+        self.fit_budget(0, out);
+        self.sweep_if_due(out);
     }
 
     fn deliver(
@@ -522,10 +713,7 @@ impl Pipeline {
         if ts > self.now {
             self.now = ts;
         }
-        if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
-            self.last_sweep = self.now;
-            self.sweep(out);
-        }
+        self.sweep_if_due(out);
     }
 
     /// End of input: open streams were cut off by the end of the capture, not ended.

@@ -100,6 +100,29 @@ pub struct ResponseHead {
     pub extracted: ExtractedHeaders,
 }
 
+/// Records one request header in `head`: the generic ones and those `interest` names.
+fn note_request_header(head: &mut RequestHead, interest: &Interest, name: &str, value: &[u8]) {
+    let slot = if name.eq_ignore_ascii_case("host") {
+        &mut head.host
+    } else if name.eq_ignore_ascii_case("accept") {
+        &mut head.accept
+    } else if name.eq_ignore_ascii_case("content-type") {
+        &mut head.content_type
+    } else {
+        return extract(interest.request_headers, name, value, &mut head.extracted);
+    };
+    *slot = Some(header_str(value));
+}
+
+/// Records one response header in `head`, as [`note_request_header`].
+fn note_response_header(head: &mut ResponseHead, interest: &Interest, name: &str, value: &[u8]) {
+    if name.eq_ignore_ascii_case("content-type") {
+        head.media_type = Some(media_type(&header_str(value)));
+    } else {
+        extract(interest.response_headers, name, value, &mut head.extracted);
+    }
+}
+
 /// Stores `value` at the index of `name` in `names`, if it is there.
 fn extract(names: &[&str], name: &str, value: &[u8], into: &mut ExtractedHeaders) {
     if let Some(i) = names.iter().position(|n| name.eq_ignore_ascii_case(n))
@@ -189,6 +212,9 @@ enum Framing {
     Length(u64),
     Chunked(ChunkedDecoder),
     UntilClose,
+    /// The caller parses HTTP itself and says where the body ends (see
+    /// [`Connection::on_message_end`]).
+    Delimited,
 }
 
 #[derive(Debug)]
@@ -412,13 +438,92 @@ impl Connection {
             is_request: false,
         } = state
         {
-            let until_close = matches!(framing, Framing::UntilClose);
+            // A body the caller delimits ends at the close like one read until close.
+            let until_close = matches!(framing, Framing::UntilClose | Framing::Delimited);
             let end = match how {
                 BodyEnd::ServerClosed if until_close => BodyEnd::ServerClosed,
                 BodyEnd::ServerClosed => BodyEnd::Aborted,
                 other => other,
             };
             self.finish_body(sink, exchange, request, end, out);
+        }
+    }
+
+    /// For callers that parse HTTP themselves (a gateway terminating it): a request head sent
+    /// by half `half`. Its body follows in [`on_body`](Self::on_body) calls (without transfer
+    /// coding) and ends with [`on_message_end`](Self::on_message_end), also for no body.
+    pub fn on_request_head(
+        &mut self,
+        half: usize,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        out: &mut Vec<HttpEvent>,
+    ) {
+        let half = half.min(1);
+        self.abort_open_body(half, out);
+        let mut head = RequestHead {
+            method: method.to_string(),
+            path: path.to_string(),
+            ..RequestHead::default()
+        };
+        for (name, value) in headers {
+            note_request_header(&mut head, &self.interest, name, value);
+        }
+        self.halves[half].seen_http = true;
+        self.start_request(half, head, Framing::Delimited, out);
+    }
+
+    /// A response head sent by half `half`, as [`on_request_head`](Self::on_request_head).
+    /// Interim (1xx) heads have no body and no end.
+    pub fn on_response_head(
+        &mut self,
+        half: usize,
+        status: u16,
+        headers: &[(&str, &[u8])],
+        out: &mut Vec<HttpEvent>,
+    ) {
+        let half = half.min(1);
+        self.abort_open_body(half, out);
+        let mut head = ResponseHead {
+            status,
+            ..ResponseHead::default()
+        };
+        for (name, value) in headers {
+            note_response_header(&mut head, &self.interest, name, value);
+        }
+        self.halves[half].seen_http = true;
+        let framing = if (100..200).contains(&status) {
+            Framing::None
+        } else {
+            Framing::Delimited
+        };
+        self.start_response(half, head, framing, status == 101, out);
+    }
+
+    /// Body bytes of the message open in half `half`, transfer coding already removed.
+    pub fn on_body(&mut self, half: usize, chunk: &[u8], out: &mut Vec<HttpEvent>) {
+        let half = half.min(1);
+        if matches!(self.halves[half].state, State::Body { .. }) && !chunk.is_empty() {
+            self.body(half, chunk, out);
+        }
+    }
+
+    /// The message open in half `half` is complete.
+    pub fn on_message_end(&mut self, half: usize, out: &mut Vec<HttpEvent>) {
+        let half = half.min(1);
+        if matches!(self.halves[half].state, State::Body { .. }) {
+            self.end_body(half, BodyEnd::Complete, State::Idle, out);
+        }
+    }
+
+    /// A new head while a body is still open: the caller lost the end; the body is cut short.
+    fn abort_open_body(&mut self, half: usize, out: &mut Vec<HttpEvent>) {
+        if matches!(self.halves[half].state, State::Body { .. }) {
+            self.end_body(half, BodyEnd::Aborted, State::Idle, out);
+        }
+        if !matches!(self.halves[half].state, State::Ignored) {
+            self.halves[half].state = State::Idle;
         }
     }
 
@@ -718,7 +823,7 @@ impl Connection {
                 *remaining -= take as u64;
                 Ok((take, *remaining == 0))
             }
-            Framing::UntilClose => {
+            Framing::UntilClose | Framing::Delimited => {
                 feed(sink, data, out);
                 Ok((data.len(), false))
             }
@@ -732,7 +837,7 @@ impl Connection {
         let expected = match framing {
             Framing::Length(remaining) => *remaining,
             Framing::Chunked(decoder) => decoder.chunk_remaining(),
-            Framing::None | Framing::UntilClose => 0,
+            Framing::None | Framing::UntilClose | Framing::Delimited => 0,
         };
         sink.reserve_hint(expected, max_message);
         let (used, end) = match progress {
@@ -748,6 +853,13 @@ impl Connection {
         } else {
             State::Resync
         };
+        self.end_body(half, end, next, out);
+        used
+    }
+
+    /// Ends the body open in half `half` as `end`, leaving the half in state `next`: a request
+    /// is emitted whole (when complete), a response's end is reported.
+    fn end_body(&mut self, half: usize, end: BodyEnd, next: State, out: &mut Vec<HttpEvent>) {
         let state = std::mem::replace(&mut self.halves[half].state, next);
         if let State::Body {
             sink,
@@ -773,7 +885,6 @@ impl Connection {
                 self.finish_body(sink, exchange, request, end, out);
             }
         }
-        used
     }
 
     /// Emits the end of a response body (requests are emitted whole, never ended).
@@ -879,11 +990,7 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                     ..Default::default()
                 };
                 let framing = framing_from(resp.headers, &mut |name, value| {
-                    if name.eq_ignore_ascii_case("content-type") {
-                        head.media_type = Some(media_type(&header_str(value)));
-                    } else {
-                        extract(interest.response_headers, name, value, &mut head.extracted);
-                    }
+                    note_response_header(&mut head, interest, name, value)
                 });
                 let framing = framing.unwrap_or(Framing::UntilClose);
                 let no_body = (100..200).contains(&status);
@@ -911,16 +1018,7 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                     ..Default::default()
                 };
                 let framing = framing_from(req.headers, &mut |name, value| {
-                    let slot = if name.eq_ignore_ascii_case("host") {
-                        &mut head.host
-                    } else if name.eq_ignore_ascii_case("accept") {
-                        &mut head.accept
-                    } else if name.eq_ignore_ascii_case("content-type") {
-                        &mut head.content_type
-                    } else {
-                        return extract(interest.request_headers, name, value, &mut head.extracted);
-                    };
-                    *slot = Some(header_str(value));
+                    note_request_header(&mut head, interest, name, value)
                 });
                 HeadParse::Request {
                     head,

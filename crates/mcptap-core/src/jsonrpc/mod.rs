@@ -1,6 +1,6 @@
 //! JSON-RPC 2.0 messages as MCP uses them: single messages and batches.
 //!
-//! Parsing is zero-copy: [`skim`] splits a message into its raw members, stepping over large
+//! Parsing is zero-copy: `skim` splits a message into its raw members, stepping over large
 //! values (tool results) without decoding them; only the small members MCP reads (`jsonrpc`,
 //! `id`, `method`, `error`, the handshake's capabilities) are parsed by serde_json, and only the
 //! few places that need more (the `initialize` handshake, a tool name) parse further. Tool
