@@ -1,22 +1,185 @@
 //! Whole-pipeline runs against the captures in tests/fixtures (real traffic on loopback).
+//!
+//! tests/fixtures/expected.json states each fixture's outcome once (sessions, handshakes,
+//! alerts, lineage, exchange counts); `every_fixture_meets_expected_json` checks all of it.
+//! The tests after it check details of single fixtures that the table does not state.
 
-use mcptap_core::model::Output;
+use mcptap_core::model::{Output, Telemetry};
 use mcptap_core::pipeline::Limits;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-fn events(fixture: &str) -> Vec<Value> {
+/// Events (as JSON) and the number of HTTP responses a fixture's replay produces.
+fn replay(fixture: &str) -> (Vec<Value>, usize) {
     let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
     let (outputs, report) = mcptap::replay::replay_collect(&[path], Limits::default())
         .unwrap_or_else(|e| panic!("{fixture}: {e}"));
     assert!(report.read.truncations.is_empty(), "{fixture}: truncated");
-    outputs
+    let mut responses = 0;
+    let events = outputs
         .into_iter()
         .filter_map(|o| match o {
             Output::Event(e) => Some(serde_json::to_value(e).expect("serialize")),
+            Output::Telemetry(Telemetry::HttpResponse { .. }) => {
+                responses += 1;
+                None
+            }
             Output::Telemetry(_) => None,
         })
-        .collect()
+        .collect();
+    (events, responses)
+}
+
+fn events(fixture: &str) -> Vec<Value> {
+    replay(fixture).0
+}
+
+/// The diff object of an alert or handshake, in expected.json's shape.
+fn diff_of(client_removed: &Value, client_added: &Value, removed: &Value, added: &Value) -> Value {
+    serde_json::json!({
+        "client": {"removed": client_removed, "added": client_added},
+        "server": {"removed": removed, "added": added},
+    })
+}
+
+/// Checks one fixture against its entry in expected.json.
+fn check_expected(fixture: &str, want: &Value) {
+    let (evs, responses) = replay(fixture);
+    let port = want["port"].as_u64().expect("port");
+    for e in &evs {
+        let server = e["server"].as_str().unwrap_or_default();
+        assert!(
+            server.ends_with(&format!(":{port}")),
+            "{fixture}: server {server}"
+        );
+    }
+    let handshakes = of(&evs, "handshake");
+    // Sessions in the order of their first handshake.
+    let mut sessions: Vec<String> = Vec::new();
+    for id in handshakes.iter().filter_map(|h| h["session_id"].as_str()) {
+        if !sessions.iter().any(|s| s == id) {
+            sessions.push(id.to_string());
+        }
+    }
+    match (&want["sessions"], &want["sessions_count"]) {
+        (Value::Array(ids), _) => {
+            assert_eq!(sessions, strings(&Value::Array(ids.clone())), "{fixture}")
+        }
+        (_, n) => assert_eq!(
+            Some(sessions.len() as u64),
+            n.as_u64(),
+            "{fixture}: sessions"
+        ),
+    }
+    match (&want["handshakes"], &want["handshakes_count"]) {
+        (Value::Array(list), _) => {
+            // Grouped by session, each session's handshakes in order.
+            let key = |h: &Value| (h["session_id"].to_string(), h["seq"].as_u64());
+            let mut got: Vec<Value> = handshakes
+                .iter()
+                .map(|h| serde_json::json!({"session_id": h["session_id"], "seq": h["seq"], "outcome": h["outcome"]}))
+                .collect();
+            let mut want = list.clone();
+            got.sort_by_key(key);
+            want.sort_by_key(key);
+            assert_eq!(got, want, "{fixture}: handshakes");
+        }
+        (_, n) => assert_eq!(
+            Some(handshakes.len() as u64),
+            n.as_u64(),
+            "{fixture}: handshakes"
+        ),
+    }
+    let lineage: Vec<Value> = handshakes
+        .iter()
+        .filter(|h| !h["predecessor_session_id"].is_null())
+        .map(|h| {
+            serde_json::json!({
+                "session_id": h["session_id"],
+                "predecessor_session_id": h["predecessor_session_id"],
+                "diff": h["lineage"],
+            })
+        })
+        .collect();
+    assert_eq!(Value::Array(lineage), want["lineage"], "{fixture}: lineage");
+    let alerts = of(&evs, "alert");
+    let expected_alerts = want["alerts"].as_array().expect("alerts");
+    let mut stated = 0;
+    for a in expected_alerts {
+        let same: Vec<&&Value> = alerts
+            .iter()
+            .filter(|g| g["session_id"] == a["session_id"] && g["kind"] == a["kind"])
+            .collect();
+        let count = a["count"].as_u64().unwrap_or(1) as usize;
+        assert_eq!(same.len(), count, "{fixture}: {a}");
+        stated += count;
+        let first = same[0];
+        match a["kind"].as_str() {
+            Some("capability_narrowing" | "capability_widening") => assert_eq!(
+                diff_of(
+                    &first["client_removed"],
+                    &first["client_added"],
+                    &first["removed"],
+                    &first["added"]
+                ),
+                a["diff"],
+                "{fixture}"
+            ),
+            Some("content_type_divergence") => {
+                assert_eq!(first["method"], a["method"], "{fixture}");
+                assert_eq!(first["expected"], a["from"], "{fixture}");
+                assert_eq!(first["observed"], a["to"], "{fixture}");
+            }
+            Some("empty_tool_result") => {
+                assert!(a["reasons"].is_array(), "{fixture}: {a} needs reasons")
+            }
+            other => panic!("{fixture}: expected.json names an unknown alert kind {other:?}"),
+        }
+        if let Some(want_reasons) = a["reasons"].as_array() {
+            let reasons: Vec<&Value> = same.iter().map(|g| &g["reason"]).collect();
+            let want_reasons: Vec<&Value> = want_reasons.iter().collect();
+            assert_eq!(reasons, want_reasons, "{fixture}: {a}");
+        }
+    }
+    assert_eq!(
+        alerts.len(),
+        stated,
+        "{fixture}: alerts beyond expected.json: {alerts:?}"
+    );
+    let exchanges = of(&evs, "exchange").len() as u64;
+    assert!(
+        exchanges >= want["exchanges_min"].as_u64().expect("exchanges_min"),
+        "{fixture}: {exchanges} exchanges"
+    );
+    assert_eq!(
+        Some(responses as u64),
+        want["http_exchanges"].as_u64(),
+        "{fixture}: HTTP responses"
+    );
+}
+
+#[test]
+fn every_fixture_meets_expected_json() {
+    let dir = format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"));
+    let table: serde_json::Map<String, Value> = serde_json::from_str(
+        &std::fs::read_to_string(format!("{dir}/expected.json")).expect("expected.json"),
+    )
+    .expect("expected.json is a JSON object");
+    let mut captures: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pcap") || n.ends_with(".pcapng"))
+        .collect();
+    captures.sort();
+    let mut listed: Vec<String> = table.keys().cloned().collect();
+    listed.sort();
+    assert_eq!(
+        captures, listed,
+        "every fixture has exactly one entry in expected.json"
+    );
+    for (fixture, want) in &table {
+        check_expected(fixture, want);
+    }
 }
 
 fn of<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
