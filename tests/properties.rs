@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 use common::{Segment, ethernet, ip_tcp_packet, read_segments_observing};
 use mcptap_core::decode::TcpFlags;
+use mcptap_core::detect::Detectors;
 use mcptap_core::http::chunked::{ChunkedDecoder, ChunkedError};
 use mcptap_core::http::sse::{SseItem, SseParser};
 use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
@@ -526,7 +527,7 @@ fn flow_ctx() -> FlowCtx {
 /// whole), and everything it emits into a tracker. Returns the serialised events.
 fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) -> Vec<Value> {
     let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
-    let mut tracker = Tracker::new(SessionLimits::default());
+    let mut tracker = Tracker::new(SessionLimits::default(), Detectors);
     let mut events = Vec::new();
     let mut out = Vec::new();
     let mut state = HashMap::new();

@@ -14,6 +14,7 @@
 
 use mcptap_core::model::{Event, Timestamp};
 use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
+use mcptap_core::detect::Detectors;
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
 use mcptap_core::pipeline::{Limits, Pipeline};
@@ -275,13 +276,13 @@ pub fn run_http(data: &[u8]) -> usize {
     let mut n_events = 0;
     let (synchronised, ops) = decode_http(data);
     let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
-    let mut tracker = Tracker::new(SessionLimits::default());
+    let mut tracker = Tracker::new(SessionLimits::default(), Detectors);
     let ctx = flow_ctx(0);
     let mut events = Vec::new();
     let mut out = Vec::new();
     let mut state = HashMap::new();
     let mut ts = 1_700_000_000_000_000_000i64;
-    let mut deliver = |events: &mut Vec<HttpEvent>, tracker: &mut Tracker, ts: i64| {
+    let mut deliver = |events: &mut Vec<HttpEvent>, tracker: &mut Tracker<Detectors>, ts: i64| {
         check_http_events(events, &mut state);
         for ev in events.drain(..) {
             tracker.on_http(ctx, Timestamp(ts), ev, &mut out);
@@ -702,7 +703,7 @@ pub fn run_mcp(data: &[u8]) -> usize {
     small.max_in_flight = 4;
     small.max_session_id_len = 16;
     for limits in [small, SessionLimits::default()] {
-        let mut tracker = Tracker::new(limits);
+        let mut tracker = Tracker::new(limits, Detectors);
         let mut ts = 1_700_000_000_000_000_000i64;
         let mut out = Vec::new();
         for op in &ops {

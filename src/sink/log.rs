@@ -106,22 +106,22 @@ pub fn log_event(ev: &Event) {
 pub fn log_telemetry(t: &Telemetry) {
     match t {
         Telemetry::TcpGap { reason, bytes } => {
-            tracing::debug!(target: "mcptap::tcp", reason, bytes, "reassembly gap")
+            tracing::debug!(target: "mcptap::tcp", reason = reason.as_str(), bytes, "reassembly gap")
         }
         Telemetry::TcpOverlap { conflicting: true } => {
             tracing::debug!(target: "mcptap::tcp", "overlapping segment with different bytes")
         }
         Telemetry::HttpError { reason } => {
-            tracing::debug!(target: "mcptap_core::http", reason, "HTTP parse error")
+            tracing::debug!(target: "mcptap_core::http", reason = reason.as_str(), "HTTP parse error")
         }
         Telemetry::JsonRpcError { reason } => {
-            tracing::debug!(target: "mcptap_core::jsonrpc", reason, "JSON-RPC parse error")
+            tracing::debug!(target: "mcptap_core::jsonrpc", reason = reason.as_str(), "JSON-RPC parse error")
         }
         Telemetry::FlowEvicted { reason } => {
-            tracing::debug!(target: "mcptap::flow", reason, "flow evicted")
+            tracing::debug!(target: "mcptap::flow", reason = reason.as_str(), "flow evicted")
         }
         Telemetry::LimitHit { limit } => {
-            tracing::debug!(target: "mcptap::limit", limit, "limit hit")
+            tracing::debug!(target: "mcptap::limit", limit = limit.as_str(), "limit hit")
         }
         _ => {}
     }

@@ -35,7 +35,7 @@ impl Summary {
             }
             Output::Telemetry(Telemetry::FlowOpened) => self.flows += 1,
             Output::Telemetry(Telemetry::FlowEvicted { reason }) => {
-                *self.flows_evicted.entry(reason).or_default() += 1
+                *self.flows_evicted.entry(reason.as_str()).or_default() += 1
             }
             Output::Telemetry(Telemetry::SessionStarted { .. }) => self.sessions += 1,
             Output::Telemetry(Telemetry::TcpGap { bytes, .. }) => {
@@ -146,7 +146,8 @@ mod tests {
     #[test]
     fn evictions_are_counted_by_reason_and_rendered() {
         let mut sum = Summary::default();
-        for reason in ["flow_limit", "flow_limit", "memory"] {
+        use mcptap_core::model::FlowEvictReason::{FlowLimit, Memory};
+        for reason in [FlowLimit, FlowLimit, Memory] {
             sum.observe(&Output::Telemetry(Telemetry::FlowEvicted { reason }));
         }
         let end = |reason| {

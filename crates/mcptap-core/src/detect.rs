@@ -1,43 +1,105 @@
-//! Detectors: pure decisions over what the session layer observed.
+//! Detectors: every alert decision, over what the session layer finished.
 //!
-//! The session layer feeds facts (an answer's media type, how a stream ended); these functions
-//! and the per-session [`ModeTracker`] decide whether that is an alert.
+//! The session layer ([`crate::mcp`]) keeps state and hands over finished handshakes, answers
+//! and unanswered requests through its [`Detector`] interface; [`Detectors`] implements it and
+//! returns alert values. Per-session detection state (how the server answers each method) is
+//! a [`ModeTracker`], stored in the session.
 
-use crate::model::{DivergenceReason, EmptyReason};
+use crate::mcp::transactions::{AnswerShape, StreamContent};
+use crate::mcp::{AnswerReview, Detector, HandshakeReview, HandshakeVerdict, UnansweredReview};
+use crate::model::{
+    AlertKind, CapabilityChange, Divergence, DivergenceReason, EmptyReason, EmptyResult,
+};
 
-/// How one 2xx answer to a request was delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnswerShape {
-    Json,
-    /// An SSE stream whose first JSON-RPC message is the result.
-    SseResultOnly,
-    /// An SSE stream in which notifications or requests came before the result.
-    SseAfterMessages,
+/// mcptap's detectors: capability narrowing and widening, content-type divergence, empty tool
+/// results.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Detectors;
+
+impl Detector for Detectors {
+    type SessionState = ModeTracker;
+
+    fn handshake(&self, review: &HandshakeReview<'_>) -> HandshakeVerdict {
+        let (Some(base), Some(diff), true) = (review.baseline, review.diff, review.accepted) else {
+            return HandshakeVerdict::default();
+        };
+        let change = CapabilityChange::new(
+            review.seq,
+            &diff.server,
+            &diff.client,
+            base.server_caps(),
+            review.server_capabilities.clone(),
+        );
+        let mut alerts = Vec::new();
+        if !diff.server.removed.is_empty() {
+            alerts.push(AlertKind::CapabilityNarrowing(change.clone()));
+        }
+        if !diff.server.added.is_empty() {
+            alerts.push(AlertKind::CapabilityWidening(change));
+        }
+        HandshakeVerdict {
+            client_near_miss: diff.server.is_empty() && !diff.client.removed.is_empty(),
+            alerts,
+        }
+    }
+
+    fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Vec<AlertKind> {
+        if !(200..300).contains(&review.http_status) || review.on_other_stream {
+            // Errors at the HTTP level and answers on a GET stream say nothing about the
+            // POST's response mode.
+            return Vec::new();
+        }
+        modes
+            .observe(
+                review.method,
+                review.shape,
+                review.streaming_negotiated,
+                review.accept,
+            )
+            .into_iter()
+            .map(|f| {
+                AlertKind::ContentTypeDivergence(Divergence {
+                    method: review.method.to_string(),
+                    request_id: review.request_id.clone(),
+                    tool: review.tool.map(str::to_string),
+                    expected: f.expected,
+                    observed: f.observed,
+                    reason: f.reason,
+                })
+            })
+            .collect()
+    }
+
+    fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind> {
+        let streamed = review.media_type == Some("text/event-stream");
+        let ended_by = review.ended_by?;
+        if review.method != "tools/call" || !streamed || !(200..300).contains(&review.http_status) {
+            return None;
+        }
+        Some(AlertKind::EmptyToolResult(EmptyResult {
+            request_id: review.request_id.clone(),
+            tool: review.tool.map(str::to_string),
+            reason: empty_result_reason(review.stream),
+            sse_events: review.stream.items,
+            ended_by,
+        }))
+    }
 }
 
-impl AnswerShape {
-    pub fn media_type(self) -> &'static str {
-        match self {
-            AnswerShape::Json => "application/json",
-            AnswerShape::SseResultOnly | AnswerShape::SseAfterMessages => "text/event-stream",
-        }
+/// Server modes that can produce an answer of this shape.
+fn fits(shape: AnswerShape) -> u8 {
+    match shape {
+        AnswerShape::Json => JSON | AUTO,
+        AnswerShape::SseResultOnly => SSE,
+        AnswerShape::SseAfterMessages => SSE | AUTO,
     }
+}
 
-    /// Server modes that can produce this answer.
-    fn fits(self) -> u8 {
-        match self {
-            AnswerShape::Json => JSON | AUTO,
-            AnswerShape::SseResultOnly => SSE,
-            AnswerShape::SseAfterMessages => SSE | AUTO,
-        }
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            AnswerShape::Json => "application/json",
-            AnswerShape::SseResultOnly => "text/event-stream with only the result",
-            AnswerShape::SseAfterMessages => "text/event-stream with messages before the result",
-        }
+fn describe(shape: AnswerShape) -> &'static str {
+    match shape {
+        AnswerShape::Json => "application/json",
+        AnswerShape::SseResultOnly => "text/event-stream with only the result",
+        AnswerShape::SseAfterMessages => "text/event-stream with messages before the result",
     }
 }
 
@@ -107,15 +169,15 @@ impl ModeTracker {
         };
         let state = &mut self.methods[at].1;
         let mut found = Vec::new();
-        let remaining = state.modes & shape.fits();
+        let remaining = state.modes & fits(shape);
         if remaining == 0 {
             found.push(DivergenceFinding {
                 expected: expectation(state.modes).to_string(),
-                observed: shape.describe().to_string(),
+                observed: describe(shape).to_string(),
                 reason: DivergenceReason::ModeContradiction,
             });
             // Start over from this answer, so a lasting change alerts once, not on every call.
-            state.modes = shape.fits();
+            state.modes = fits(shape);
         } else {
             state.modes = remaining;
         }
@@ -125,7 +187,7 @@ impl ModeTracker {
                 &mut found,
                 DivergenceFinding {
                     expected: "text/event-stream".into(),
-                    observed: shape.describe().into(),
+                    observed: describe(shape).into(),
                     reason: DivergenceReason::StreamingNegotiated,
                 },
             );
@@ -174,15 +236,6 @@ pub fn accepts(accept: &str, media_type: &str) -> bool {
     })
 }
 
-/// What an SSE answer carried, for the empty-result detector.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StreamContent {
-    /// Dispatched events, comments and data-less blocks.
-    pub items: u32,
-    /// JSON-RPC notifications or requests seen.
-    pub messages: u32,
-}
-
 /// A stream that ended without the response for its request: why it was empty.
 pub fn empty_result_reason(content: StreamContent) -> EmptyReason {
     if content.messages > 0 {
@@ -197,6 +250,7 @@ pub fn empty_result_reason(content: StreamContent) -> EmptyReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::StreamEnd;
     use AnswerShape::*;
 
     fn reasons(f: &[DivergenceFinding]) -> Vec<DivergenceReason> {
@@ -295,6 +349,142 @@ mod tests {
         let mut t = ModeTracker::default();
         let f = t.observe("tools/call", SseResultOnly, false, Some("application/json"));
         assert_eq!(reasons(&f), vec![DivergenceReason::NotAccepted]);
+    }
+
+    fn review<'a>(
+        accepted: bool,
+        baseline: Option<&'a crate::mcp::session::CapsRecord>,
+        diff: Option<&'a crate::model::HandshakeDiff>,
+        caps: &'a serde_json::Value,
+    ) -> HandshakeReview<'a> {
+        HandshakeReview {
+            seq: 2,
+            accepted,
+            baseline,
+            diff,
+            server_capabilities: caps,
+        }
+    }
+
+    #[test]
+    fn handshakes_alert_on_server_paths_lost_or_gained_against_the_baseline() {
+        use crate::mcp::session::CapsRecord;
+        use crate::model::{HandshakeDiff, PathDiff};
+        use serde_json::json;
+        let first = json!({"tools": {"streaming": true}});
+        let base = CapsRecord::new(&json!({"sampling": {}}), &first);
+        let now = json!({"tools": {}});
+        let narrowed = HandshakeDiff {
+            client: PathDiff {
+                removed: vec!["sampling".into()],
+                added: vec![],
+            },
+            server: PathDiff {
+                removed: vec!["tools.streaming".into()],
+                added: vec![],
+            },
+        };
+        let v = Detectors.handshake(&review(true, Some(&base), Some(&narrowed), &now));
+        assert!(!v.client_near_miss);
+        let [AlertKind::CapabilityNarrowing(change)] = v.alerts.as_slice() else {
+            panic!("{:?}", v.alerts);
+        };
+        assert_eq!(change.removed, vec!["tools.streaming".to_string()]);
+        assert_eq!(change.client_removed, vec!["sampling".to_string()]);
+        assert_eq!(change.previous, first);
+        // A rejected handshake or a first one decides nothing.
+        assert_eq!(
+            Detectors.handshake(&review(false, Some(&base), Some(&narrowed), &now)),
+            HandshakeVerdict::default()
+        );
+        assert_eq!(
+            Detectors.handshake(&review(true, None, None, &now)),
+            HandshakeVerdict::default()
+        );
+        // The client lost a capability, the server kept its answer: a near miss, no alert.
+        let pinned = HandshakeDiff {
+            server: PathDiff::default(),
+            ..narrowed
+        };
+        let v = Detectors.handshake(&review(true, Some(&base), Some(&pinned), &first));
+        assert!(v.client_near_miss && v.alerts.is_empty());
+    }
+
+    #[test]
+    fn only_2xx_answers_on_their_own_exchange_take_part_in_mode_elimination() {
+        let id = serde_json::json!(1);
+        let answer = |status, on_other_stream, shape| AnswerReview {
+            method: "tools/call",
+            tool: Some("t"),
+            request_id: &id,
+            http_status: status,
+            shape,
+            on_other_stream,
+            streaming_negotiated: false,
+            accept: None,
+        };
+        let mut modes = ModeTracker::default();
+        assert!(
+            Detectors
+                .answer(&mut modes, &answer(200, false, SseResultOnly))
+                .is_empty()
+        );
+        assert!(
+            Detectors
+                .answer(&mut modes, &answer(500, false, Json))
+                .is_empty()
+        );
+        assert!(
+            Detectors
+                .answer(&mut modes, &answer(200, true, Json))
+                .is_empty()
+        );
+        let alerts = Detectors.answer(&mut modes, &answer(200, false, Json));
+        assert!(matches!(
+            alerts.as_slice(),
+            [AlertKind::ContentTypeDivergence(d)] if d.reason == DivergenceReason::ModeContradiction
+        ));
+    }
+
+    #[test]
+    fn an_unanswered_tools_call_alerts_only_on_an_ended_2xx_event_stream() {
+        let id = serde_json::json!(7);
+        let end = |method, status, media, ended_by| UnansweredReview {
+            method,
+            tool: None,
+            request_id: &id,
+            http_status: status,
+            media_type: media,
+            stream: StreamContent::default(),
+            ended_by,
+        };
+        let sse = Some("text/event-stream");
+        let fin = Some(StreamEnd::FinalChunk);
+        assert!(
+            Detectors
+                .unanswered(&end("tools/call", 200, sse, fin))
+                .is_some()
+        );
+        assert!(
+            Detectors
+                .unanswered(&end("tools/call", 200, sse, None))
+                .is_none()
+        );
+        assert!(
+            Detectors
+                .unanswered(&end("tools/list", 200, sse, fin))
+                .is_none()
+        );
+        assert!(
+            Detectors
+                .unanswered(&end("tools/call", 502, sse, fin))
+                .is_none()
+        );
+        assert!(
+            Detectors
+                .unanswered(&end("tools/call", 200, Some("application/json"), fin))
+                .is_none()
+        );
     }
 
     #[test]

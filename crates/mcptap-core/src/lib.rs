@@ -18,3 +18,6 @@ pub mod mcp;
 pub mod model;
 pub mod pipeline;
 pub mod reassembly;
+
+#[cfg(test)]
+mod tests;

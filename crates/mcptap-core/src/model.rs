@@ -381,28 +381,129 @@ pub struct SessionEnd {
     pub alerts: u32,
 }
 
+/// Defines a reason enum whose variants are metric label values (snake_case, fixed set).
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, for metrics that pre-register their label sets.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The metric label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// How a flow ended on its own.
+    FlowCloseReason {
+        Fin => "fin",
+        Rst => "rst",
+    }
+}
+
+label_enum! {
+    /// Why the monitor dropped a flow it was still tracking.
+    FlowEvictReason {
+        /// No packet for longer than the flow idle timeout.
+        Idle => "idle",
+        /// The flow table was full (`max_flows`).
+        FlowLimit => "flow_limit",
+        /// The memory budget was exhausted.
+        Memory => "memory",
+    }
+}
+
+label_enum! {
+    /// Why bytes of a TCP stream were declared lost.
+    GapReason {
+        /// Out-of-order data beyond the per-direction buffer limit.
+        BufferLimit => "buffer_limit",
+        /// The connection closed with a hole still open.
+        Closed => "closed",
+        /// The flow timed out with a hole still open.
+        Timeout => "timeout",
+    }
+}
+
+label_enum! {
+    /// HTTP/1.1 parse and limit problems.
+    HttpError {
+        BadRequestHead => "bad_request_head",
+        BadResponseHead => "bad_response_head",
+        BadChunk => "bad_chunk",
+        HeadTooLarge => "head_too_large",
+        MessageTooLarge => "message_too_large",
+        UnmatchedResponse => "unmatched_response",
+        TooManyPending => "too_many_pending",
+        TooManyHeaders => "too_many_headers",
+    }
+}
+
+label_enum! {
+    /// JSON-RPC problems in bodies and SSE data.
+    JsonRpcError {
+        InvalidJson => "invalid_json",
+        NotJsonRpc => "not_jsonrpc",
+        /// A response whose id matches no open request of its exchange or session.
+        UnmatchedResponse => "unmatched_response",
+    }
+}
+
+label_enum! {
+    /// A bound of the session layer that refused or dropped something.
+    Limit {
+        /// A session id that is empty, too long or not visible ASCII.
+        InvalidSessionId => "invalid_session_id",
+        /// More open exchanges on one connection than `max_exchanges_per_flow`.
+        ExchangesPerFlow => "exchanges_per_flow",
+    }
+}
+
 /// The monitor's own health, one typed value per noteworthy thing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Telemetry {
     FlowOpened,
     FlowClosed {
-        reason: &'static str,
+        reason: FlowCloseReason,
     },
     FlowEvicted {
-        reason: &'static str,
+        reason: FlowEvictReason,
     },
     TcpGap {
-        reason: &'static str,
+        reason: GapReason,
         bytes: u64,
     },
     TcpOverlap {
         conflicting: bool,
     },
     HttpError {
-        reason: &'static str,
+        reason: HttpError,
     },
     JsonRpcError {
-        reason: &'static str,
+        reason: JsonRpcError,
     },
     /// A response to an MCP request, for status counts (the 502 of the incident lands here).
     HttpResponse {
@@ -417,9 +518,9 @@ pub enum Telemetry {
         server: SocketAddr,
         midstream: bool,
     },
-    /// A value the session layer refused (e.g. a session id with control characters).
+    /// A value the session layer refused or dropped at one of its bounds.
     LimitHit {
-        limit: &'static str,
+        limit: Limit,
     },
 }
 

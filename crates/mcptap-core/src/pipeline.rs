@@ -4,10 +4,11 @@
 //! Replay and live capture drive this same type, so they behave identically.
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
+use crate::detect::Detectors;
 use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
-use crate::model::{Telemetry, Timestamp};
+use crate::model::{FlowCloseReason, FlowEvictReason, Telemetry, Timestamp};
 use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
 use foldhash::HashMap;
 use std::collections::VecDeque;
@@ -214,7 +215,7 @@ enum Removal {
     Fin,
     Rst,
     Idle,
-    Evicted(&'static str),
+    Evicted(FlowEvictReason),
     CaptureEnd,
 }
 
@@ -264,7 +265,7 @@ pub struct Pipeline {
     limits: Limits,
     flows: HashMap<FlowKey, Box<Flow>>,
     next_flow_id: u64,
-    tracker: Tracker,
+    tracker: Tracker<Detectors>,
     stats: PacketStats,
     last_sweep: Timestamp,
     /// Latest packet time seen; time never runs backwards for sweeps.
@@ -291,7 +292,7 @@ impl Pipeline {
             limits,
             flows: HashMap::default(),
             next_flow_id: 0,
-            tracker: Tracker::new(session),
+            tracker: Tracker::new(session, Detectors),
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),
@@ -593,9 +594,9 @@ impl Pipeline {
     ) {
         for ev in events.drain(..) {
             match (ctx, ev) {
-                (_, HttpEvent::Error(e)) => out.push(Output::Telemetry(Telemetry::HttpError {
-                    reason: e.as_str(),
-                })),
+                (_, HttpEvent::Error(e)) => {
+                    out.push(Output::Telemetry(Telemetry::HttpError { reason: e }))
+                }
                 (Some(ctx), ev) => self.tracker.on_http(ctx, ts, ev, out),
                 (None, _) => {}
             }
@@ -629,9 +630,15 @@ impl Pipeline {
         self.http_events = events;
         self.tracker.on_flow_closed(flow.id);
         let telemetry = match why {
-            Removal::Fin => Some(Telemetry::FlowClosed { reason: "fin" }),
-            Removal::Rst => Some(Telemetry::FlowClosed { reason: "rst" }),
-            Removal::Idle => Some(Telemetry::FlowEvicted { reason: "idle" }),
+            Removal::Fin => Some(Telemetry::FlowClosed {
+                reason: FlowCloseReason::Fin,
+            }),
+            Removal::Rst => Some(Telemetry::FlowClosed {
+                reason: FlowCloseReason::Rst,
+            }),
+            Removal::Idle => Some(Telemetry::FlowEvicted {
+                reason: FlowEvictReason::Idle,
+            }),
             Removal::Evicted(reason) => Some(Telemetry::FlowEvicted { reason }),
             Removal::CaptureEnd => None,
         };
@@ -642,7 +649,7 @@ impl Pipeline {
     /// recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
         if self.flows.len() >= self.limits.max_flows.max(1) {
-            self.evict_oldest("flow_limit", out);
+            self.evict_oldest(FlowEvictReason::FlowLimit, out);
         }
         self.fit_budget(FLOW_OVERHEAD, out);
     }
@@ -650,14 +657,14 @@ impl Pipeline {
     /// Evicts flows until the memory in use plus `room` fits the budget (or no flow is left).
     fn fit_budget(&mut self, room: usize, out: &mut Vec<Output>) {
         while self.memory_in_use() + room > self.limits.memory_budget_bytes
-            && self.evict_oldest("memory", out) > 0
+            && self.evict_oldest(FlowEvictReason::Memory, out) > 0
         {}
     }
 
     /// Evicts a batch (1/64) of the least recently seen flows: from the front of the queue,
     /// giving a flow seen since it was queued a second chance at the back.
     /// Returns how many were evicted.
-    fn evict_oldest(&mut self, reason: &'static str, out: &mut Vec<Output>) -> usize {
+    fn evict_oldest(&mut self, reason: FlowEvictReason, out: &mut Vec<Output>) -> usize {
         let batch = (self.flows.len() / 64).max(1);
         let mut left = batch;
         while left > 0 {
@@ -729,7 +736,7 @@ impl Pipeline {
 fn report_telemetry(report: &PushReport, out: &mut Vec<Output>) {
     for (reason, bytes) in &report.gaps {
         out.push(Output::Telemetry(Telemetry::TcpGap {
-            reason: reason.as_str(),
+            reason: *reason,
             bytes: *bytes,
         }));
     }
@@ -847,7 +854,9 @@ mod tests {
             .filter(|o| {
                 matches!(
                     o,
-                    Output::Telemetry(Telemetry::FlowEvicted { reason: "memory" })
+                    Output::Telemetry(Telemetry::FlowEvicted {
+                        reason: FlowEvictReason::Memory
+                    })
                 )
             })
             .count();
@@ -921,7 +930,9 @@ mod tests {
         let flows_evicted = count(&|o| {
             matches!(
                 o,
-                Output::Telemetry(Telemetry::FlowEvicted { reason: "memory" })
+                Output::Telemetry(Telemetry::FlowEvicted {
+                    reason: FlowEvictReason::Memory
+                })
             )
         });
         assert!(flows_evicted > 0);

@@ -15,23 +15,7 @@ pub trait StreamConsumer {
     fn on_gap(&mut self, len: u64);
 }
 
-/// Why a gap was declared; used for counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GapReason {
-    BufferLimit,
-    Closed,
-    Timeout,
-}
-
-impl GapReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GapReason::BufferLimit => "buffer_limit",
-            GapReason::Closed => "closed",
-            GapReason::Timeout => "timeout",
-        }
-    }
-}
+pub use crate::model::GapReason;
 
 /// Counts of noteworthy things seen while pushing segments; the caller turns them into
 /// telemetry events.

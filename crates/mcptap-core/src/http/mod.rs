@@ -146,32 +146,7 @@ pub enum BodyEnd {
 }
 
 /// Parse and limit problems, one label value each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpError {
-    BadRequestHead,
-    BadResponseHead,
-    BadChunk,
-    HeadTooLarge,
-    MessageTooLarge,
-    UnmatchedResponse,
-    TooManyPending,
-    TooManyHeaders,
-}
-
-impl HttpError {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HttpError::BadRequestHead => "bad_request_head",
-            HttpError::BadResponseHead => "bad_response_head",
-            HttpError::BadChunk => "bad_chunk",
-            HttpError::HeadTooLarge => "head_too_large",
-            HttpError::MessageTooLarge => "message_too_large",
-            HttpError::UnmatchedResponse => "unmatched_response",
-            HttpError::TooManyPending => "too_many_pending",
-            HttpError::TooManyHeaders => "too_many_headers",
-        }
-    }
-}
+pub use crate::model::HttpError;
 
 /// Output of the HTTP layer, in wire order. `exchange` numbers requests on the connection;
 /// a response carries the number of the request it answers.

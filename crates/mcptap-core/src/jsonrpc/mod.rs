@@ -76,9 +76,15 @@ pub enum ParseError {
 
 impl ParseError {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ParseError::InvalidJson => "invalid_json",
-            ParseError::NotJsonRpc => "not_jsonrpc",
+        crate::model::JsonRpcError::from(self).as_str()
+    }
+}
+
+impl From<ParseError> for crate::model::JsonRpcError {
+    fn from(e: ParseError) -> Self {
+        match e {
+            ParseError::InvalidJson => crate::model::JsonRpcError::InvalidJson,
+            ParseError::NotJsonRpc => crate::model::JsonRpcError::NotJsonRpc,
         }
     }
 }

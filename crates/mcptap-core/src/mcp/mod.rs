@@ -1,29 +1,41 @@
-//! MCP session tracking over HTTP messages.
+//! MCP session tracking over HTTP messages: state only.
 //!
 //! Sessions are keyed by (server endpoint, `Mcp-Session-Id`). Every JSON-RPC request is
 //! correlated with its response, whether it came as a JSON body, on the POST's SSE stream or on
-//! a GET stream of the same session. Handshakes, exchanges and session ends become events; the
-//! decisions about what is alarming live in [`crate::detect`].
+//! a GET stream of the same session. Handshakes, exchanges and session ends become events.
+//! Whether something is alarming is decided by the detection layer, which implements
+//! [`Detector`] and is handed every finished handshake, answer and unanswered request.
+//!
+//! - [`session`]: one session's state; [`budget`]: the session table and its caps;
+//! - [`transactions`]: open exchanges per flow; [`handshake`]: `initialize` as an event;
+//! - [`lineage`]: ended sessions a new one may continue; [`review`]: the detection interface.
 
+pub mod budget;
 pub mod caps;
+pub mod handshake;
 pub mod headers;
+pub mod lineage;
+pub mod review;
+pub mod session;
+pub mod transactions;
 
 pub use headers::HTTP_INTEREST;
+pub use review::{AnswerReview, Detector, HandshakeReview, HandshakeVerdict, UnansweredReview};
 
-use crate::detect::{self, AnswerShape, ModeTracker, StreamContent};
 use crate::http::sse::SseItem;
 use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
 use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
-    Alert, AlertKind, CapabilityChange, Divergence, EmptyResult, EndReason, Event, Exchange,
-    Handshake, Outcome, SessionEnd, StreamEnd, Telemetry, Timestamp,
+    Alert, AlertKind, EndReason, Event, Exchange, HandshakeDiff, Limit, Output, PathDiff,
+    SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
-use crate::model::{HandshakeDiff, Output, PathDiff};
-use caps::CapPaths;
-use foldhash::HashMap;
+use budget::SessionTable;
+use handshake::Answer;
+use lineage::{Ended, Lineage};
 use serde_json::Value;
-use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use session::{ExchangeKey, Session, SessionKey};
+use std::net::SocketAddr;
+use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Transactions};
 
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -38,6 +50,8 @@ pub struct SessionLimits {
     /// Requests awaiting a response per session (ids from the wire).
     pub max_in_flight: usize,
     pub max_session_id_len: usize,
+    /// Open exchanges per connection; the oldest is dropped (and counted) beyond it.
+    pub max_exchanges_per_flow: usize,
 }
 
 impl Default for SessionLimits {
@@ -49,6 +63,7 @@ impl Default for SessionLimits {
             lineage_window_ns: 600 * 1_000_000_000,
             max_in_flight: 4096,
             max_session_id_len: 256,
+            max_exchanges_per_flow: 1024,
         }
     }
 }
@@ -59,157 +74,6 @@ pub struct FlowCtx {
     pub flow: u64,
     pub client: SocketAddr,
     pub server: SocketAddr,
-}
-
-type SessionKey = (SocketAddr, String);
-type ExchangeKey = (u64, u64);
-
-/// One handshake's capability sets, kept as the baseline of comparisons. Every tracked session
-/// holds one, so it is kept compact: the server's capability object as JSON text (a `Value`
-/// tree costs several KB), parsed again only when an alert needs it.
-#[derive(Debug, Clone)]
-struct CapsRecord {
-    server_caps: Box<str>,
-    streaming: bool,
-    client_paths: CapPaths,
-    server_paths: CapPaths,
-}
-
-impl CapsRecord {
-    fn new(client_caps: &Value, server_caps: &Value) -> CapsRecord {
-        CapsRecord {
-            server_caps: compact_json(server_caps),
-            streaming: caps::streaming_enabled(server_caps),
-            client_paths: caps::paths(client_caps),
-            server_paths: caps::paths(server_caps),
-        }
-    }
-
-    fn server_caps(&self) -> Value {
-        serde_json::from_str(&self.server_caps).unwrap_or(Value::Null)
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.server_caps.len() + paths_bytes(&self.client_paths) + paths_bytes(&self.server_paths)
-    }
-}
-
-/// Heap held by a path set: the strings (allocator rounding included) and the slice.
-fn paths_bytes(paths: &[Box<str>]) -> usize {
-    paths
-        .iter()
-        .map(|p| p.len().next_multiple_of(16) + 16)
-        .sum::<usize>()
-        + std::mem::size_of_val(paths)
-}
-
-/// What one session costs besides its id and capability record: the boxed struct, its slot in
-/// the table (counted twice: the table keeps up to half its slots free), and the per-method
-/// mode tracker and in-flight table a busy session grows. Measured at ~1.6 KB in all with the
-/// capability sets of common clients and servers.
-const SESSION_FIXED_COST: usize = std::mem::size_of::<Session>()
-    + 2 * (std::mem::size_of::<SessionKey>() + std::mem::size_of::<Box<Session>>() + 1)
-    + 768;
-
-fn session_cost(sid: &str, s: &Session) -> usize {
-    SESSION_FIXED_COST
-        + sid.len()
-        + s.client_info.len()
-        + s.baseline.as_ref().map_or(0, CapsRecord::heap_bytes)
-}
-
-/// A value kept as JSON text: `Value` trees are large, and JSON objects serialize with sorted
-/// keys, so equal values give equal text.
-fn compact_json(v: &Value) -> Box<str> {
-    serde_json::to_string(v)
-        .unwrap_or_default()
-        .into_boxed_str()
-}
-
-#[derive(Debug)]
-struct Session {
-    /// Bytes this session is charged against `max_session_bytes` (see `session_cost`).
-    charged: usize,
-    client: SocketAddr,
-    /// `clientInfo` of the latest handshake, as compact JSON (for lineage matching).
-    client_info: Box<str>,
-    last_seen: Timestamp,
-    handshakes: u32,
-    /// The first accepted handshake: the baseline, never replaced.
-    baseline: Option<CapsRecord>,
-    /// `tools.streaming: true` in the latest accepted handshake.
-    streaming_negotiated: bool,
-    requests: u64,
-    alerts: u32,
-    /// Requests awaiting a response, for answers that arrive on a GET stream.
-    in_flight: HashMap<Id, ExchangeKey>,
-    modes: ModeTracker,
-}
-
-/// A JSON-RPC request carried by one HTTP request.
-#[derive(Debug)]
-struct PendingRequest {
-    id: Id,
-    method: String,
-    tool: Option<String>,
-    /// `initialize` params, kept for the handshake event.
-    init_params: Option<Value>,
-    answered: bool,
-}
-
-#[derive(Debug)]
-struct ExchangeState {
-    ts: Timestamp,
-    client: SocketAddr,
-    server: SocketAddr,
-    head: RequestHead,
-    /// Session named by the request header, or learned from the response header.
-    session_id: Option<String>,
-    requests: Vec<PendingRequest>,
-    response: Option<ResponseHead>,
-    stream: StreamContent,
-}
-
-/// The request side of an exchange, as the handshake logic needs it.
-#[derive(Debug, Clone)]
-struct Origin {
-    client: SocketAddr,
-    server: SocketAddr,
-    head: RequestHead,
-    session_id: Option<String>,
-}
-
-/// How an `initialize` was answered.
-#[derive(Debug, Clone, Copy)]
-struct Answer<'a> {
-    result: Option<&'a Value>,
-    error: Option<&'a (i64, String)>,
-    status: u16,
-}
-
-/// A session that was rejected, expired or deleted: a possible predecessor of the next one.
-#[derive(Debug, Clone)]
-struct Ended {
-    ts: Timestamp,
-    server: SocketAddr,
-    client_ip: IpAddr,
-    client_info: Box<str>,
-    session_id: String,
-    baseline: Option<CapsRecord>,
-}
-
-/// Bounded list of recently ended sessions for lineage.
-const MAX_ENDED: usize = 4096;
-
-#[derive(Debug, Default)]
-pub struct Tracker {
-    limits: SessionLimits,
-    /// Boxed: the table keeps up to half its slots free, and those should hold a pointer.
-    sessions: HashMap<SessionKey, Box<Session>>,
-    /// Sum of the sessions' `charged` bytes.
-    session_bytes: usize,
-    exchanges: HashMap<ExchangeKey, ExchangeState>,
-    ended: VecDeque<Ended>,
 }
 
 fn is_2xx(status: u16) -> bool {
@@ -225,11 +89,24 @@ fn media_label(mt: Option<&str>) -> &'static str {
     }
 }
 
-impl Tracker {
-    pub fn new(limits: SessionLimits) -> Self {
+/// The session layer: HTTP events in, events out, with `D` deciding the alerts.
+#[derive(Debug)]
+pub struct Tracker<D: Detector> {
+    limits: SessionLimits,
+    detector: D,
+    sessions: SessionTable<D::SessionState>,
+    transactions: Transactions,
+    lineage: Lineage,
+}
+
+impl<D: Detector> Tracker<D> {
+    pub fn new(limits: SessionLimits, detector: D) -> Self {
         Tracker {
             limits,
-            ..Default::default()
+            detector,
+            sessions: SessionTable::new(limits.max_sessions, limits.max_session_bytes),
+            transactions: Transactions::new(limits.max_exchanges_per_flow),
+            lineage: Lineage::default(),
         }
     }
 
@@ -239,20 +116,25 @@ impl Tracker {
 
     /// Estimated bytes held by tracked sessions, as charged against `max_session_bytes`.
     pub fn session_bytes(&self) -> usize {
-        self.session_bytes
+        self.sessions.bytes()
     }
 
     /// Re-estimates what session `key` costs after it changed, then evicts the least recently
     /// seen sessions if all of them no longer fit.
     fn recharge(&mut self, key: &SessionKey, now: Timestamp, out: &mut Vec<Output>) {
-        let Some(s) = self.sessions.get_mut(key) else {
-            return;
-        };
-        let cost = session_cost(&key.1, s);
-        self.session_bytes = self.session_bytes - s.charged + cost;
-        s.charged = cost;
-        if self.session_bytes > self.limits.max_session_bytes {
-            self.evict_oldest(now, Some(key), out);
+        if self.sessions.recharge(key) {
+            for old in self.sessions.eviction_batch(Some(key)) {
+                self.end_session(&old, now, EndReason::Evicted, out);
+            }
+        }
+    }
+
+    /// Enforces the session caps by ending the least recently seen sessions.
+    fn make_room(&mut self, now: Timestamp, out: &mut Vec<Output>) {
+        if self.sessions.is_full() {
+            for old in self.sessions.eviction_batch(None) {
+                self.end_session(&old, now, EndReason::Evicted, out);
+            }
         }
     }
 
@@ -273,20 +155,22 @@ impl Tracker {
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
-            HttpEvent::Abandoned { exchange } => self.abandon(ctx, exchange),
-            HttpEvent::Error(e) => out.push(Output::Telemetry(Telemetry::HttpError {
-                reason: e.as_str(),
-            })),
+            HttpEvent::Abandoned { exchange } => {
+                if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
+                    self.forget_in_flight(ctx.server, &ex);
+                }
+            }
+            HttpEvent::Error(e) => {
+                out.push(Output::Telemetry(Telemetry::HttpError { reason: e }));
+            }
         }
     }
 
-    /// A request that will never be answered on its connection: forget it.
-    fn abandon(&mut self, ctx: FlowCtx, exchange: u64) {
-        let Some(ex) = self.exchanges.remove(&(ctx.flow, exchange)) else {
-            return;
-        };
-        if let Some(sid) = ex.session_id
-            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid))
+    /// An exchange that will never be answered on its connection: its requests no longer
+    /// wait for answers on other streams either.
+    fn forget_in_flight(&mut self, server: SocketAddr, ex: &ExchangeState) {
+        if let Some(sid) = &ex.session_id
+            && let Some(s) = self.sessions.get_mut(&(server, sid.clone()))
         {
             for r in &ex.requests {
                 s.in_flight.remove(&r.id);
@@ -296,42 +180,23 @@ impl Tracker {
 
     /// The flow is gone: forget its exchanges (their ends were reported by the HTTP layer).
     pub fn on_flow_closed(&mut self, flow: u64) {
-        self.exchanges.retain(|(f, _), _| *f != flow);
+        self.transactions.close_flow(flow);
     }
 
     /// Ends sessions idle for longer than the limit.
     pub fn sweep(&mut self, now: Timestamp, out: &mut Vec<Output>) {
-        let timeout = self.limits.session_idle_timeout_ns;
-        let mut idle: Vec<SessionKey> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| now.0.saturating_sub(s.last_seen.0) > timeout)
-            .map(|(k, _)| k.clone())
-            .collect();
-        // Key order, not hash order, so replays stay deterministic.
-        idle.sort_unstable();
-        for key in idle {
+        for key in self.sessions.idle(now, self.limits.session_idle_timeout_ns) {
             self.end_session(&key, now, EndReason::Idle, out);
         }
-        let window = self.limits.lineage_window_ns;
-        while self
-            .ended
-            .front()
-            .is_some_and(|e| now.0.saturating_sub(e.ts.0) > window)
-        {
-            self.ended.pop_front();
-        }
+        self.lineage.expire(now, self.limits.lineage_window_ns);
     }
 
     fn valid_session_id(&self, id: Option<&str>, out: &mut Vec<Output>) -> Option<String> {
         let id = id?;
-        // MCP: visible ASCII only. Anything else is hostile or broken; don't let it become a key.
-        let ok = !id.is_empty()
-            && id.len() <= self.limits.max_session_id_len
-            && id.bytes().all(|b| (0x21..=0x7e).contains(&b));
+        let ok = session::is_valid_session_id(id, self.limits.max_session_id_len);
         if !ok {
             out.push(Output::Telemetry(Telemetry::LimitHit {
-                limit: "invalid_session_id",
+                limit: Limit::InvalidSessionId,
             }));
         }
         ok.then(|| id.to_string())
@@ -364,7 +229,7 @@ impl Tracker {
                             let init_params = (method == "initialize").then(|| {
                                 jsonrpc::to_value(params).unwrap_or_else(|e| {
                                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                                        reason: e.as_str(),
+                                        reason: e.into(),
                                     }));
                                     Value::Null
                                 })
@@ -381,7 +246,7 @@ impl Tracker {
                 }
                 Err(e) => {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                        reason: e.as_str(),
+                        reason: e.into(),
                     }));
                     return;
                 }
@@ -400,19 +265,23 @@ impl Tracker {
                 }
             }
         }
-        self.exchanges.insert(
-            (ctx.flow, exchange),
-            ExchangeState {
-                ts,
-                client: ctx.client,
-                server: ctx.server,
-                head,
-                session_id,
-                requests,
-                response: None,
-                stream: StreamContent::default(),
-            },
-        );
+        let opened = ExchangeState {
+            number: exchange,
+            ts,
+            client: ctx.client,
+            server: ctx.server,
+            head,
+            session_id,
+            requests,
+            response: None,
+            stream: Default::default(),
+        };
+        if let Some(dropped) = self.transactions.open(ctx.flow, opened) {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ExchangesPerFlow,
+            }));
+            self.forget_in_flight(ctx.server, &dropped);
+        }
     }
 
     /// Makes sure a session exists for a request that names it (midstream pickup).
@@ -433,39 +302,8 @@ impl Tracker {
             midstream: true,
         }));
         self.sessions
-            .insert(key.clone(), new_session(ctx.client, ts));
+            .insert(key.clone(), Session::new(ctx.client, ts));
         self.recharge(key, ts, out);
-    }
-
-    /// Enforces the session cap by ending the least recently seen sessions.
-    fn make_room(&mut self, now: Timestamp, out: &mut Vec<Output>) {
-        let max = self.limits.max_sessions.max(1);
-        let bytes_full =
-            self.session_bytes.saturating_add(SESSION_FIXED_COST) > self.limits.max_session_bytes;
-        if self.sessions.len() >= max || bytes_full {
-            self.evict_oldest(now, None, out);
-        }
-    }
-
-    /// Ends the least recently seen 1/16 of the sessions, never `keep`. A batch at once, so
-    /// that a flood of new ids costs O(n) per batch, not per id.
-    fn evict_oldest(&mut self, now: Timestamp, keep: Option<&SessionKey>, out: &mut Vec<Output>) {
-        let mut by_age: Vec<(Timestamp, SessionKey)> = self
-            .sessions
-            .iter()
-            .filter(|(k, _)| Some(*k) != keep)
-            .map(|(k, s)| (s.last_seen, k.clone()))
-            .collect();
-        if by_age.is_empty() {
-            return;
-        }
-        let batch = (by_age.len() / 16).max(1);
-        by_age.select_nth_unstable(batch - 1);
-        let mut oldest: Vec<(Timestamp, SessionKey)> = by_age.into_iter().take(batch).collect();
-        oldest.sort_unstable();
-        for (_, key) in oldest {
-            self.end_session(&key, now, EndReason::Evicted, out);
-        }
     }
 
     fn on_response_head(
@@ -481,21 +319,22 @@ impl Tracker {
             status: head.status,
         }));
         let learned = self.valid_session_id(headers::response_session_id(&head), out);
-        let Some(ex) = self.exchanges.get_mut(&(ctx.flow, exchange)) else {
+        let Some(ex) = self.transactions.get_mut((ctx.flow, exchange)) else {
             return;
         };
         if ex.session_id.is_none() && is_2xx(head.status) {
             ex.session_id = learned;
         }
         let status = head.status;
-        let method = ex.head.method.clone();
+        let is_delete = ex.head.method == "DELETE";
+        let named_session = headers::request_session_id(&ex.head).is_some();
         let sid = ex.session_id.clone();
         ex.response = Some(head);
         let Some(sid) = sid else { return };
         let key = (ctx.server, sid);
-        if status == 404 && headers::request_session_id(&ex.head).is_some() {
+        if status == 404 && named_session {
             self.end_session(&key, ts, EndReason::Expired, out);
-        } else if method == "DELETE" && is_2xx(status) {
+        } else if is_delete && is_2xx(status) {
             self.end_session(&key, ts, EndReason::Deleted, out);
         } else if let Some(s) = self.sessions.get_mut(&key) {
             s.last_seen = ts;
@@ -517,7 +356,7 @@ impl Tracker {
                 }
             }
             Err(e) => out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                reason: e.as_str(),
+                reason: e.into(),
             })),
         }
     }
@@ -531,7 +370,7 @@ impl Tracker {
         out: &mut Vec<Output>,
     ) {
         let key = (ctx.flow, exchange);
-        let Some(ex) = self.exchanges.get_mut(&key) else {
+        let Some(ex) = self.transactions.get_mut(key) else {
             return;
         };
         ex.stream.items = ex.stream.items.saturating_add(1);
@@ -543,7 +382,7 @@ impl Tracker {
             Ok(msgs) => {
                 for m in msgs {
                     if m.is_request_or_notification() {
-                        if let Some(ex) = self.exchanges.get_mut(&key) {
+                        if let Some(ex) = self.transactions.get_mut(key) {
                             ex.stream.messages = ex.stream.messages.saturating_add(1);
                         }
                     } else {
@@ -552,7 +391,7 @@ impl Tracker {
                 }
             }
             Err(e) => out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                reason: e.as_str(),
+                reason: e.into(),
             })),
         }
     }
@@ -560,7 +399,7 @@ impl Tracker {
     /// Where the open request with `id` lives: this exchange, or (answers on a GET stream)
     /// another exchange of the same session.
     fn locate(&self, here: ExchangeKey, ctx: FlowCtx, id: &Id) -> Option<ExchangeKey> {
-        let ex = self.exchanges.get(&here)?;
+        let ex = self.transactions.get(here)?;
         if ex.requests.iter().any(|r| &r.id == id && !r.answered) {
             return Some(here);
         }
@@ -570,7 +409,7 @@ impl Tracker {
     }
 
     fn sole_open_request(&self, here: ExchangeKey) -> Option<Id> {
-        let ex = self.exchanges.get(&here)?;
+        let ex = self.transactions.get(here)?;
         let mut open = ex.requests.iter().filter(|r| !r.answered);
         match (open.next(), open.next()) {
             (Some(r), None) => Some(r.id.clone()),
@@ -604,15 +443,14 @@ impl Tracker {
             }
             _ => return,
         };
-        let target = self.locate(here, ctx, &id);
-        let Some(target) = target else {
+        let Some(target) = self.locate(here, ctx, &id) else {
             out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                reason: "unmatched_response",
+                reason: crate::model::JsonRpcError::UnmatchedResponse,
             }));
             return;
         };
-        let carrier = self.exchanges.get(&here).map(|ex| ex.stream);
-        let Some(ex) = self.exchanges.get_mut(&target) else {
+        let carrier = self.transactions.get(here).map(|ex| ex.stream);
+        let Some(ex) = self.transactions.get_mut(target) else {
             return;
         };
         let Some(idx) = ex.requests.iter().position(|r| r.id == id && !r.answered) else {
@@ -649,7 +487,7 @@ impl Tracker {
             let result = result.as_ref().map(|r| {
                 r.initialize_value().unwrap_or_else(|e| {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                        reason: e.as_str(),
+                        reason: e.into(),
                     }));
                     Value::Null
                 })
@@ -664,13 +502,14 @@ impl Tracker {
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
             .flatten();
+        let request_id = id.to_value();
         out.push(Output::Event(Event::Exchange(Box::new(Exchange {
             ts: req_ts,
             session_id: sid.clone(),
             server: ctx.server,
             client,
             method: method.clone(),
-            request_id: id.to_value(),
+            request_id: request_id.clone(),
             tool: tool.clone(),
             protocol_version,
             http_status: status,
@@ -682,241 +521,129 @@ impl Tracker {
             empty_content,
         }))));
         let Some(sid) = sid else { return };
-        let key = (ctx.server, sid.clone());
+        let key = (ctx.server, sid);
         let Some(session) = self.sessions.get_mut(&key) else {
             return;
         };
         session.in_flight.remove(&id);
-        if !is_2xx(status) || (target != here && on_stream) {
-            // Answers on a GET stream say nothing about the POST's response mode.
-            return;
-        }
-        let findings = session.modes.observe(
-            &method,
+        let review = AnswerReview {
+            method: &method,
+            tool: tool.as_deref(),
+            request_id: &request_id,
+            http_status: status,
             shape,
-            session.streaming_negotiated,
-            accept.as_deref(),
-        );
-        for f in findings {
-            session.alerts += 1;
-            out.push(Output::Event(Event::Alert(Box::new(Alert {
-                ts,
-                session_id: Some(sid.clone()),
-                server: ctx.server,
-                client,
-                kind: AlertKind::ContentTypeDivergence(Divergence {
-                    method: method.clone(),
-                    request_id: id.to_value(),
-                    tool: tool.clone(),
-                    expected: f.expected,
-                    observed: f.observed,
-                    reason: f.reason,
-                }),
-            }))));
-        }
+            on_other_stream: target != here && on_stream,
+            streaming_negotiated: session.streaming_negotiated,
+            accept: accept.as_deref(),
+        };
+        let alerts = self.detector.answer(&mut session.detection, &review);
+        session.alerts += alerts.len() as u32;
+        push_alerts(out, ts, &key, client, alerts);
     }
 
     fn on_handshake(
         &mut self,
         ts: Timestamp,
-        ex: &Origin,
+        origin: &Origin,
         init_params: Option<Value>,
         answer: Answer<'_>,
         out: &mut Vec<Output>,
     ) {
-        let Answer {
-            result,
-            error,
-            status,
-        } = answer;
         let params = init_params.unwrap_or(Value::Null);
-        let accepted = result.is_some() && is_2xx(status);
-        let reinit_of = headers::request_session_id(&ex.head)
-            .is_some()
-            .then(|| ex.session_id.clone())
-            .flatten();
-        let sid = ex.session_id.clone();
-        let client_caps = params.get("capabilities").cloned().unwrap_or(Value::Null);
-        let client_info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
-        let server_caps = result
-            .and_then(|r| r.get("capabilities"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let mut hs = Handshake {
-            ts,
-            session_id: sid.clone(),
-            seq: 1,
-            outcome: if accepted {
-                Outcome::Accepted
-            } else {
-                Outcome::Rejected
-            },
-            http_status: status,
-            error_code: error.map(|(c, _)| *c),
-            error_message: error.map(|(_, m)| m.clone()),
-            client: ex.client,
-            server: ex.server,
-            host: ex.head.host.clone(),
-            path: ex.head.path.clone(),
-            protocol_version_requested: params
-                .get("protocolVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            protocol_version: result
-                .and_then(|r| r.get("protocolVersion"))
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            client_info: client_info.clone(),
-            server_info: result
-                .and_then(|r| r.get("serverInfo"))
-                .cloned()
-                .unwrap_or(Value::Null),
-            client_capabilities: client_caps.clone(),
-            server_capabilities: server_caps.clone(),
-            diff: None,
-            client_near_miss: false,
-            predecessor_session_id: None,
-            lineage: None,
-        };
-        let record = CapsRecord::new(&client_caps, &server_caps);
-        let Some(sid) = sid else {
+        let accepted = answer.accepted();
+        let reinit = handshake::reinitialized_session(origin).is_some();
+        let (mut hs, record) = handshake::describe(ts, origin, &params, answer);
+        let Some(sid) = origin.session_id.clone() else {
             // Stateless server: nothing to compare against.
             out.push(Output::Event(Event::Handshake(Box::new(hs))));
             return;
         };
-        let key = (ex.server, sid.clone());
-        if !self.sessions.contains_key(&key) {
+        let key = (origin.server, sid);
+        if !self.sessions.contains(&key) {
             self.make_room(ts, out);
             out.push(Output::Telemetry(Telemetry::SessionStarted {
-                server: ex.server,
+                server: origin.server,
                 midstream: false,
             }));
             self.sessions
-                .insert(key.clone(), new_session(ex.client, ts));
+                .insert(key.clone(), Session::new(origin.client, ts));
             self.recharge(&key, ts, out);
         }
-        let lineage_window = self.limits.lineage_window_ns;
-        let client_info_text = compact_json(&client_info);
-        let predecessor = if accepted && reinit_of.is_none() {
-            self.find_predecessor(
-                ex.server,
-                ex.client.ip(),
+        let client_info_text = session::compact_json(&hs.client_info);
+        if accepted && !reinit {
+            let window = self.limits.lineage_window_ns;
+            let predecessor = self.lineage.predecessor(
+                origin.server,
+                origin.client.ip(),
                 &client_info_text,
-                &sid,
+                &key.1,
                 ts,
-                lineage_window,
-            )
-        } else {
-            None
-        };
+                window,
+            );
+            if let Some(p) = predecessor {
+                hs.predecessor_session_id = Some(p.session_id.clone());
+                hs.lineage = p.baseline.as_ref().map(|b| HandshakeDiff {
+                    client: PathDiff::between(&b.client_paths, &record.client_paths),
+                    server: PathDiff::between(&b.server_paths, &record.server_paths),
+                });
+            }
+        }
         let Some(session) = self.sessions.get_mut(&key) else {
             return;
         };
         session.last_seen = ts;
         session.handshakes += 1;
         hs.seq = session.handshakes;
-        if !client_info.is_null() {
+        if !hs.client_info.is_null() {
             session.client_info = client_info_text;
         }
-        let mut alerts = Vec::new();
-        match (&session.baseline, accepted) {
-            (None, true) => {
-                session.streaming_negotiated = record.streaming;
-                session.baseline = Some(record.clone());
+        hs.diff = session.baseline.as_ref().map(|base| HandshakeDiff {
+            client: PathDiff::between(&base.client_paths, &record.client_paths),
+            server: if accepted {
+                PathDiff::between(&base.server_paths, &record.server_paths)
+            } else {
+                PathDiff::default()
+            },
+        });
+        let verdict = self.detector.handshake(&HandshakeReview {
+            seq: hs.seq,
+            accepted,
+            baseline: session.baseline.as_ref(),
+            diff: hs.diff.as_ref(),
+            server_capabilities: &hs.server_capabilities,
+        });
+        hs.client_near_miss = verdict.client_near_miss;
+        if accepted {
+            session.streaming_negotiated = record.streaming;
+            if session.baseline.is_none() {
+                session.baseline = Some(record);
             }
-            (Some(base), _) => {
-                let client = PathDiff::between(&base.client_paths, &record.client_paths);
-                let server = if accepted {
-                    PathDiff::between(&base.server_paths, &record.server_paths)
-                } else {
-                    PathDiff::default()
-                };
-                if accepted {
-                    session.streaming_negotiated = record.streaming;
-                    let change = CapabilityChange::new(
-                        hs.seq,
-                        &server,
-                        &client,
-                        base.server_caps(),
-                        server_caps.clone(),
-                    );
-                    if !server.removed.is_empty() {
-                        alerts.push(AlertKind::CapabilityNarrowing(change.clone()));
-                    }
-                    if !server.added.is_empty() {
-                        alerts.push(AlertKind::CapabilityWidening(change));
-                    }
-                    hs.client_near_miss = server.is_empty() && !client.removed.is_empty();
-                }
-                hs.diff = Some(HandshakeDiff { client, server });
-            }
-            (None, false) => {}
         }
-        session.alerts += alerts.len() as u32;
-        if let Some(p) = predecessor {
-            hs.predecessor_session_id = Some(p.session_id.clone());
-            hs.lineage = p.baseline.as_ref().map(|b| HandshakeDiff {
-                client: PathDiff::between(&b.client_paths, &record.client_paths),
-                server: PathDiff::between(&b.server_paths, &record.server_paths),
-            });
-        }
+        session.alerts += verdict.alerts.len() as u32;
+        let client = origin.client;
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
-        for kind in alerts {
-            out.push(Output::Event(Event::Alert(Box::new(Alert {
-                ts,
-                session_id: Some(sid.clone()),
-                server: ex.server,
-                client: ex.client,
-                kind,
-            }))));
-        }
+        push_alerts(out, ts, &key, client, verdict.alerts);
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
-        if !accepted && reinit_of.is_some() {
+        if !accepted && reinit {
             // A rejected re-initialize: the client will most likely start over in a new session.
             self.remember_ended(&key, ts);
         }
-    }
-
-    fn find_predecessor(
-        &self,
-        server: SocketAddr,
-        client_ip: IpAddr,
-        client_info: &str,
-        sid: &str,
-        now: Timestamp,
-        window: i64,
-    ) -> Option<Ended> {
-        self.ended
-            .iter()
-            .rev()
-            .find(|e| {
-                e.server == server
-                    && e.client_ip == client_ip
-                    && e.session_id != sid
-                    && &*e.client_info == client_info
-                    && now.0.saturating_sub(e.ts.0) <= window
-            })
-            .cloned()
     }
 
     fn remember_ended(&mut self, key: &SessionKey, ts: Timestamp) {
         let Some(s) = self.sessions.get(key) else {
             return;
         };
-        self.ended
-            .retain(|e| !(e.server == key.0 && e.session_id == key.1));
-        if self.ended.len() >= MAX_ENDED {
-            self.ended.pop_front();
-        }
-        self.ended.push_back(Ended {
+        let record = Ended {
             ts,
             server: key.0,
             client_ip: s.client.ip(),
             client_info: s.client_info.clone(),
             session_id: key.1.clone(),
             baseline: s.baseline.clone(),
-        });
+        };
+        self.lineage.remember(key, record);
     }
 
     fn end_session(
@@ -932,7 +659,6 @@ impl Tracker {
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
-        self.session_bytes -= s.charged;
         out.push(Output::Event(Event::SessionEnd(SessionEnd {
             ts,
             session_id: Some(key.1.clone()),
@@ -952,7 +678,7 @@ impl Tracker {
         end: BodyEnd,
         out: &mut Vec<Output>,
     ) {
-        let Some(ex) = self.exchanges.remove(&(ctx.flow, exchange)) else {
+        let Some(ex) = self.transactions.remove((ctx.flow, exchange)) else {
             return;
         };
         if end == BodyEnd::Unfinished {
@@ -985,13 +711,14 @@ impl Tracker {
                 };
                 self.on_handshake(ts, origin, r.init_params.clone(), answer, out);
             }
+            let request_id = r.id.to_value();
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {
                 ts: ex.ts,
                 session_id: ex.session_id.clone(),
                 server: ex.server,
                 client: ex.client,
                 method: r.method.clone(),
-                request_id: r.id.to_value(),
+                request_id: request_id.clone(),
                 tool: r.tool.clone(),
                 protocol_version: headers::request_protocol_version(&ex.head).map(str::to_string),
                 http_status: status,
@@ -1002,67 +729,51 @@ impl Tracker {
                 error_code: None,
                 empty_content: None,
             }))));
-            if let Some(sid) = &ex.session_id
-                && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
-            {
-                s.in_flight.remove(&r.id);
-            }
-            let streamed = mt.as_deref() == Some("text/event-stream");
-            if let (true, true, Some(ended_by)) = (
-                r.method == "tools/call",
-                streamed && is_2xx(status),
+            let session = ex
+                .session_id
+                .as_ref()
+                .and_then(|sid| self.sessions.get_mut(&(ctx.server, sid.clone())));
+            let alert = self.detector.unanswered(&UnansweredReview {
+                method: &r.method,
+                tool: r.tool.as_deref(),
+                request_id: &request_id,
+                http_status: status,
+                media_type: mt.as_deref(),
+                stream: ex.stream,
                 ended_by,
-            ) {
-                let reason = detect::empty_result_reason(ex.stream);
-                if let Some(sid) = &ex.session_id
-                    && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
-                {
-                    s.alerts += 1;
-                }
+            });
+            if let Some(s) = session {
+                s.in_flight.remove(&r.id);
+                s.alerts += u32::from(alert.is_some());
+            }
+            if let Some(kind) = alert {
                 out.push(Output::Event(Event::Alert(Box::new(Alert {
                     ts,
                     session_id: ex.session_id.clone(),
                     server: ex.server,
                     client: ex.client,
-                    kind: AlertKind::EmptyToolResult(EmptyResult {
-                        request_id: r.id.to_value(),
-                        tool: r.tool.clone(),
-                        reason,
-                        sse_events: ex.stream.items,
-                        ended_by,
-                    }),
+                    kind,
                 }))));
             }
         }
     }
 }
 
-impl ExchangeState {
-    fn origin(&self) -> Origin {
-        Origin {
-            client: self.client,
-            server: self.server,
-            head: self.head.clone(),
-            session_id: self.session_id.clone(),
-        }
+/// Alerts of session `key`, as events.
+fn push_alerts(
+    out: &mut Vec<Output>,
+    ts: Timestamp,
+    key: &SessionKey,
+    client: SocketAddr,
+    alerts: Vec<AlertKind>,
+) {
+    for kind in alerts {
+        out.push(Output::Event(Event::Alert(Box::new(Alert {
+            ts,
+            session_id: Some(key.1.clone()),
+            server: key.0,
+            client,
+            kind,
+        }))));
     }
 }
-
-fn new_session(client: SocketAddr, ts: Timestamp) -> Box<Session> {
-    Box::new(Session {
-        charged: 0,
-        client,
-        client_info: Box::from("null"),
-        last_seen: ts,
-        handshakes: 0,
-        baseline: None,
-        streaming_negotiated: false,
-        requests: 0,
-        alerts: 0,
-        in_flight: HashMap::default(),
-        modes: ModeTracker::default(),
-    })
-}
-
-#[cfg(test)]
-mod tests;

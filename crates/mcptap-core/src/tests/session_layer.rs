@@ -1,6 +1,10 @@
-use super::*;
+use crate::detect::Detectors;
+use crate::http::BodyEnd;
 use crate::http::sse::{SseEvent, SseItem};
 use crate::http::{HttpEvent, RequestHead, ResponseHead};
+use crate::mcp::Tracker;
+use crate::mcp::{FlowCtx, SessionLimits, headers};
+use crate::model::{Output, Telemetry, Timestamp};
 use serde_json::json;
 
 const SERVER: &str = "10.0.0.1:8080";
@@ -41,7 +45,7 @@ fn sse_data(v: serde_json::Value) -> SseItem {
 
 /// Drives one tracker and collects events only.
 struct Harness {
-    t: Tracker,
+    t: Tracker<Detectors>,
     out: Vec<Output>,
     now: i64,
 }
@@ -49,7 +53,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         Harness {
-            t: Tracker::new(SessionLimits::default()),
+            t: Tracker::new(SessionLimits::default(), Detectors),
             out: Vec::new(),
             now: 1_000_000_000,
         }
@@ -413,10 +417,13 @@ fn delete_and_404_end_sessions_and_feed_lineage() {
 #[test]
 fn lineage_window_is_honoured() {
     let mut h = Harness::new();
-    h.t = Tracker::new(SessionLimits {
-        lineage_window_ns: 1_000,
-        ..SessionLimits::default()
-    });
+    h.t = Tracker::new(
+        SessionLimits {
+            lineage_window_ns: 1_000,
+            ..SessionLimits::default()
+        },
+        Detectors,
+    );
     let c = ctx(1, 5000);
     h.handshake(c, 0, None, "s1", json!({}), json!({}));
     h.delete(c, 1, "s1", 204);
@@ -439,7 +446,7 @@ fn hostile_session_ids_are_refused_and_counted() {
             matches!(
                 o,
                 Output::Telemetry(Telemetry::LimitHit {
-                    limit: "invalid_session_id"
+                    limit: crate::model::Limit::InvalidSessionId
                 })
             )
         })
@@ -450,10 +457,13 @@ fn hostile_session_ids_are_refused_and_counted() {
 #[test]
 fn session_cap_evicts_least_recently_seen() {
     let mut h = Harness::new();
-    h.t = Tracker::new(SessionLimits {
-        max_sessions: 32,
-        ..SessionLimits::default()
-    });
+    h.t = Tracker::new(
+        SessionLimits {
+            max_sessions: 32,
+            ..SessionLimits::default()
+        },
+        Detectors,
+    );
     let c = ctx(1, 5000);
     for i in 0..1000 {
         h.tool_call_sse(c, i, &format!("s{i}"), vec![], BodyEnd::Unfinished);
@@ -483,10 +493,13 @@ fn session_bytes_are_charged_and_capped() {
     // The fixed part, the id, the client info and the capability record.
     assert!((1000..2500).contains(&one), "{one}");
     // A budget for about five such sessions.
-    h.t = Tracker::new(SessionLimits {
-        max_session_bytes: one * 5,
-        ..SessionLimits::default()
-    });
+    h.t = Tracker::new(
+        SessionLimits {
+            max_session_bytes: one * 5,
+            ..SessionLimits::default()
+        },
+        Detectors,
+    );
     let before = h.of("handshake").len();
     for i in 0..100u64 {
         let sid = format!("s{i:03}");
@@ -504,10 +517,13 @@ fn session_bytes_are_charged_and_capped() {
         .count();
     assert_eq!(evicted, 100 - h.t.active_sessions());
     // Even a budget smaller than one session keeps the session being set up.
-    h.t = Tracker::new(SessionLimits {
-        max_session_bytes: 1,
-        ..SessionLimits::default()
-    });
+    h.t = Tracker::new(
+        SessionLimits {
+            max_session_bytes: 1,
+            ..SessionLimits::default()
+        },
+        Detectors,
+    );
     h.handshake(ctx(1, 7000), 0, None, "alone", json!({}), caps.clone());
     h.handshake(
         ctx(1, 7000),

@@ -1,0 +1,180 @@
+//! The session table and what it may hold: a cap on sessions and on their estimated bytes,
+//! with least-recently-seen eviction beyond either.
+
+use super::session::{Session, SessionKey};
+use crate::model::Timestamp;
+use foldhash::HashMap;
+
+/// What one session costs besides its id and capability record: the boxed struct, its slot in
+/// the table (counted twice: the table keeps up to half its slots free), and the per-method
+/// mode state and in-flight table a busy session grows. Measured at ~1.6 KB in all with the
+/// capability sets of common clients and servers.
+fn fixed_cost<D>() -> usize {
+    std::mem::size_of::<Session<D>>()
+        + 2 * (std::mem::size_of::<SessionKey>() + std::mem::size_of::<Box<Session<D>>>() + 1)
+        + 768
+}
+
+fn session_cost<D>(sid: &str, s: &Session<D>) -> usize {
+    fixed_cost::<D>()
+        + sid.len()
+        + s.client_info.len()
+        + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
+}
+
+/// Tracked sessions with their charged bytes.
+#[derive(Debug)]
+pub struct SessionTable<D> {
+    /// Boxed: the table keeps up to half its slots free, and those should hold a pointer.
+    sessions: HashMap<SessionKey, Box<Session<D>>>,
+    /// Sum of the sessions' `charged` bytes.
+    bytes: usize,
+    max_sessions: usize,
+    max_bytes: usize,
+}
+
+impl<D> SessionTable<D> {
+    pub fn new(max_sessions: usize, max_bytes: usize) -> Self {
+        SessionTable {
+            sessions: HashMap::default(),
+            bytes: 0,
+            max_sessions: max_sessions.max(1),
+            max_bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Estimated bytes held by the tracked sessions.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn get(&self, key: &SessionKey) -> Option<&Session<D>> {
+        self.sessions.get(key).map(Box::as_ref)
+    }
+
+    pub fn get_mut(&mut self, key: &SessionKey) -> Option<&mut Session<D>> {
+        self.sessions.get_mut(key).map(Box::as_mut)
+    }
+
+    pub fn contains(&self, key: &SessionKey) -> bool {
+        self.sessions.contains_key(key)
+    }
+
+    /// Adds a session (charged at its next [`SessionTable::recharge`]).
+    pub fn insert(&mut self, key: SessionKey, session: Box<Session<D>>) {
+        self.sessions.insert(key, session);
+    }
+
+    pub fn remove(&mut self, key: &SessionKey) -> Option<Box<Session<D>>> {
+        let s = self.sessions.remove(key)?;
+        self.bytes -= s.charged;
+        Some(s)
+    }
+
+    /// Whether one more session would exceed the count or byte cap.
+    pub fn is_full(&self) -> bool {
+        let bytes_full = self.bytes.saturating_add(fixed_cost::<D>()) > self.max_bytes;
+        self.sessions.len() >= self.max_sessions || bytes_full
+    }
+
+    /// Re-estimates what session `key` costs after it changed; true when the sessions no
+    /// longer fit their byte cap.
+    pub fn recharge(&mut self, key: &SessionKey) -> bool {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return false;
+        };
+        let cost = session_cost(&key.1, s);
+        self.bytes = self.bytes - s.charged + cost;
+        s.charged = cost;
+        self.bytes > self.max_bytes
+    }
+
+    /// The least recently seen 1/16 of the sessions (at least one), never `keep`, oldest
+    /// first. A batch at once, so that a flood of new ids costs O(n) per batch, not per id.
+    pub fn eviction_batch(&self, keep: Option<&SessionKey>) -> Vec<SessionKey> {
+        let mut by_age: Vec<(Timestamp, &SessionKey)> = self
+            .sessions
+            .iter()
+            .filter(|(k, _)| Some(*k) != keep)
+            .map(|(k, s)| (s.last_seen, k))
+            .collect();
+        if by_age.is_empty() {
+            return Vec::new();
+        }
+        let batch = (by_age.len() / 16).max(1);
+        by_age.select_nth_unstable(batch - 1);
+        let mut oldest: Vec<(Timestamp, &SessionKey)> = by_age.into_iter().take(batch).collect();
+        oldest.sort_unstable();
+        oldest.into_iter().map(|(_, k)| k.clone()).collect()
+    }
+
+    /// Sessions without traffic for longer than `timeout_ns`, in key order (so replays stay
+    /// deterministic, whatever the hash order).
+    pub fn idle(&self, now: Timestamp, timeout_ns: i64) -> Vec<SessionKey> {
+        let mut idle: Vec<SessionKey> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| now.0.saturating_sub(s.last_seen.0) > timeout_ns)
+            .map(|(k, _)| k.clone())
+            .collect();
+        idle.sort_unstable();
+        idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u32) -> SessionKey {
+        ("127.0.0.2:80".parse().expect("addr"), format!("s{i:03}"))
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_seen_sixteenth_and_spares_keep() {
+        let mut t: SessionTable<()> = SessionTable::new(1000, usize::MAX);
+        for i in 0..64 {
+            let mut s = Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0));
+            s.last_seen = Timestamp(i64::from(i));
+            t.insert(key(i), s);
+            t.recharge(&key(i));
+        }
+        assert_eq!(t.eviction_batch(None), vec![key(0), key(1), key(2), key(3)]);
+        // 63 candidates without `keep`: a batch of 3.
+        assert_eq!(
+            t.eviction_batch(Some(&key(0))),
+            vec![key(1), key(2), key(3)]
+        );
+        let before = t.bytes();
+        assert!(t.remove(&key(5)).is_some());
+        assert!(t.bytes() < before);
+    }
+
+    #[test]
+    fn byte_cap_is_reported_by_recharge() {
+        // Each costs the fixed part, its id ("s000") and its client info ("null").
+        let one = fixed_cost::<()>() + 4 + 4;
+        let mut t: SessionTable<()> = SessionTable::new(1000, 3 * one);
+        for i in 0..3 {
+            t.insert(
+                key(i),
+                Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0)),
+            );
+            assert!(!t.recharge(&key(i)), "{i}");
+        }
+        assert!(t.is_full());
+        t.insert(
+            key(3),
+            Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0)),
+        );
+        assert!(t.recharge(&key(3)));
+    }
+}

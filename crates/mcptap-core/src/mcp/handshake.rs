@@ -1,0 +1,85 @@
+//! `initialize` exchanges as handshake events: everything both sides declared.
+
+use super::headers;
+use super::session::CapsRecord;
+use super::transactions::Origin;
+use crate::model::{Handshake, Outcome, Timestamp};
+use serde_json::Value;
+
+/// How an `initialize` was answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub result: Option<&'a Value>,
+    pub error: Option<&'a (i64, String)>,
+    pub status: u16,
+}
+
+impl Answer<'_> {
+    pub fn accepted(&self) -> bool {
+        self.result.is_some() && (200..300).contains(&self.status)
+    }
+}
+
+/// The handshake event (seq 1, no diff or lineage yet) and the capability record of one
+/// answered `initialize`.
+pub fn describe(
+    ts: Timestamp,
+    origin: &Origin,
+    params: &Value,
+    answer: Answer<'_>,
+) -> (Handshake, CapsRecord) {
+    let Answer {
+        result,
+        error,
+        status,
+    } = answer;
+    let client_caps = params.get("capabilities").cloned().unwrap_or(Value::Null);
+    let server_caps = result
+        .and_then(|r| r.get("capabilities"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let record = CapsRecord::new(&client_caps, &server_caps);
+    let hs = Handshake {
+        ts,
+        session_id: origin.session_id.clone(),
+        seq: 1,
+        outcome: if answer.accepted() {
+            Outcome::Accepted
+        } else {
+            Outcome::Rejected
+        },
+        http_status: status,
+        error_code: error.map(|(c, _)| *c),
+        error_message: error.map(|(_, m)| m.clone()),
+        client: origin.client,
+        server: origin.server,
+        host: origin.head.host.clone(),
+        path: origin.head.path.clone(),
+        protocol_version_requested: params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        protocol_version: result
+            .and_then(|r| r.get("protocolVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        client_info: params.get("clientInfo").cloned().unwrap_or(Value::Null),
+        server_info: result
+            .and_then(|r| r.get("serverInfo"))
+            .cloned()
+            .unwrap_or(Value::Null),
+        client_capabilities: client_caps,
+        server_capabilities: server_caps,
+        diff: None,
+        client_near_miss: false,
+        predecessor_session_id: None,
+        lineage: None,
+    };
+    (hs, record)
+}
+
+/// The session a re-`initialize` replays: set only when the request itself named a session.
+pub fn reinitialized_session(origin: &Origin) -> Option<&str> {
+    headers::request_session_id(&origin.head)?;
+    origin.session_id.as_deref()
+}
