@@ -18,6 +18,7 @@ pub mod mcp;
 pub mod model;
 pub mod pipeline;
 pub mod reassembly;
+pub mod usage;
 
 #[cfg(test)]
 mod tests;

@@ -10,10 +10,12 @@ use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
 use crate::model::{FlowCloseReason, FlowEvictReason, Telemetry, Timestamp};
 use crate::reassembly::{GapReason, PushReport, Reassembler, StreamConsumer};
+use crate::usage::SharedUsage;
 use foldhash::HashMap;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 /// Every limit of the pipeline; each is counted when hit.
 #[derive(Debug, Clone, Copy)]
@@ -273,6 +275,11 @@ pub struct Pipeline {
     http_events: Vec<HttpEvent>,
     /// Sum of `Flow::charged` over all flows.
     buffered: usize,
+    /// Totals that the limits apply to: this pipeline's alone, or shared with the other
+    /// workers of the process.
+    usage: Arc<SharedUsage>,
+    /// Flow bytes (overhead and buffers) this pipeline last added to `usage`.
+    published_flow_bytes: usize,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -284,6 +291,13 @@ impl Pipeline {
     /// A pipeline within `limits`. Sessions count against the memory budget and may take at
     /// most 3/4 of it.
     pub fn new(limits: Limits) -> Self {
+        Self::with_usage(limits, Arc::default())
+    }
+
+    /// A pipeline whose limits (`max_flows`, `max_sessions`, the memory budget) are totals over
+    /// every pipeline that shares `usage`: one per worker thread of a process. Over a total,
+    /// a pipeline evicts its own least recently seen flows and sessions.
+    pub fn with_usage(limits: Limits, usage: Arc<SharedUsage>) -> Self {
         let session = SessionLimits {
             max_session_bytes: session_budget(&limits).min(limits.session.max_session_bytes),
             ..limits.session
@@ -292,19 +306,41 @@ impl Pipeline {
             limits,
             flows: HashMap::default(),
             next_flow_id: 0,
-            tracker: Tracker::new(session, Detectors),
+            tracker: Tracker::with_usage(session, Detectors, usage.clone()),
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),
             http_events: Vec::new(),
             buffered: 0,
+            usage,
+            published_flow_bytes: 0,
             eviction_queue: VecDeque::new(),
         }
     }
 
+    /// Flow overhead and buffers held by this pipeline.
+    fn flow_bytes(&self) -> usize {
+        self.flows.len() * FLOW_OVERHEAD + self.buffered
+    }
+
+    /// Everything charged against the memory budget, all pipelines sharing the usage
+    /// together, with this pipeline's current figure published first.
+    fn memory_total(&mut self) -> usize {
+        let now = self.flow_bytes();
+        self.usage
+            .republish_flow_bytes(self.published_flow_bytes, now);
+        self.published_flow_bytes = now;
+        self.usage.memory()
+    }
+
     /// Estimated bytes held by flows, their buffers and sessions, as counted against the budget.
     pub fn memory_in_use(&self) -> usize {
-        self.flows.len() * FLOW_OVERHEAD + self.buffered + self.tracker.session_bytes()
+        self.flow_bytes() + self.tracker.session_bytes()
+    }
+
+    /// The totals the limits apply to (shared with other pipelines, see [`Pipeline::with_usage`]).
+    pub fn usage(&self) -> &SharedUsage {
+        &self.usage
     }
 
     pub fn stats(&self) -> &PacketStats {
@@ -488,6 +524,7 @@ impl Pipeline {
         });
         self.next_flow_id += 1;
         self.flows.insert(key, flow);
+        self.usage.add_flows(1);
         self.compact_eviction_queue();
         out.push(Output::Telemetry(Telemetry::FlowOpened));
     }
@@ -609,6 +646,7 @@ impl Pipeline {
         let Some(mut flow) = self.flows.remove(&key) else {
             return;
         };
+        self.usage.sub_flows(1);
         self.buffered -= flow.charged;
         let mut events = std::mem::take(&mut self.http_events);
         for half in 0..2 {
@@ -648,7 +686,7 @@ impl Pipeline {
     /// Keeps the flow table under its cap, with room for one more flow, by evicting the least
     /// recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
-        if self.flows.len() >= self.limits.max_flows.max(1) {
+        if self.usage.flows() >= self.limits.max_flows.max(1) {
             self.evict_oldest(FlowEvictReason::FlowLimit, out);
         }
         self.fit_budget(FLOW_OVERHEAD, out);
@@ -656,7 +694,7 @@ impl Pipeline {
 
     /// Evicts flows until the memory in use plus `room` fits the budget (or no flow is left).
     fn fit_budget(&mut self, room: usize, out: &mut Vec<Output>) {
-        while self.memory_in_use() + room > self.limits.memory_budget_bytes
+        while self.memory_total().saturating_add(room) > self.limits.memory_budget_bytes
             && self.evict_oldest(FlowEvictReason::Memory, out) > 0
         {}
     }
@@ -733,6 +771,15 @@ impl Pipeline {
     }
 }
 
+impl Drop for Pipeline {
+    /// What this pipeline held no longer counts against the shared totals.
+    fn drop(&mut self) {
+        self.usage.sub_flows(self.flows.len());
+        self.usage
+            .republish_flow_bytes(self.published_flow_bytes, 0);
+    }
+}
+
 fn report_telemetry(report: &PushReport, out: &mut Vec<Output>) {
     for (reason, bytes) in &report.gaps {
         out.push(Output::Telemetry(Telemetry::TcpGap {
@@ -796,6 +843,47 @@ mod tests {
         assert_eq!(open(&p), vec![1001, 1002, 1005, 1006]);
         syn(&mut p, 1007, 14, &mut out);
         assert_eq!(open(&p), vec![1002, 1005, 1006, 1007]);
+    }
+
+    #[test]
+    fn limits_are_totals_over_pipelines_that_share_a_usage() {
+        let limits = Limits {
+            max_flows: 4,
+            ..Limits::default()
+        };
+        let usage = Arc::new(SharedUsage::default());
+        let mut a = Pipeline::with_usage(limits, usage.clone());
+        let mut b = Pipeline::with_usage(limits, usage.clone());
+        let mut out = Vec::new();
+        for port in [1001, 1002, 1003] {
+            a.handle_packet(Timestamp(1), 1, &frame(port, 0, true, b""), &mut out);
+        }
+        b.handle_packet(Timestamp(2), 1, &frame(2001, 0, true, b""), &mut out);
+        assert_eq!(usage.flows(), 4);
+        // Over the total, b makes room among its own flows, not a's.
+        b.handle_packet(Timestamp(3), 1, &frame(2002, 0, true, b""), &mut out);
+        assert_eq!(
+            (a.active_flows(), b.active_flows(), usage.flows()),
+            (3, 1, 4)
+        );
+        assert!(usage.memory() >= a.memory_in_use() + b.memory_in_use());
+        drop(b);
+        assert_eq!(usage.flows(), 3);
+        // Alone under the total, a behaves as a pipeline of its own.
+        a.handle_packet(Timestamp(4), 1, &frame(1004, 0, true, b""), &mut out);
+        assert_eq!(a.active_flows(), 4);
+        let evicted = out
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Telemetry(Telemetry::FlowEvicted {
+                        reason: FlowEvictReason::FlowLimit
+                    })
+                )
+            })
+            .count();
+        assert_eq!(evicted, 1);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use super::session::{Session, SessionKey};
 use crate::model::Timestamp;
+use crate::usage::SharedUsage;
 use foldhash::HashMap;
+use std::sync::Arc;
 
 /// What one session costs besides its id and capability record: the boxed struct, its slot in
 /// the table (counted twice: the table keeps up to half its slots free), and the per-method
@@ -22,7 +24,8 @@ fn session_cost<D>(sid: &str, s: &Session<D>) -> usize {
         + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
 }
 
-/// Tracked sessions with their charged bytes.
+/// Tracked sessions with their charged bytes. The caps apply to the totals in `usage`, which
+/// other tables (other workers' pipelines) may share.
 #[derive(Debug)]
 pub struct SessionTable<D> {
     /// Boxed: the table keeps up to half its slots free, and those should hold a pointer.
@@ -31,15 +34,17 @@ pub struct SessionTable<D> {
     bytes: usize,
     max_sessions: usize,
     max_bytes: usize,
+    usage: Arc<SharedUsage>,
 }
 
 impl<D> SessionTable<D> {
-    pub fn new(max_sessions: usize, max_bytes: usize) -> Self {
+    pub fn new(max_sessions: usize, max_bytes: usize, usage: Arc<SharedUsage>) -> Self {
         SessionTable {
             sessions: HashMap::default(),
             bytes: 0,
             max_sessions: max_sessions.max(1),
             max_bytes,
+            usage,
         }
     }
 
@@ -70,19 +75,28 @@ impl<D> SessionTable<D> {
 
     /// Adds a session (charged at its next [`SessionTable::recharge`]).
     pub fn insert(&mut self, key: SessionKey, session: Box<Session<D>>) {
-        self.sessions.insert(key, session);
+        match self.sessions.insert(key, session) {
+            Some(old) => {
+                self.bytes -= old.charged;
+                self.usage.republish_session_bytes(old.charged, 0);
+            }
+            None => self.usage.add_sessions(1),
+        }
     }
 
     pub fn remove(&mut self, key: &SessionKey) -> Option<Box<Session<D>>> {
         let s = self.sessions.remove(key)?;
         self.bytes -= s.charged;
+        self.usage.sub_sessions(1);
+        self.usage.republish_session_bytes(s.charged, 0);
         Some(s)
     }
 
-    /// Whether one more session would exceed the count or byte cap.
+    /// Whether one more session would exceed the count or byte cap (totals of the usage).
     pub fn is_full(&self) -> bool {
-        let bytes_full = self.bytes.saturating_add(fixed_cost::<D>()) > self.max_bytes;
-        self.sessions.len() >= self.max_sessions || bytes_full
+        let bytes = self.usage.session_bytes();
+        let bytes_full = bytes.saturating_add(fixed_cost::<D>()) > self.max_bytes;
+        self.usage.sessions() >= self.max_sessions || bytes_full
     }
 
     /// Re-estimates what session `key` costs after it changed; true when the sessions no
@@ -93,8 +107,9 @@ impl<D> SessionTable<D> {
         };
         let cost = session_cost(&key.1, s);
         self.bytes = self.bytes - s.charged + cost;
+        self.usage.republish_session_bytes(s.charged, cost);
         s.charged = cost;
-        self.bytes > self.max_bytes
+        self.usage.session_bytes() > self.max_bytes
     }
 
     /// The least recently seen 1/16 of the sessions (at least one), never `keep`, oldest
@@ -130,6 +145,14 @@ impl<D> SessionTable<D> {
     }
 }
 
+impl<D> Drop for SessionTable<D> {
+    /// What this table held no longer counts against the shared totals.
+    fn drop(&mut self) {
+        self.usage.sub_sessions(self.sessions.len());
+        self.usage.republish_session_bytes(self.bytes, 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,7 +163,7 @@ mod tests {
 
     #[test]
     fn eviction_takes_the_least_recently_seen_sixteenth_and_spares_keep() {
-        let mut t: SessionTable<()> = SessionTable::new(1000, usize::MAX);
+        let mut t: SessionTable<()> = SessionTable::new(1000, usize::MAX, Arc::default());
         for i in 0..64 {
             let mut s = Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0));
             s.last_seen = Timestamp(i64::from(i));
@@ -162,7 +185,7 @@ mod tests {
     fn byte_cap_is_reported_by_recharge() {
         // Each costs the fixed part, its id ("s000") and its client info ("null").
         let one = fixed_cost::<()>() + 4 + 4;
-        let mut t: SessionTable<()> = SessionTable::new(1000, 3 * one);
+        let mut t: SessionTable<()> = SessionTable::new(1000, 3 * one, Arc::default());
         for i in 0..3 {
             t.insert(
                 key(i),
@@ -176,5 +199,27 @@ mod tests {
             Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0)),
         );
         assert!(t.recharge(&key(3)));
+    }
+
+    #[test]
+    fn caps_apply_to_the_totals_of_tables_that_share_a_usage() {
+        let one = fixed_cost::<()>() + 4 + 4;
+        let usage = Arc::new(SharedUsage::default());
+        let mut a: SessionTable<()> = SessionTable::new(3, usize::MAX, usage.clone());
+        let mut b: SessionTable<()> = SessionTable::new(3, 4 * one, usage.clone());
+        let client = "127.0.0.3:5".parse().expect("addr");
+        for i in 0..2 {
+            a.insert(key(i), Session::new(client, Timestamp(0)));
+            a.recharge(&key(i));
+        }
+        assert!(!b.is_full());
+        b.insert(key(9), Session::new(client, Timestamp(0)));
+        b.recharge(&key(9));
+        // Three sessions in all: b is full although it holds one.
+        assert!(b.is_full());
+        assert_eq!((usage.sessions(), usage.session_bytes()), (3, 3 * one));
+        drop(a);
+        assert_eq!((usage.sessions(), usage.session_bytes()), (1, one));
+        assert!(!b.is_full());
     }
 }

@@ -29,12 +29,14 @@ use crate::model::{
     Alert, AlertKind, EndReason, Event, Exchange, HandshakeDiff, Limit, Output, PathDiff,
     SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
+use crate::usage::SharedUsage;
 use budget::SessionTable;
 use handshake::Answer;
 use lineage::{Ended, Lineage};
 use serde_json::Value;
 use session::{ExchangeKey, Session, SessionKey};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Transactions};
 
 #[derive(Debug, Clone, Copy)]
@@ -100,11 +102,17 @@ pub struct Tracker<D: Detector> {
 }
 
 impl<D: Detector> Tracker<D> {
+    /// A session layer with limits of its own.
     pub fn new(limits: SessionLimits, detector: D) -> Self {
+        Self::with_usage(limits, detector, Arc::default())
+    }
+
+    /// A session layer whose caps are totals over every layer sharing `usage`.
+    pub fn with_usage(limits: SessionLimits, detector: D, usage: Arc<SharedUsage>) -> Self {
         Tracker {
             limits,
             detector,
-            sessions: SessionTable::new(limits.max_sessions, limits.max_session_bytes),
+            sessions: SessionTable::new(limits.max_sessions, limits.max_session_bytes, usage),
             transactions: Transactions::new(limits.max_exchanges_per_flow),
             lineage: Lineage::default(),
         }
