@@ -37,7 +37,7 @@ use serde_json::Value;
 use session::{ExchangeKey, Session, SessionKey};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Transactions};
+use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Requests, Transactions};
 
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -180,7 +180,7 @@ impl<D: Detector> Tracker<D> {
         if let Some(sid) = &ex.session_id
             && let Some(s) = self.sessions.get_mut(&(server, sid.clone()))
         {
-            for r in &ex.requests {
+            for r in ex.requests.iter() {
                 s.in_flight.remove(&r.id);
             }
         }
@@ -280,7 +280,7 @@ impl<D: Detector> Tracker<D> {
             server: ctx.server,
             head,
             session_id,
-            requests,
+            requests: Requests::new(requests),
             response: None,
             stream: Default::default(),
         };
@@ -408,7 +408,7 @@ impl<D: Detector> Tracker<D> {
     /// another exchange of the same session.
     fn locate(&self, here: ExchangeKey, ctx: FlowCtx, id: &Id) -> Option<ExchangeKey> {
         let ex = self.transactions.get(here)?;
-        if ex.requests.iter().any(|r| &r.id == id && !r.answered) {
+        if ex.requests.find_open(id).is_some() {
             return Some(here);
         }
         let sid = ex.session_id.as_ref()?;
@@ -418,11 +418,7 @@ impl<D: Detector> Tracker<D> {
 
     fn sole_open_request(&self, here: ExchangeKey) -> Option<Id> {
         let ex = self.transactions.get(here)?;
-        let mut open = ex.requests.iter().filter(|r| !r.answered);
-        match (open.next(), open.next()) {
-            (Some(r), None) => Some(r.id.clone()),
-            _ => None,
-        }
+        ex.requests.sole_open().map(|r| r.id.clone())
     }
 
     /// A JSON-RPC response arrived on exchange `exchange` (its body or its stream).
@@ -461,10 +457,9 @@ impl<D: Detector> Tracker<D> {
         let Some(ex) = self.transactions.get_mut(target) else {
             return;
         };
-        let Some(idx) = ex.requests.iter().position(|r| r.id == id && !r.answered) else {
+        let Some(idx) = ex.requests.find_open(&id) else {
             return;
         };
-        ex.requests[idx].answered = true;
         let status = ex.response.as_ref().map_or(0, |r| r.status);
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
         let sse_events = if target == here {
@@ -480,12 +475,15 @@ impl<D: Detector> Tracker<D> {
         } else {
             AnswerShape::SseResultOnly
         };
-        let method = ex.requests[idx].method.clone();
-        let tool = ex.requests[idx].tool.clone();
-        let init_params = ex.requests[idx].init_params.take();
         let req_ts = ex.ts;
         let client = ex.client;
         let accept = ex.head.accept.clone();
+        let Some(request) = ex.requests.answer(idx) else {
+            return;
+        };
+        let method = request.method.clone();
+        let tool = request.tool.clone();
+        let init_params = request.init_params.take();
         let protocol_version = headers::request_protocol_version(&ex.head).map(str::to_string);
         // The whole request side is only needed for a handshake.
         let origin = (method == "initialize").then(|| ex.origin());

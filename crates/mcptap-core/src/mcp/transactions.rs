@@ -21,6 +21,84 @@ pub struct PendingRequest {
     pub answered: bool,
 }
 
+/// The JSON-RPC requests of one HTTP request (one, or a batch), with the unanswered ones
+/// indexed by id in a batch: matching each answer of a 64k batch by a linear search would be
+/// quadratic.
+#[derive(Debug, Default)]
+pub struct Requests {
+    list: Vec<PendingRequest>,
+    /// Unanswered requests by id, in request order per id (batches only).
+    open: Option<HashMap<Id, VecDeque<usize>>>,
+    open_count: usize,
+}
+
+/// Batches longer than this get an id index.
+const INDEX_FROM: usize = 8;
+
+impl Requests {
+    pub fn new(list: Vec<PendingRequest>) -> Self {
+        let open_count = list.iter().filter(|r| !r.answered).count();
+        let open = (list.len() > INDEX_FROM).then(|| {
+            let mut index: HashMap<Id, VecDeque<usize>> = HashMap::default();
+            for (i, r) in list.iter().enumerate().filter(|(_, r)| !r.answered) {
+                index.entry(r.id.clone()).or_default().push_back(i);
+            }
+            index
+        });
+        Requests {
+            list,
+            open,
+            open_count,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PendingRequest> {
+        self.list.iter()
+    }
+
+    /// The first unanswered request with `id`.
+    pub fn find_open(&self, id: &Id) -> Option<usize> {
+        match &self.open {
+            Some(index) => index.get(id).and_then(|at| at.front().copied()),
+            None => self.list.iter().position(|r| &r.id == id && !r.answered),
+        }
+    }
+
+    /// The only unanswered request, if exactly one is left.
+    pub fn sole_open(&self) -> Option<&PendingRequest> {
+        if self.open_count != 1 {
+            return None;
+        }
+        self.list.iter().find(|r| !r.answered)
+    }
+
+    /// Marks request `at` answered and hands it out.
+    pub fn answer(&mut self, at: usize) -> Option<&mut PendingRequest> {
+        let r = self.list.get_mut(at)?;
+        if !r.answered {
+            r.answered = true;
+            self.open_count -= 1;
+            if let Some(index) = self.open.as_mut()
+                && let Some(queue) = index.get_mut(&r.id)
+            {
+                queue.retain(|i| *i != at);
+                if queue.is_empty() {
+                    index.remove(&r.id);
+                }
+            }
+        }
+        Some(r)
+    }
+}
+
 /// What an SSE answer carried so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StreamContent {
@@ -60,7 +138,7 @@ pub struct ExchangeState {
     pub head: RequestHead,
     /// Session named by the request header, or learned from the response header.
     pub session_id: Option<String>,
-    pub requests: Vec<PendingRequest>,
+    pub requests: Requests,
     pub response: Option<ResponseHead>,
     pub stream: StreamContent,
 }
@@ -166,7 +244,7 @@ mod tests {
             server: addr,
             head: RequestHead::default(),
             session_id: None,
-            requests: Vec::new(),
+            requests: Requests::default(),
             response: None,
             stream: StreamContent::default(),
         }
@@ -196,6 +274,38 @@ mod tests {
         assert_eq!(t.open(7, exchange(12)).map(|e| e.number), Some(10));
         assert!(t.get((7, 10)).is_none());
         assert!(t.get((7, 12)).is_some());
+    }
+
+    fn request(id: &str) -> PendingRequest {
+        PendingRequest {
+            id: Id(id.to_string()),
+            method: "ping".into(),
+            tool: None,
+            init_params: None,
+            answered: false,
+        }
+    }
+
+    #[test]
+    fn batches_find_open_requests_by_id_in_request_order() {
+        for n in [3, 100] {
+            let mut ids: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+            ids.push("1".into()); // a duplicate id is answered after the first
+            let mut r = Requests::new(ids.iter().map(|i| request(i)).collect());
+            assert_eq!(r.find_open(&Id("1".into())), Some(1), "{n}");
+            r.answer(1);
+            assert_eq!(r.find_open(&Id("1".into())), Some(n), "{n}");
+            r.answer(n);
+            assert_eq!(r.find_open(&Id("1".into())), None, "{n}");
+            assert!(r.sole_open().is_none());
+            for i in (0..n).filter(|i| *i != 1) {
+                r.answer(i);
+            }
+            assert!(r.sole_open().is_none());
+        }
+        let mut r = Requests::new(vec![request("a"), request("b")]);
+        r.answer(0);
+        assert_eq!(r.sole_open().map(|p| p.id.0.as_str()), Some("b"));
     }
 
     #[test]
