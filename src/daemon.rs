@@ -207,7 +207,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
         senders.push(tx);
         let worker = Worker {
-            pipeline: Pipeline::new(cfg.limits.to_limits()),
+            pipeline: Pipeline::new(cfg.limits),
             sinks: sinks.clone(),
             metrics: metrics.clone(),
             summary: Summary::default(),
