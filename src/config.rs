@@ -1,6 +1,5 @@
 //! Daemon configuration: a TOML file, overridden by command-line flags.
 
-use crate::sink::metrics::LabelConfig;
 use mcptap_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -99,19 +98,6 @@ impl Default for LogConfig {
         LogConfig {
             format: LogFormat::Text,
             level: "info".into(),
-        }
-    }
-}
-
-impl MetricsConfig {
-    pub fn labels(&self) -> LabelConfig {
-        LabelConfig {
-            server_names: self
-                .server_names
-                .iter()
-                .map(|(k, v)| (*k, v.clone()))
-                .collect(),
-            max_servers: self.max_servers,
         }
     }
 }
