@@ -33,7 +33,8 @@
 #                    callgrind (load-independent: the figure to use when the machine's noise
 #                    exceeds the difference looked for), with the ratio new/old.
 #
-# Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
+# Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum; valgrind for
+# --callgrind.
 # The captures are never committed: they live under target/ (ignored by git).
 set -euo pipefail
 # $EPOCHREALTIME and awk must agree on the decimal point.
