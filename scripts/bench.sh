@@ -19,9 +19,22 @@
 #                                    # flows + 100k session ids, default limits, asserts peak RSS,
 #                                    # evictions and the faulty session's alerts (~3 min)
 #   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 5),
-#            --keep-cache (time the captures in the page cache as found; see "page cache" below)
+#            --keep-cache (time the captures in the page cache as found; see "page cache" below),
+#            --mixed-mb N / --mcp-mb N (capture sizes; a small pair makes a smoke run)
 #
-# Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum.
+# A/B against another binary (the acceptance check of a change: old and new on the same
+# captures in the same run, so both meet the same machine load):
+#   scripts/bench.sh --no-tshark --baseline /tmp/mcptap-old   # e.g. built from the old commit
+#   --baseline PATH  the old binary; each capture is replayed RUNS times by each binary,
+#                    alternating (new/old, then old/new, ...), and both medians are reported with
+#                    the ratio new/old; both binaries' events are compared byte for byte.
+#   --bin PATH       the new binary instead of building target/release/mcptap.
+#   --callgrind      also count each binary's instructions once per capture with valgrind's
+#                    callgrind (load-independent: the figure to use when the machine's noise
+#                    exceeds the difference looked for), with the ratio new/old.
+#
+# Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum; valgrind for
+# --callgrind.
 # The captures are never committed: they live under target/ (ignored by git).
 set -euo pipefail
 # $EPOCHREALTIME and awk must agree on the decimal point.
@@ -38,6 +51,11 @@ KEEP_CACHE=0
 SEED=1
 RUNS=5
 DATA="$ROOT/target/bench-data"
+MIXED_MB=""
+MCP_MB=""
+BASELINE=""
+BIN=""
+CALLGRIND=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -48,13 +66,23 @@ while [ $# -gt 0 ]; do
     --seed) SEED="$2"; shift ;;
     --runs) RUNS="$2"; shift ;;
     --data) DATA="$2"; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --mixed-mb) MIXED_MB="$2"; shift ;;
+    --mcp-mb) MCP_MB="$2"; shift ;;
+    --baseline) BASELINE="$2"; shift ;;
+    --bin) BIN="$2"; shift ;;
+    --callgrind) CALLGRIND=1 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$FLOOD" = 1 ]; then exec "$ROOT/scripts/flood.sh" --seed "$SEED" --data "$DATA"; fi
-if [ "$QUICK" = 1 ]; then MIXED_MB=100; MCP_MB=25; else MIXED_MB=1024; MCP_MB=256; fi
+if [ "$QUICK" = 1 ]; then : "${MIXED_MB:=100}" "${MCP_MB:=25}"; else : "${MIXED_MB:=1024}" "${MCP_MB:=256}"; fi
+MODE="$([ "$QUICK" = 1 ] && echo quick || echo full)"
+case "$MIXED_MB/$MCP_MB" in
+  1024/256|100/25) ;;
+  *) MODE="custom: mixed $MIXED_MB MB, all-MCP $MCP_MB MB" ;;
+esac
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (apt-get install time)"
@@ -62,15 +90,27 @@ command -v python3 >/dev/null || die "python3 not found"
 if [ "$TSHARK" = 1 ]; then
   command -v tshark >/dev/null || die "tshark not found (apt-get install tshark), or pass --no-tshark"
 fi
+if [ "$CALLGRIND" = 1 ]; then
+  command -v valgrind >/dev/null || die "valgrind not found (apt-get install valgrind)"
+fi
+if [ -n "$BASELINE" ]; then
+  [ -x "$BASELINE" ] || die "--baseline $BASELINE: not an executable"
+  BASELINE="$(cd "$(dirname "$BASELINE")" && pwd)/$(basename "$BASELINE")"
+fi
 
 mkdir -p "$DATA"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptap-bench.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 # ------------------------------------------------------------------ build + captures
-echo "== building (release) =="
-cargo build --release --quiet
-BIN="$ROOT/target/release/mcptap"
+if [ -n "$BIN" ]; then
+  [ -x "$BIN" ] || die "--bin $BIN: not an executable"
+  BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+else
+  echo "== building (release) =="
+  cargo build --release --quiet
+  BIN="$ROOT/target/release/mcptap"
+fi
 
 # Regenerate when the generator changed since the captures were written.
 GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs | sha256sum | cut -c1-16)"
@@ -101,9 +141,10 @@ echo "memory:  $mem"
 echo "kernel:  $(uname -sr)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, before the runs)"
 echo "rustc:   $(rustc --version)"
-echo "mcptap:  $("$BIN" --version)"
+echo "mcptap:  $("$BIN" --version) ($BIN, sha256 $(sha256sum "$BIN" | cut -c1-16))"
+[ -n "$BASELINE" ] && echo "base:    $("$BASELINE" --version) ($BASELINE, sha256 $(sha256sum "$BASELINE" | cut -c1-16))"
 [ "$TSHARK" = 1 ] && echo "tshark:  $(tshark --version 2>/dev/null | head -1)"
-echo "mode:    $([ "$QUICK" = 1 ] && echo quick || echo full), seed $SEED, mcptap runs per capture: $RUNS (median wall)"
+echo "mode:    $MODE, seed $SEED, mcptap runs per capture: $RUNS (median wall)$([ -n "$BASELINE" ] && echo ", alternating with the baseline")"
 echo
 echo "== captures =="
 for f in "$MIXED" "$MCP"; do
@@ -147,6 +188,16 @@ run_timed() {
   echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}') $rss $cpu"
 }
 
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+
+# instructions OUT BIN FILE: user-space instructions of one replay under callgrind (exact and
+# repeatable, ~50x slower than a plain run).
+instructions() {
+  valgrind --tool=callgrind --callgrind-out-file="$1" "$2" replay "$3" --events /dev/null \
+    --log-level error > /dev/null 2> "$1.log" || die "callgrind failed on $2 (see $1.log)"
+  grep -E '^(summary|totals):' "$1" | tail -1 | awk '{print $2}'
+}
+
 TSHARK_ARGS=(
   -n
   -o 'uat:custom_http_header_fields:"mcp-session-id","MCP session id"'
@@ -163,21 +214,51 @@ for name in mixed mcp; do
   echo
   echo "== $name: $(basename "$file") =="
   recache "$file"
-  walls=(); cpus=(); rss_max=0
+  # Tools timed on this capture: the new binary, and the baseline when given, alternating so
+  # that both meet the same load (new/old in odd rounds, old/new in even ones).
+  tools=(mcptap); [ -n "$BASELINE" ] && tools+=(base)
+  declare -A walls=() cpus=() rss_max=()
+  for t in "${tools[@]}"; do walls[$t]=""; cpus[$t]=""; rss_max[$t]=0; done
   for i in $(seq 1 "$RUNS"); do
-    read -r wall rss cpu < <(run_timed "$WORK/mcptap-$name-$i" "$BIN" replay "$file" --events /dev/null)
-    echo "mcptap run $i: ${wall} s wall, ${cpu} s CPU, peak RSS ${rss} KiB"
-    walls+=("$wall"); cpus+=("$cpu"); [ "$rss" -gt "$rss_max" ] && rss_max="$rss"
+    order=("${tools[@]}")
+    [ $((i % 2)) = 0 ] && [ "${#tools[@]}" = 2 ] && order=(base mcptap)
+    for t in "${order[@]}"; do
+      bin="$BIN"; [ "$t" = base ] && bin="$BASELINE"
+      read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events /dev/null)
+      printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
+      walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
+    done
   done
   summary="$(grep -E 'mcptap summary|alerts:|gaps:' "$WORK/mcptap-$name-1.err" | sed 's/^ */  /')"
   echo "$summary"
   packets="$(sed -n 's/.*mcptap summary: \([0-9]*\) packets.*/\1/p' "$WORK/mcptap-$name-1.err")"
-  R[$name.mcptap.wall]="$(printf '%s\n' "${walls[@]}" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
-  R[$name.mcptap.cpu]="$(printf '%s\n' "${cpus[@]}" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')"
-  R[$name.mcptap.rss]="$rss_max"
+  for t in "${tools[@]}"; do
+    # shellcheck disable=SC2086 # the runs are one space-separated word list
+    R[$name.$t.wall]="$(median ${walls[$t]})"
+    # shellcheck disable=SC2086
+    R[$name.$t.cpu]="$(median ${cpus[$t]})"
+    R[$name.$t.rss]="${rss_max[$t]}"
+  done
   R[$name.size]="$size"; R[$name.packets]="$packets"
   # Events for the facts check (not timed).
   "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error > /dev/null 2>&1
+  if [ -n "$BASELINE" ]; then
+    "$BASELINE" replay "$file" --events "$WORK/events-base-$name.ndjson" --log-level error > /dev/null 2>&1
+    n_new="$(wc -l < "$WORK/events-$name.ndjson")"
+    if cmp -s "$WORK/events-$name.ndjson" "$WORK/events-base-$name.ndjson"; then
+      R[$name.same]="identical ($n_new events)"
+    else
+      R[$name.same]="DIFFER ($n_new events new, $(wc -l < "$WORK/events-base-$name.ndjson") baseline)"
+    fi
+    echo "events, new vs baseline: ${R[$name.same]}"
+  fi
+  if [ "$CALLGRIND" = 1 ]; then
+    for t in "${tools[@]}"; do
+      bin="$BIN"; [ "$t" = base ] && bin="$BASELINE"
+      R[$name.$t.ir]="$(instructions "$WORK/$t-$name.callgrind" "$bin" "$file")"
+      echo "$t callgrind: ${R[$name.$t.ir]} instructions"
+    done
+  fi
   if [ "$TSHARK" = 1 ]; then
     echo "tshark (once; may take minutes) ..."
     read -r wall rss cpu < <(run_timed "$WORK/tshark-$name" tshark -r "$file" "${TSHARK_ARGS[@]}")
@@ -191,7 +272,7 @@ done
 
 # ------------------------------------------------------------------ table
 echo
-echo "== results ($([ "$QUICK" = 1 ] && echo quick || echo full)) =="
+echo "== results ($MODE) =="
 fmt_row() { # capture tool wall rss size packets cpu
   awk -v c="$1" -v t="$2" -v w="$3" -v r="$4" -v s="$5" -v p="$6" -v u="$7" 'BEGIN{
     printf "| %-7s | %-6s | %8.1f | %9.3f | %9.1f | %10.0f | %9.1f | %9.3f |\n", c, t, s/1e6, w, s/1e6/w, p/w, r/1024, u }'
@@ -200,10 +281,34 @@ echo "| capture | tool   | size MB  | wall s    | MB/s      | packets/s  | RSS M
 echo "|---------|--------|----------|-----------|-----------|------------|-----------|-----------|"
 for name in mixed mcp; do
   fmt_row "$name" mcptap "${R[$name.mcptap.wall]}" "${R[$name.mcptap.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.mcptap.cpu]}"
+  if [ -n "$BASELINE" ]; then
+    fmt_row "$name" base "${R[$name.base.wall]}" "${R[$name.base.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.base.cpu]}"
+  fi
   if [ "$TSHARK" = 1 ]; then
     fmt_row "$name" tshark "${R[$name.tshark.wall]}" "${R[$name.tshark.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.tshark.cpu]}"
   fi
 done
+if [ -n "$BASELINE" ]; then
+  echo
+  echo "A/B, new / baseline (medians of $RUNS alternating runs each; < 1 means the new binary is faster):"
+  for name in mixed mcp; do
+    awk -v c="$name" -v nw="${R[$name.mcptap.wall]}" -v bw="${R[$name.base.wall]}" \
+        -v nc="${R[$name.mcptap.cpu]}" -v bc="${R[$name.base.cpu]}" \
+        -v nr="${R[$name.mcptap.rss]}" -v br="${R[$name.base.rss]}" 'BEGIN{
+      printf "  %-6s wall %.3f / %.3f s = %.4f, CPU %.3f / %.3f s = %.4f, peak RSS %.4f\n", c, nw, bw, nw/bw, nc, bc, nc/bc, nr/br }'
+    if [ "$CALLGRIND" = 1 ]; then
+      awk -v c="$name" -v n="${R[$name.mcptap.ir]}" -v b="${R[$name.base.ir]}" 'BEGIN{
+        printf "  %-6s instructions %.0f / %.0f = %.4f (callgrind)\n", c, n, b, n/b }'
+    fi
+    printf "  %-6s events %s\n" "$name" "${R[$name.same]}"
+  done
+elif [ "$CALLGRIND" = 1 ]; then
+  echo
+  for name in mixed mcp; do
+    awk -v c="$name" -v n="${R[$name.mcptap.ir]}" -v s="${R[$name.size]}" 'BEGIN{
+      printf "  %-6s instructions %.0f (callgrind), %.1f per capture byte\n", c, n, n/s }'
+  done
+fi
 if [ "$TSHARK" = 1 ]; then
   echo
   echo "ratio mcptap/tshark (wall time and peak RSS; < 1 means mcptap uses less):"

@@ -1,7 +1,6 @@
 //! Daemon configuration: a TOML file, overridden by command-line flags.
 
-use crate::sink::metrics::LabelConfig;
-use mcptap_core::pipeline::Limits;
+use mcptap_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,7 +11,8 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub metrics: MetricsConfig,
     pub events: EventsConfig,
-    pub limits: LimitsConfig,
+    /// `[limits]`: the core's own type; its keys and their checks are in `mcptap_core::limits`.
+    pub limits: Limits,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
@@ -54,21 +54,6 @@ pub struct EventsConfig {
     pub stdout: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LimitsConfig {
-    pub max_flows: usize,
-    /// Budget for flow state, buffers and sessions; least recently seen flows are evicted beyond it.
-    pub memory_budget_bytes: usize,
-    pub max_flow_buffer_bytes: usize,
-    pub max_message_bytes: usize,
-    pub max_head_bytes: usize,
-    pub max_sessions: usize,
-    pub flow_idle_timeout_secs: u64,
-    pub session_idle_timeout_secs: u64,
-    pub lineage_window_secs: u64,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -108,23 +93,6 @@ impl Default for MetricsConfig {
     }
 }
 
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        let l = Limits::default();
-        LimitsConfig {
-            max_flows: l.max_flows,
-            memory_budget_bytes: l.memory_budget_bytes,
-            max_flow_buffer_bytes: l.max_flow_buffer_bytes,
-            max_message_bytes: l.http.max_message_bytes,
-            max_head_bytes: l.http.max_head_bytes,
-            max_sessions: l.session.max_sessions,
-            flow_idle_timeout_secs: (l.flow_idle_timeout_ns / 1_000_000_000) as u64,
-            session_idle_timeout_secs: (l.session.session_idle_timeout_ns / 1_000_000_000) as u64,
-            lineage_window_secs: (l.session.lineage_window_ns / 1_000_000_000) as u64,
-        }
-    }
-}
-
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -134,43 +102,8 @@ impl Default for LogConfig {
     }
 }
 
-fn secs_to_ns(s: u64) -> i64 {
-    i64::try_from(s)
-        .unwrap_or(i64::MAX)
-        .saturating_mul(1_000_000_000)
-}
-
-impl LimitsConfig {
-    pub fn to_limits(&self) -> Limits {
-        let mut l = Limits {
-            max_flows: self.max_flows,
-            memory_budget_bytes: self.memory_budget_bytes,
-            max_flow_buffer_bytes: self.max_flow_buffer_bytes,
-            flow_idle_timeout_ns: secs_to_ns(self.flow_idle_timeout_secs),
-            ..Limits::default()
-        };
-        l.http.max_message_bytes = self.max_message_bytes;
-        l.http.max_sse_event_bytes = self.max_message_bytes;
-        l.http.max_head_bytes = self.max_head_bytes;
-        l.session.max_sessions = self.max_sessions;
-        l.session.session_idle_timeout_ns = secs_to_ns(self.session_idle_timeout_secs);
-        l.session.lineage_window_ns = secs_to_ns(self.lineage_window_secs);
-        l
-    }
-}
-
-impl MetricsConfig {
-    pub fn labels(&self) -> LabelConfig {
-        LabelConfig {
-            server_names: self
-                .server_names
-                .iter()
-                .map(|(k, v)| (*k, v.clone()))
-                .collect(),
-            max_servers: self.max_servers,
-        }
-    }
-}
+/// More pipeline workers than this is a typo, not a machine: each is a thread and a pipeline.
+pub const MAX_THREADS: usize = 1024;
 
 impl Config {
     /// Reads and validates a config file; the error is one line naming the file.
@@ -195,8 +128,11 @@ impl Config {
         if self.capture.snaplen < 96 {
             return Err("capture.snaplen must be at least 96".into());
         }
-        if self.limits.max_flows == 0 || self.limits.max_sessions == 0 {
-            return Err("limits.max_flows and limits.max_sessions must be at least 1".into());
+        if self.capture.threads > MAX_THREADS {
+            return Err(format!(
+                "capture.threads must be at most {MAX_THREADS} (0 = one per core; got {})",
+                self.capture.threads
+            ));
         }
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());

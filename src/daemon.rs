@@ -1,11 +1,11 @@
 //! `mcptap run`: live capture threads → one pipeline thread → events, logs and metrics, with
 //! the metrics endpoint and signal handling on a small tokio runtime.
 
-use crate::config::Config;
+use crate::config::{CaptureConfig, Config, MetricsConfig};
 use crate::live::{self, Batch, CaptureHealth};
 use crate::server::{self, ServerState};
 use crate::sink::log;
-use crate::sink::metrics::Metrics;
+use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
 use mcptap_core::model::Output;
@@ -140,6 +140,30 @@ impl Worker {
     }
 }
 
+/// The capture adapter's part of the config file.
+fn capture_setup(c: &CaptureConfig) -> live::CaptureSetup {
+    live::CaptureSetup {
+        interfaces: c.interfaces.clone(),
+        filter: c.filter.clone(),
+        snaplen: c.snaplen,
+        promiscuous: c.promiscuous,
+        buffer_bytes: c.buffer_bytes,
+        read_timeout_ms: c.read_timeout_ms,
+    }
+}
+
+/// The metrics sink's part of the config file.
+fn label_config(m: &MetricsConfig) -> LabelConfig {
+    LabelConfig {
+        server_names: m
+            .server_names
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect(),
+        max_servers: m.max_servers,
+    }
+}
+
 /// Switches to `user` (and its primary group) after the privileged setup is done.
 fn drop_privileges(user: &str) -> Result<(), String> {
     use nix::unistd::{Gid, Uid, User, setgid, setgroups, setuid};
@@ -160,7 +184,7 @@ fn drop_privileges(user: &str) -> Result<(), String> {
 
 /// Runs until SIGTERM/SIGINT (exit 0) or a capture failure (error).
 pub fn run(cfg: Config) -> Result<(), String> {
-    let captures = live::open(&cfg.capture)?;
+    let captures = live::open(&capture_setup(&cfg.capture))?;
     let listener = std::net::TcpListener::bind(cfg.metrics.listen).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             format!(
@@ -184,7 +208,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         drop_privileges(user)?;
     }
     let metrics =
-        Arc::new(Metrics::new(cfg.metrics.labels()).map_err(|e| format!("metrics: {e}"))?);
+        Arc::new(Metrics::new(label_config(&cfg.metrics)).map_err(|e| format!("metrics: {e}"))?);
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
@@ -207,7 +231,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
         senders.push(tx);
         let worker = Worker {
-            pipeline: Pipeline::new(cfg.limits.to_limits()),
+            pipeline: Pipeline::new(cfg.limits),
             sinks: sinks.clone(),
             metrics: metrics.clone(),
             summary: Summary::default(),
@@ -227,13 +251,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     for oc in captures {
         tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, "capturing");
         threads.push(
-            live::spawn(
-                oc,
-                senders.clone(),
-                stop.clone(),
-                health.clone(),
-                metrics.clone(),
-            )
+            live::spawn(oc, senders.clone(), stop.clone(), health.clone(), {
+                let metrics = metrics.clone();
+                move |d: live::Drops| metrics.add_capture_drops(d.kernel, d.interface)
+            })
             .map_err(|e| format!("cannot start capture thread: {e}"))?,
         );
     }
@@ -250,9 +271,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let state = Arc::new(ServerState {
-            metrics: metrics.clone(),
-            health: health.clone(),
-            captures: n_captures,
+            render_metrics: Box::new({
+                let metrics = metrics.clone();
+                move || metrics.render()
+            }),
+            readiness: Box::new({
+                let health = health.clone();
+                move || health.readiness(n_captures)
+            }),
         });
         let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
         tracing::info!(%listen, "metrics endpoint up");

@@ -1,8 +1,7 @@
 //! Live capture adapter: libpcap handles on dedicated threads, feeding batches of packets to
-//! the same sans-IO pipeline that `replay` uses.
+//! the same sans-IO pipeline that `replay` uses. It knows neither the config file nor the
+//! sinks: the daemon hands it a [`CaptureSetup`] and a callback for pcap's drop counts.
 
-use crate::config::CaptureConfig;
-use crate::sink::metrics::Metrics;
 use mcptap_core::decode::{self, Decoded};
 use nix::poll::{PollFd, PollFlags, poll};
 use std::hash::BuildHasher;
@@ -30,6 +29,21 @@ impl Batch {
     }
 }
 
+/// What to open: interfaces, filter and libpcap handle options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaptureSetup {
+    /// Interfaces to capture on; `any` captures all (Linux cooked SLL2).
+    pub interfaces: Vec<String>,
+    /// BPF filter.
+    pub filter: String,
+    pub snaplen: u32,
+    pub promiscuous: bool,
+    /// Kernel capture buffer per interface, bytes.
+    pub buffer_bytes: u32,
+    /// Read timeout in ms: packets are delivered in batches (TPACKET_V3 stays on).
+    pub read_timeout_ms: u32,
+}
+
 pub struct OpenCapture {
     pub interface: String,
     pub linktype: u32,
@@ -43,7 +57,7 @@ fn permission_hint(interface: &str, err: &str) -> String {
 }
 
 /// Opens every interface with the configured filter; errors are one clear line each.
-pub fn open(cfg: &CaptureConfig) -> Result<Vec<OpenCapture>, String> {
+pub fn open(cfg: &CaptureSetup) -> Result<Vec<OpenCapture>, String> {
     if cfg.interfaces.is_empty() {
         return Err("no interface to capture on: give --interface NAME (or `any`)".into());
     }
@@ -98,6 +112,27 @@ pub struct CaptureHealth {
     pub running: AtomicUsize,
     /// A capture thread failed (the daemon is not ready).
     pub failed: AtomicBool,
+}
+
+impl CaptureHealth {
+    /// Ready when all `opened` capture threads run and none failed; else why not, in one line.
+    pub fn readiness(&self, opened: usize) -> Result<(), String> {
+        let running = self.running.load(Ordering::SeqCst);
+        if self.failed.load(Ordering::SeqCst) || running < opened {
+            Err(format!("{running}/{opened} captures running"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// New drops reported by pcap_stats since the previous report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drops {
+    /// Dropped by the kernel (buffer full).
+    pub kernel: u64,
+    /// Dropped by the interface or its driver.
+    pub interface: u64,
 }
 
 /// pcap's counters (received, dropped) are u32 and wrap; this widens them into running u64
@@ -169,13 +204,14 @@ pub fn shard_of(linktype: u32, frame: &[u8], workers: usize) -> usize {
 }
 
 /// Runs one capture handle on its own thread until `stop` is set. The thread only reads and
-/// dispatches to the workers; all parsing happens there.
+/// dispatches to the workers; all parsing happens there. `on_drops` hears pcap's drop counts
+/// about once a second and at the end.
 pub fn spawn(
     mut oc: OpenCapture,
     workers: Vec<SyncSender<Batch>>,
     stop: Arc<AtomicBool>,
     health: Arc<CaptureHealth>,
-    metrics: Arc<Metrics>,
+    mut on_drops: impl FnMut(Drops) + Send + 'static,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("capture-{}", oc.interface))
@@ -231,8 +267,10 @@ pub fn spawn(
                     last_stats = Instant::now();
                     if let Ok(s) = oc.cap.stats() {
                         received.delta(s.received);
-                        metrics
-                            .add_capture_drops(kernel.delta(s.dropped), iface.delta(s.if_dropped));
+                        on_drops(Drops {
+                            kernel: kernel.delta(s.dropped),
+                            interface: iface.delta(s.if_dropped),
+                        });
                     }
                 }
                 // libpcap's own timeout never fires on an idle TPACKET_V3 socket, so wait here.
@@ -246,7 +284,10 @@ pub fn spawn(
             }
             if let Ok(s) = oc.cap.stats() {
                 received.delta(s.received);
-                metrics.add_capture_drops(kernel.delta(s.dropped), iface.delta(s.if_dropped));
+                on_drops(Drops {
+                    kernel: kernel.delta(s.dropped),
+                    interface: iface.delta(s.if_dropped),
+                });
             }
             tracing::info!(
                 interface = %oc.interface,

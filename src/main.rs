@@ -8,9 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use mcptap::config::{self, Config};
 use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
+use mcptap_core::limits::{LimitSettings, Limits};
 use mcptap_core::model::Event;
 use mcptap_core::model::Output;
-use mcptap_core::pipeline::Limits;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
@@ -151,41 +151,60 @@ impl RunArgs {
     }
 }
 
+/// The replay flags for `[limits]`: one flag per key of the config file, same name, same
+/// defaults and the same conversion and checks (`Limits::try_from(LimitSettings)`).
 #[derive(clap::Args)]
 struct LimitArgs {
     /// Maximum tracked TCP flows (least recently seen are evicted).
-    #[arg(long, default_value_t = Limits::default().max_flows)]
+    #[arg(long, default_value_t = LimitSettings::default().max_flows)]
     max_flows: usize,
     /// Budget for flow state, buffers and sessions, bytes (least recently seen flows are evicted).
-    #[arg(long, default_value_t = Limits::default().memory_budget_bytes)]
+    #[arg(long, default_value_t = LimitSettings::default().memory_budget_bytes)]
     memory_budget_bytes: usize,
     /// Out-of-order bytes buffered per flow direction before a gap is declared.
-    #[arg(long, default_value_t = Limits::default().max_flow_buffer_bytes)]
+    #[arg(long, default_value_t = LimitSettings::default().max_flow_buffer_bytes)]
     max_flow_buffer_bytes: usize,
     /// Largest JSON-RPC message body kept for parsing, in bytes.
-    #[arg(long, default_value_t = Limits::default().http.max_message_bytes)]
+    #[arg(long, default_value_t = LimitSettings::default().max_message_bytes)]
     max_message_bytes: usize,
+    /// Largest SSE event kept for parsing, in bytes [default: --max-message-bytes].
+    #[arg(long)]
+    max_sse_event_bytes: Option<usize>,
+    /// Largest HTTP request or response head, in bytes.
+    #[arg(long, default_value_t = LimitSettings::default().max_head_bytes)]
+    max_head_bytes: usize,
     /// Maximum tracked MCP sessions (they may also take at most 3/4 of the memory budget).
-    #[arg(long, default_value_t = Limits::default().session.max_sessions)]
+    #[arg(long, default_value_t = LimitSettings::default().max_sessions)]
     max_sessions: usize,
-    /// Window for linking a new session to a rejected/expired/deleted one, in seconds.
-    #[arg(long, default_value_t = 600)]
+    /// A flow without packets for this long (capture time) is closed, in seconds.
+    #[arg(long, default_value_t = LimitSettings::default().flow_idle_timeout_secs)]
+    flow_idle_timeout_secs: u64,
+    /// A session without traffic for this long (capture time) is ended, in seconds.
+    #[arg(long, default_value_t = LimitSettings::default().session_idle_timeout_secs)]
+    session_idle_timeout_secs: u64,
+    /// Window for linking a new session to a rejected/expired/deleted one, in seconds (0: off).
+    #[arg(long, default_value_t = LimitSettings::default().lineage_window_secs)]
     lineage_window_secs: u64,
 }
 
 impl LimitArgs {
-    fn limits(&self) -> Limits {
-        let mut l = Limits {
+    fn settings(&self) -> LimitSettings {
+        LimitSettings {
             max_flows: self.max_flows,
             memory_budget_bytes: self.memory_budget_bytes,
             max_flow_buffer_bytes: self.max_flow_buffer_bytes,
-            ..Limits::default()
-        };
-        l.http.max_message_bytes = self.max_message_bytes;
-        l.session.max_sessions = self.max_sessions;
-        l.session.lineage_window_ns =
-            (self.lineage_window_secs as i64).saturating_mul(1_000_000_000);
-        l
+            max_message_bytes: self.max_message_bytes,
+            max_sse_event_bytes: self.max_sse_event_bytes,
+            max_head_bytes: self.max_head_bytes,
+            max_sessions: self.max_sessions,
+            flow_idle_timeout_secs: self.flow_idle_timeout_secs,
+            session_idle_timeout_secs: self.session_idle_timeout_secs,
+            lineage_window_secs: self.lineage_window_secs,
+        }
+    }
+
+    fn limits(&self) -> Result<Limits, String> {
+        Limits::try_from(self.settings())
     }
 }
 
@@ -217,7 +236,10 @@ fn main() -> ExitCode {
                 format.unwrap_or(config::LogFormat::Text),
                 cli.log_level.as_deref().unwrap_or("info"),
             );
-            replay(&files, events.as_deref(), fail_on_alert, limits.limits())
+            match limits.limits() {
+                Ok(limits) => replay(&files, events.as_deref(), fail_on_alert, limits),
+                Err(e) => fail(&e),
+            }
         }
         Command::Run(args) => {
             let cfg = match args.config() {
@@ -337,5 +359,148 @@ fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: L
 fn write_event(writer: &mut NdjsonWriter<Box<dyn Write>>, ev: &Event, err: &mut Option<io::Error>) {
     if let Err(e) = writer.write(ev) {
         *err = Some(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Config keys without a replay flag: they configure live capture, the metrics endpoint or
+    /// the daemon, which replay has none of. Every other key, and every `[limits]` key, has one.
+    const LIVE_ONLY_KEYS: &[&str] = &[
+        "user",
+        "capture.interfaces",
+        "capture.filter",
+        "capture.snaplen",
+        "capture.promiscuous",
+        "capture.buffer_bytes",
+        "capture.read_timeout_ms",
+        "capture.threads",
+        "metrics.listen",
+        "metrics.max_servers",
+        "metrics.server_names",
+        "events.stdout",
+    ];
+
+    /// Replay flags of config keys outside `[limits]` whose name differs from the key's.
+    const REPLAY_FLAG_OF_KEY: &[(&str, &str)] = &[
+        ("events.file", "events"),
+        ("log.format", "log-format"),
+        ("log.level", "log-level"),
+    ];
+
+    /// Every key of a config file with every optional key set, as `section.key` (`user` alone).
+    fn config_keys() -> Vec<String> {
+        let mut cfg = Config {
+            user: Some("mcptap".into()),
+            ..Config::default()
+        };
+        cfg.events.file = Some("events.ndjson".into());
+        cfg.limits.http.max_sse_event_bytes += 1;
+        let toml::Value::Table(sections) = toml::Value::try_from(&cfg).expect("serialises") else {
+            panic!("a config is a table");
+        };
+        let mut keys = Vec::new();
+        for (section, value) in sections {
+            match value {
+                toml::Value::Table(t) => keys.extend(t.keys().map(|k| format!("{section}.{k}"))),
+                _ => keys.push(section),
+            }
+        }
+        keys
+    }
+
+    fn replay_flags() -> Vec<String> {
+        let cli = Cli::command();
+        let replay = cli.find_subcommand("replay").expect("replay subcommand");
+        cli.get_arguments()
+            .chain(replay.get_arguments())
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
+    }
+
+    fn replay_limits(flags: &[String]) -> Result<Limits, String> {
+        let args = ["mcptap".to_string(), "replay".into()]
+            .into_iter()
+            .chain(flags.iter().cloned())
+            .chain(["capture.pcap".to_string()]);
+        let Command::Replay { limits, .. } = Cli::try_parse_from(args)
+            .map_err(|e| e.to_string())?
+            .command
+        else {
+            panic!("parsed as replay");
+        };
+        limits.limits()
+    }
+
+    #[test]
+    fn every_config_key_has_a_replay_flag_or_is_live_only() {
+        let flags = replay_flags();
+        let keys = config_keys();
+        assert!(
+            keys.iter().any(|k| k == "limits.max_sse_event_bytes"),
+            "{keys:?}"
+        );
+        for key in &keys {
+            if LIVE_ONLY_KEYS.contains(&key.as_str()) {
+                assert!(
+                    !key.starts_with("limits."),
+                    "{key}: limits apply to replay too"
+                );
+                continue;
+            }
+            let flag = match REPLAY_FLAG_OF_KEY.iter().find(|(k, _)| k == key) {
+                Some((_, flag)) => flag.to_string(),
+                None => key.strip_prefix("limits.").unwrap_or(key).replace('_', "-"),
+            };
+            assert!(
+                flags.contains(&flag),
+                "config key {key}: no replay flag --{flag}, and not listed as live-only"
+            );
+        }
+        for listed in LIVE_ONLY_KEYS
+            .iter()
+            .chain(REPLAY_FLAG_OF_KEY.iter().map(|(k, _)| k))
+        {
+            assert!(
+                keys.iter().any(|k| k == listed),
+                "{listed} is no config key"
+            );
+        }
+    }
+
+    #[test]
+    fn flags_and_config_file_give_equal_limits() {
+        let defaults = toml::Value::try_from(LimitSettings::default()).expect("serialises");
+        let toml::Value::Table(defaults) = defaults else {
+            panic!("a table");
+        };
+        let mut keys: Vec<String> = defaults.keys().cloned().collect();
+        keys.push("max_sse_event_bytes".into());
+        // One key at a time, each with its own value: a flag mapped onto the wrong field, or
+        // onto none, gives a different Limits than the file.
+        for (i, key) in keys.iter().enumerate() {
+            let value = 2_000_000_000 + i as u64;
+            let from_file: Config =
+                toml::from_str(&format!("[limits]\n{key} = {value}\n")).expect("config");
+            let from_flags =
+                replay_limits(&[format!("--{}", key.replace('_', "-")), value.to_string()]);
+            assert_eq!(from_flags, Ok(from_file.limits), "{key}");
+            assert_ne!(from_file.limits, Limits::default(), "{key} changes nothing");
+        }
+        let from_file: Config = toml::from_str("").expect("empty config");
+        assert_eq!(replay_limits(&[]), Ok(from_file.limits));
+        assert_eq!(from_file.limits, Limits::default());
+    }
+
+    #[test]
+    fn flag_seconds_saturate_and_blind_limits_are_refused() {
+        let huge =
+            replay_limits(&["--lineage-window-secs".into(), u64::MAX.to_string()]).expect("valid");
+        assert_eq!(huge.session.lineage_window_ns, i64::MAX);
+        let e = replay_limits(&["--max-flows".into(), "0".into()]).expect_err("blind");
+        assert!(e.contains("max_flows") && !e.contains('\n'), "{e}");
     }
 }

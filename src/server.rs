@@ -1,7 +1,6 @@
-//! The metrics endpoint: `/metrics`, `/healthz`, `/readyz`, served by hyper on tokio.
+//! The metrics endpoint: `/metrics`, `/healthz`, `/readyz`, served by hyper on tokio. It serves
+//! what the daemon hands it, and knows neither the sinks nor the capture.
 
-use crate::live::CaptureHealth;
-use crate::sink::metrics::Metrics;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -11,15 +10,14 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub struct ServerState {
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<CaptureHealth>,
-    /// Number of capture handles the daemon opened.
-    pub captures: usize,
+    /// The Prometheus text exposition for `/metrics`.
+    pub render_metrics: Box<dyn Fn() -> String + Send + Sync>,
+    /// `/readyz`: `Ok` when ready, else why not (one line).
+    pub readiness: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
 fn text(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -43,22 +41,17 @@ fn route(req: &Request<Incoming>, state: &ServerState) -> Response<Full<Bytes>> 
         "/metrics" => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(),
+            (state.render_metrics)(),
         ),
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => {
-            let running = state.health.running.load(Ordering::SeqCst);
-            let failed = state.health.failed.load(Ordering::SeqCst);
-            if failed || running < state.captures {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    format!("not ready: {running}/{} captures running\n", state.captures),
-                )
-            } else {
-                text(StatusCode::OK, "text/plain", "ready\n".into())
-            }
-        }
+        "/readyz" => match (state.readiness)() {
+            Ok(()) => text(StatusCode::OK, "text/plain", "ready\n".into()),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
+        },
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

@@ -62,6 +62,60 @@ fn bad_config_names_file_and_line() {
     assert!(e.contains("line 3"), "{e}");
 }
 
+/// Settings that used to pass `check-config` and then blinded or crashed `run`.
+#[test]
+fn absurd_settings_are_refused_before_run() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("mcptap.toml");
+    let path = p.to_str().expect("utf8");
+    let cases = [
+        ("[capture]\nthreads = 100000\n", "capture.threads"),
+        (
+            "[limits]\nmax_flows = 0\nmax_sessions = 0\nmemory_budget_bytes = 0\n",
+            "limits.max_flows",
+        ),
+        (
+            "[limits]\nmax_message_bytes = 0\n",
+            "limits.max_message_bytes",
+        ),
+        (
+            "[limits]\nsession_idle_timeout_secs = 0\n",
+            "limits.session_idle_timeout_secs",
+        ),
+    ];
+    for (text, key) in cases {
+        std::fs::write(&p, text).expect("write");
+        let e = one_error_line(&run(&["check-config", path]));
+        assert!(e.contains(path) && e.contains(key), "{text}: {e}");
+        let e = one_error_line(&run(&["run", "--config", path, "-i", "lo"]));
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    let e = one_error_line(&run(&["run", "-i", "lo", "--threads", "100000"]));
+    assert!(e.contains("capture.threads"), "{e}");
+    let fixture = format!(
+        "{}/tests/fixtures/incident.pcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let e = one_error_line(&run(&["replay", "--max-head-bytes", "0", &fixture]));
+    assert!(e.contains("limits.max_head_bytes"), "{e}");
+}
+
+/// Seconds beyond i64 nanoseconds saturate: the lineage window stays on (it used to wrap
+/// negative through `as i64` and turn lineage off).
+#[test]
+fn huge_seconds_saturate_in_the_effective_configuration() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("mcptap.toml");
+    std::fs::write(&p, "[limits]\nlineage_window_secs = 18446744073709551615\n").expect("write");
+    let out = run(&["check-config", p.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("lineage_window_secs = 9223372037\n"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_config_prints_the_effective_configuration() {
     let example = format!("{}/mcptap.example.toml", env!("CARGO_MANIFEST_DIR"));

@@ -8,12 +8,13 @@
 //!
 //! [`decode`] → [`reassembly`] → [`http`] (chunked, [`http::sse`]) → [`jsonrpc`] → [`mcp`]
 //! (session state) → [`detect`] (alerts), with [`model`] as the leaf every layer shares and
-//! [`pipeline`] as the driver.
+//! [`pipeline`] as the driver. [`limits`], a leaf like [`model`], holds every bound of every layer.
 
 pub mod decode;
 pub mod detect;
 pub mod http;
 pub mod jsonrpc;
+pub mod limits;
 pub mod mcp;
 pub mod model;
 pub mod pipeline;

@@ -5,7 +5,7 @@
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
 use crate::detect::Detectors;
-use crate::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
+use crate::http::{BodyEnd, Connection, HttpEvent};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
 use crate::model::{FlowCloseReason, FlowEvictReason, Telemetry, Timestamp};
@@ -17,33 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-/// Every limit of the pipeline; each is counted when hit.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_flows: usize,
-    /// Total for flow state, everything buffered in flows and tracked sessions; least recently
-    /// seen flows are evicted (reason `memory`) to stay under it. Sessions may take at most 3/4
-    /// of it (least recently seen sessions are evicted beyond that, reason `evicted`).
-    pub memory_budget_bytes: usize,
-    /// Out-of-order bytes buffered per direction before a gap is declared.
-    pub max_flow_buffer_bytes: usize,
-    pub flow_idle_timeout_ns: i64,
-    pub http: HttpLimits,
-    pub session: SessionLimits,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_flows: 262_144,
-            memory_budget_bytes: 256 * 1024 * 1024,
-            max_flow_buffer_bytes: 1024 * 1024,
-            flow_idle_timeout_ns: 300 * 1_000_000_000,
-            http: HttpLimits::default(),
-            session: SessionLimits::default(),
-        }
-    }
-}
+pub use crate::limits::Limits;
 
 /// One piece of an HTTP conversation, for [`Pipeline::handle_http`]: what a gateway that
 /// terminates HTTP itself sees. Bodies come without transfer coding; every request and

@@ -17,26 +17,7 @@ use chunked::ChunkedDecoder;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
-/// Limits for one connection's parsing; all are counted when hit.
-#[derive(Debug, Clone, Copy)]
-pub struct HttpLimits {
-    pub max_head_bytes: usize,
-    pub max_message_bytes: usize,
-    pub max_sse_event_bytes: usize,
-    /// Requests awaiting a response on one connection (pipelining depth).
-    pub max_pending_requests: usize,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        HttpLimits {
-            max_head_bytes: 64 * 1024,
-            max_message_bytes: 4 * 1024 * 1024,
-            max_sse_event_bytes: 4 * 1024 * 1024,
-            max_pending_requests: 1024,
-        }
-    }
-}
+pub use crate::limits::HttpLimits;
 
 /// Most headers a layer above can ask HTTP to copy out of a head (see [`Interest`]).
 pub const MAX_EXTRACTED_HEADERS: usize = 4;

@@ -39,36 +39,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Requests, Transactions};
 
-#[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
-    pub max_sessions: usize,
-    /// Estimated bytes all tracked sessions may hold (see [`Tracker::session_bytes`]); least
-    /// recently seen sessions are evicted beyond it, as beyond `max_sessions`.
-    pub max_session_bytes: usize,
-    /// A session with no traffic for this long is ended (reason `idle`).
-    pub session_idle_timeout_ns: i64,
-    /// Lineage: a new session within this time of its predecessor's end is linked to it.
-    pub lineage_window_ns: i64,
-    /// Requests awaiting a response per session (ids from the wire).
-    pub max_in_flight: usize,
-    pub max_session_id_len: usize,
-    /// Open exchanges per connection; the oldest is dropped (and counted) beyond it.
-    pub max_exchanges_per_flow: usize,
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        SessionLimits {
-            max_sessions: 100_000,
-            max_session_bytes: usize::MAX,
-            session_idle_timeout_ns: 3600 * 1_000_000_000,
-            lineage_window_ns: 600 * 1_000_000_000,
-            max_in_flight: 4096,
-            max_session_id_len: 256,
-            max_exchanges_per_flow: 1024,
-        }
-    }
-}
+pub use crate::limits::SessionLimits;
 
 /// Where an HTTP event came from.
 #[derive(Debug, Clone, Copy)]
