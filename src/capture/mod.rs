@@ -1134,7 +1134,19 @@ mod tests {
 
     const SEC: i64 = 1_000_000_000;
 
-    // ---- writers ---------------------------------------------------------
+    // ---- writers (mcptap-testkit, with the options these tests always wrote) ----
+
+    use mcptap_testkit::capture::{
+        ByteOrder, PcapHeader, PcapWriter, PcapngOption, PcapngWriter, SNAPLEN,
+    };
+
+    fn byte_order(big_endian: bool) -> ByteOrder {
+        if big_endian {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        }
+    }
 
     /// Classic pcap. `records`: (ts_sec, ts_frac, data, orig_len).
     fn pcap(
@@ -1143,97 +1155,41 @@ mod tests {
         linktype: u32,
         records: &[(u32, u32, &[u8], u32)],
     ) -> Vec<u8> {
-        let u32b = |v: u32| {
-            if big_endian {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
+        let header = PcapHeader {
+            nanos,
+            byte_order: byte_order(big_endian),
+            linktype,
+            snaplen: SNAPLEN,
         };
-        let u16b = |v: u16| {
-            if big_endian {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        };
-        let mut out = Vec::new();
-        out.extend_from_slice(&u32b(if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
-        out.extend_from_slice(&u16b(2));
-        out.extend_from_slice(&u16b(4));
-        out.extend_from_slice(&u32b(0));
-        out.extend_from_slice(&u32b(0));
-        out.extend_from_slice(&u32b(262_144));
-        out.extend_from_slice(&u32b(linktype));
+        let mut w = PcapWriter::new(Vec::new(), header).expect("into a Vec");
         for &(sec, frac, data, orig) in records {
-            out.extend_from_slice(&u32b(sec));
-            out.extend_from_slice(&u32b(frac));
-            out.extend_from_slice(&u32b(data.len() as u32));
-            out.extend_from_slice(&u32b(orig));
-            out.extend_from_slice(data);
+            w.write_record(sec, frac, data, orig).expect("into a Vec");
         }
-        out
+        w.into_inner()
     }
 
-    /// pcapng writer; the byte order follows the latest section header.
-    #[derive(Default)]
-    struct Ng {
-        be: bool,
-        out: Vec<u8>,
+    type Ng = PcapngWriter;
+
+    /// Section, interface and packet blocks carrying an application name, an interface name
+    /// and a comment, so option parsing is exercised everywhere.
+    trait CommentedBlocks {
+        fn shb(&mut self, be: bool) -> &mut Self;
+        fn idb(
+            &mut self,
+            linktype: u16,
+            snaplen: u32,
+            tsresol: Option<u8>,
+            tsoffset: Option<i64>,
+        ) -> &mut Self;
+        fn epb(&mut self, if_id: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self;
     }
 
-    impl Ng {
-        fn u16(&self, v: u16) -> [u8; 2] {
-            if self.be {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn u32(&self, v: u32) -> [u8; 4] {
-            if self.be {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn block(&mut self, ty: u32, body: &[u8]) -> &mut Self {
-            let mut body = body.to_vec();
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            let len = body.len() as u32 + 12;
-            let (t, l) = (self.u32(ty), self.u32(len));
-            self.out.extend_from_slice(&t);
-            self.out.extend_from_slice(&l);
-            self.out.extend_from_slice(&body);
-            self.out.extend_from_slice(&l);
-            self
-        }
-        fn options(&self, opts: &[(u16, Vec<u8>)]) -> Vec<u8> {
-            let mut v = Vec::new();
-            if opts.is_empty() {
-                return v;
-            }
-            for (code, value) in opts {
-                v.extend_from_slice(&self.u16(*code));
-                v.extend_from_slice(&self.u16(value.len() as u16));
-                v.extend_from_slice(value);
-                while !v.len().is_multiple_of(4) {
-                    v.push(0);
-                }
-            }
-            v.extend_from_slice(&[0, 0, 0, 0]);
-            v
-        }
+    impl CommentedBlocks for PcapngWriter {
         fn shb(&mut self, be: bool) -> &mut Self {
-            self.be = be;
-            let mut body = self.u32(0x1a2b_3c4d).to_vec();
-            body.extend_from_slice(&self.u16(1));
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&[0xff; 8]); // section length unknown
-            body.extend(self.options(&[(4, b"mcptap-test".to_vec())]));
-            self.block(0x0A0D_0D0A, &body)
+            self.section(
+                byte_order(be),
+                &[PcapngOption::UserApplication("mcptap-test")],
+            )
         }
         fn idb(
             &mut self,
@@ -1242,54 +1198,14 @@ mod tests {
             tsresol: Option<u8>,
             tsoffset: Option<i64>,
         ) -> &mut Self {
-            let mut body = self.u16(linktype).to_vec();
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&self.u32(snaplen));
-            let mut opts = vec![(2u16, b"eth0".to_vec())];
-            if let Some(r) = tsresol {
-                opts.push((9, vec![r]));
-            }
-            if let Some(o) = tsoffset {
-                let b = if self.be {
-                    o.to_be_bytes()
-                } else {
-                    o.to_le_bytes()
-                };
-                opts.push((14, b.to_vec()));
-            }
-            body.extend(self.options(&opts));
-            self.block(1, &body)
+            let mut opts = vec![PcapngOption::InterfaceName("eth0")];
+            opts.extend(tsresol.map(PcapngOption::TsResolution));
+            opts.extend(tsoffset.map(PcapngOption::TsOffset));
+            self.interface(linktype, snaplen, &opts)
         }
         fn epb(&mut self, if_id: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
-            let mut body = self.u32(if_id).to_vec();
-            body.extend_from_slice(&self.u32((ts >> 32) as u32));
-            body.extend_from_slice(&self.u32(ts as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(&self.u32(orig_len));
-            body.extend_from_slice(data);
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            body.extend(self.options(&[(1, b"a comment".to_vec())]));
-            self.block(6, &body)
-        }
-        fn spb(&mut self, orig_len: u32, data: &[u8]) -> &mut Self {
-            let mut body = self.u32(orig_len).to_vec();
-            body.extend_from_slice(data);
-            self.block(3, &body)
-        }
-        fn pb(&mut self, if_id: u16, ts: u64, data: &[u8]) -> &mut Self {
-            let mut body = self.u16(if_id).to_vec();
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&self.u32((ts >> 32) as u32));
-            body.extend_from_slice(&self.u32(ts as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(data);
-            self.block(2, &body)
-        }
-        fn bytes(&self) -> Vec<u8> {
-            self.out.clone()
+            let comment = [PcapngOption::Comment("a comment")];
+            self.enhanced_packet(if_id, ts, data, orig_len, &comment)
         }
     }
 
@@ -1502,8 +1418,8 @@ mod tests {
         let mut spb = Ng::default();
         spb.shb(false)
             .idb(1, 8, Some(9), None)
-            .spb(20, &a[..8])
-            .pb(0, 7, &a[..13]);
+            .simple_packet(20, &a[..8])
+            .obsolete_packet(0, 7, &a[..13]);
         let captures = [
             two_section_pcapng().0,
             spb.bytes(),
@@ -1650,11 +1566,11 @@ mod tests {
         let big = frame(5, 20);
         let mut ng = Ng::default();
         ng.shb(false)
-            .spb(4, &big[..4]) // before any interface: skipped
+            .simple_packet(4, &big[..4]) // before any interface: skipped
             .idb(1, 8, Some(9), None)
             .epb(0, 42, &big[..3], 3)
-            .spb(20, &big[..8]) // snaplen 8
-            .spb(5, &big[..5]);
+            .simple_packet(20, &big[..8]) // snaplen 8
+            .simple_packet(5, &big[..5]);
         let (got, res) = run_inputs(vec![trickle("spb.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(
@@ -1674,8 +1590,8 @@ mod tests {
         let mut ng = Ng::default();
         ng.shb(true)
             .idb(1, 0, Some(3), None)
-            .pb(0, 1234, &a)
-            .pb(3, 1, &a);
+            .obsolete_packet(0, 1234, &a)
+            .obsolete_packet(3, 1, &a);
         let (got, res) = run_inputs(vec![trickle("pb.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(1_234_000_000, 1, &a, 13)]);
@@ -1778,7 +1694,7 @@ mod tests {
         let a = frame(1, 100);
         let mut ng = Ng::default();
         ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 100);
-        let second_epb = ng.out.len();
+        let second_epb = ng.len();
         ng.epb(0, 2, &a, 100);
         let bytes = ng.bytes();
         for cut in [second_epb + 3, second_epb + 50, bytes.len() - 1] {
@@ -1806,7 +1722,7 @@ mod tests {
         }
         let mut ng = Ng::default();
         ng.shb(false);
-        let (_, res) = run_inputs(vec![trickle("h.pcapng", ng.out[..20].to_vec())], tiny());
+        let (_, res) = run_inputs(vec![trickle("h.pcapng", ng.bytes()[..20].to_vec())], tiny());
         assert_eq!(res.unwrap().truncations[0].offset, 0);
     }
 
@@ -1970,7 +1886,7 @@ mod tests {
         let a = frame(1, 8);
         let mut ng = Ng::default();
         ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 8);
-        let bad_at = ng.out.len();
+        let bad_at = ng.len();
         ng.epb(0, 2, &a, 8).epb(0, 3, &a, 8);
         let mut bytes = ng.bytes();
         // Break the trailing length copy of the second EPB.
@@ -1992,10 +1908,10 @@ mod tests {
         for trailing in [false, true] {
             let mut ng = Ng::default();
             ng.shb(false).idb(1, 0, None, None);
-            let bad_at = ng.out.len();
+            let bad_at = ng.len();
             ng.epb(0, 1, &a, 8);
             // caplen field (offset 20 in the block) claims more than the block holds
-            ng.out[bad_at + 20] = 200;
+            ng.as_mut_bytes()[bad_at + 20] = 200;
             if trailing {
                 ng.epb(0, 2, &a, 8);
             }
@@ -2042,7 +1958,7 @@ mod tests {
     fn bad_section_header_byte_order_is_corrupt() {
         let mut ng = Ng::default();
         ng.shb(false);
-        ng.out[8] = 0x99;
+        ng.as_mut_bytes()[8] = 0x99;
         let (_, res) = run_inputs(vec![trickle("b.pcapng", ng.bytes())], tiny());
         assert_eq!(
             res.unwrap_err().to_string(),

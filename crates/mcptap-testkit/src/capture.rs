@@ -323,6 +323,21 @@ impl PcapngWriter {
         self.block(block_type::OBSOLETE_PACKET, &body)
     }
 
+    /// Bytes written so far (e.g. the offset the next block will start at).
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// True before the first block.
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// The bytes so far, to corrupt on purpose.
+    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+        &mut self.out
+    }
+
     /// The file so far.
     pub fn bytes(&self) -> Vec<u8> {
         self.out.clone()
