@@ -1170,43 +1170,16 @@ mod tests {
 
     type Ng = PcapngWriter;
 
-    /// Section, interface and packet blocks carrying an application name, an interface name
-    /// and a comment, so option parsing is exercised everywhere.
-    trait CommentedBlocks {
-        fn shb(&mut self, be: bool) -> &mut Self;
-        fn idb(
-            &mut self,
-            linktype: u16,
-            snaplen: u32,
-            tsresol: Option<u8>,
-            tsoffset: Option<i64>,
-        ) -> &mut Self;
-        fn epb(&mut self, if_id: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self;
-    }
+    // Every block carries an option (application name, interface name, comment), so option
+    // parsing is exercised everywhere.
+    const SHB_OPTIONS: &[PcapngOption<'static>] = &[PcapngOption::UserApplication("mcptap-test")];
+    const EPB_OPTIONS: &[PcapngOption<'static>] = &[PcapngOption::Comment("a comment")];
 
-    impl CommentedBlocks for PcapngWriter {
-        fn shb(&mut self, be: bool) -> &mut Self {
-            self.section(
-                byte_order(be),
-                &[PcapngOption::UserApplication("mcptap-test")],
-            )
-        }
-        fn idb(
-            &mut self,
-            linktype: u16,
-            snaplen: u32,
-            tsresol: Option<u8>,
-            tsoffset: Option<i64>,
-        ) -> &mut Self {
-            let mut opts = vec![PcapngOption::InterfaceName("eth0")];
-            opts.extend(tsresol.map(PcapngOption::TsResolution));
-            opts.extend(tsoffset.map(PcapngOption::TsOffset));
-            self.interface(linktype, snaplen, &opts)
-        }
-        fn epb(&mut self, if_id: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
-            let comment = [PcapngOption::Comment("a comment")];
-            self.enhanced_packet(if_id, ts, data, orig_len, &comment)
-        }
+    fn idb_options(tsresol: Option<u8>, tsoffset: Option<i64>) -> Vec<PcapngOption<'static>> {
+        let mut opts = vec![PcapngOption::InterfaceName("eth0")];
+        opts.extend(tsresol.map(PcapngOption::TsResolution));
+        opts.extend(tsoffset.map(PcapngOption::TsOffset));
+        opts
     }
 
     // ---- harness ---------------------------------------------------------
@@ -1342,17 +1315,17 @@ mod tests {
     fn two_section_pcapng() -> (Vec<u8>, Vec<Pkt>) {
         let (a, b, c, d) = (frame(10, 61), frame(20, 33), frame(30, 20), frame(40, 7));
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 65535, Some(9), None) // ns
-            .idb(113, 65535, None, Some(100)) // default µs, +100 s
-            .epb(0, 1_700_000_000_123_456_789, &a, 61)
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 65535, &idb_options(Some(9), None)) // ns
+            .interface(113, 65535, &idb_options(None, Some(100))) // default µs, +100 s
+            .enhanced_packet(0, 1_700_000_000_123_456_789, &a, 61, EPB_OPTIONS)
             .block(0x0BAD_F00D, &[1, 2, 3, 4]) // unknown block: skipped
-            .epb(1, 1_700_000_000_654_321, &b, 1500)
-            .shb(true)
-            .idb(276, 65535, Some(0x80 | 20), Some(-1)) // 2^-20 s, -1 s
-            .epb(0, (3 << 20) + (1 << 19), &c, 20) // 3.5 units-seconds
-            .epb(1, 5, &d, 7) // interface 1 no longer exists
-            .epb(0, 1 << 20, &d, 7);
+            .enhanced_packet(1, 1_700_000_000_654_321, &b, 1500, EPB_OPTIONS)
+            .section(ByteOrder::Big, SHB_OPTIONS)
+            .interface(276, 65535, &idb_options(Some(0x80 | 20), Some(-1))) // 2^-20 s, -1 s
+            .enhanced_packet(0, (3 << 20) + (1 << 19), &c, 20, EPB_OPTIONS) // 3.5 units-seconds
+            .enhanced_packet(1, 5, &d, 7, EPB_OPTIONS) // interface 1 no longer exists
+            .enhanced_packet(0, 1 << 20, &d, 7, EPB_OPTIONS);
         let want = vec![
             pkt(1_700_000_000 * SEC + 123_456_789, 1, &a, 61),
             pkt(1_700_000_100 * SEC + 654_321_000, 113, &b, 1500),
@@ -1416,8 +1389,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = frame(1, 300);
         let mut spb = Ng::default();
-        spb.shb(false)
-            .idb(1, 8, Some(9), None)
+        spb.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 8, &idb_options(Some(9), None))
             .simple_packet(20, &a[..8])
             .obsolete_packet(0, 7, &a[..13]);
         let captures = [
@@ -1565,10 +1538,10 @@ mod tests {
     fn simple_packet_blocks_use_previous_timestamp_and_snaplen() {
         let big = frame(5, 20);
         let mut ng = Ng::default();
-        ng.shb(false)
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
             .simple_packet(4, &big[..4]) // before any interface: skipped
-            .idb(1, 8, Some(9), None)
-            .epb(0, 42, &big[..3], 3)
+            .interface(1, 8, &idb_options(Some(9), None))
+            .enhanced_packet(0, 42, &big[..3], 3, EPB_OPTIONS)
             .simple_packet(20, &big[..8]) // snaplen 8
             .simple_packet(5, &big[..5]);
         let (got, res) = run_inputs(vec![trickle("spb.pcapng", ng.bytes())], tiny());
@@ -1588,8 +1561,8 @@ mod tests {
     fn obsolete_packet_block() {
         let a = frame(9, 13);
         let mut ng = Ng::default();
-        ng.shb(true)
-            .idb(1, 0, Some(3), None)
+        ng.section(ByteOrder::Big, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(Some(3), None))
             .obsolete_packet(0, 1234, &a)
             .obsolete_packet(3, 1, &a);
         let (got, res) = run_inputs(vec![trickle("pb.pcapng", ng.bytes())], tiny());
@@ -1602,7 +1575,9 @@ mod tests {
     fn invalid_tsresol_warns_and_assumes_microseconds() {
         let a = frame(9, 4);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, Some(0x7f), None).epb(0, 5, &a, 4);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(Some(0x7f), None))
+            .enhanced_packet(0, 5, &a, 4, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("r.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(5_000, 1, &a, 4)]);
@@ -1693,9 +1668,11 @@ mod tests {
     fn truncated_pcapng_reports_block_offset() {
         let a = frame(1, 100);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 100);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &a, 100, EPB_OPTIONS);
         let second_epb = ng.len();
-        ng.epb(0, 2, &a, 100);
+        ng.enhanced_packet(0, 2, &a, 100, EPB_OPTIONS);
         let bytes = ng.bytes();
         for cut in [second_epb + 3, second_epb + 50, bytes.len() - 1] {
             let (got, res) = run_inputs(vec![trickle("t.pcapng", bytes[..cut].to_vec())], tiny());
@@ -1721,7 +1698,7 @@ mod tests {
             assert_eq!(s.truncations[0].offset, 0);
         }
         let mut ng = Ng::default();
-        ng.shb(false);
+        ng.section(ByteOrder::Little, SHB_OPTIONS);
         let (_, res) = run_inputs(vec![trickle("h.pcapng", ng.bytes()[..20].to_vec())], tiny());
         assert_eq!(res.unwrap().truncations[0].offset, 0);
     }
@@ -1806,12 +1783,12 @@ mod tests {
     fn epb_with_undefined_interface_is_skipped_with_warning() {
         let a = frame(1, 10);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .epb(0, 1, &a, 10)
-            .idb(1, 0, None, None)
-            .epb(1, 2, &a, 10)
-            .epb(7, 3, &a, 10)
-            .epb(0, 4, &a, 10);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .enhanced_packet(0, 1, &a, 10, EPB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(1, 2, &a, 10, EPB_OPTIONS)
+            .enhanced_packet(7, 3, &a, 10, EPB_OPTIONS)
+            .enhanced_packet(0, 4, &a, 10, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("i.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(4_000, 1, &a, 10)]);
@@ -1839,10 +1816,10 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got[1].data, big);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 0, None, None)
-            .epb(0, 1, &big, 5000)
-            .epb(0, 2, &big[..3], 3);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &big, 5000, EPB_OPTIONS)
+            .enhanced_packet(0, 2, &big[..3], 3, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("big.pcapng", ng.bytes())], tiny());
         res.unwrap();
         assert_eq!(got.len(), 2);
@@ -1854,10 +1831,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big = frame(3, (5 << 20) + 3);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 0, None, None)
-            .epb(0, 1, &big, big.len() as u32);
-        ng.epb(0, 2, &big[..5], 5);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &big, big.len() as u32, EPB_OPTIONS);
+        ng.enhanced_packet(0, 2, &big[..5], 5, EPB_OPTIONS);
         let path = write(dir.path(), "huge.pcapng", &ng.bytes());
         let (got, res) = run(&[path]);
         res.unwrap();
@@ -1885,9 +1862,12 @@ mod tests {
     fn corrupt_block_is_an_error_with_offset() {
         let a = frame(1, 8);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 8);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &a, 8, EPB_OPTIONS);
         let bad_at = ng.len();
-        ng.epb(0, 2, &a, 8).epb(0, 3, &a, 8);
+        ng.enhanced_packet(0, 2, &a, 8, EPB_OPTIONS)
+            .enhanced_packet(0, 3, &a, 8, EPB_OPTIONS);
         let mut bytes = ng.bytes();
         // Break the trailing length copy of the second EPB.
         let second_end = bytes.len() - (bytes.len() - bad_at) / 2;
@@ -1907,13 +1887,14 @@ mod tests {
         let a = frame(1, 8);
         for trailing in [false, true] {
             let mut ng = Ng::default();
-            ng.shb(false).idb(1, 0, None, None);
+            ng.section(ByteOrder::Little, SHB_OPTIONS)
+                .interface(1, 0, &idb_options(None, None));
             let bad_at = ng.len();
-            ng.epb(0, 1, &a, 8);
+            ng.enhanced_packet(0, 1, &a, 8, EPB_OPTIONS);
             // caplen field (offset 20 in the block) claims more than the block holds
             ng.as_mut_bytes()[bad_at + 20] = 200;
             if trailing {
-                ng.epb(0, 2, &a, 8);
+                ng.enhanced_packet(0, 2, &a, 8, EPB_OPTIONS);
             }
             let (got, res) = run_inputs(vec![trickle("o.pcapng", ng.bytes())], tiny());
             assert!(got.is_empty());
@@ -1957,7 +1938,7 @@ mod tests {
     #[test]
     fn bad_section_header_byte_order_is_corrupt() {
         let mut ng = Ng::default();
-        ng.shb(false);
+        ng.section(ByteOrder::Little, SHB_OPTIONS);
         ng.as_mut_bytes()[8] = 0x99;
         let (_, res) = run_inputs(vec![trickle("b.pcapng", ng.bytes())], tiny());
         assert_eq!(

@@ -6,22 +6,29 @@ use crate::mcp::{Answer, Conversation, FULL_CLIENT_CAPS};
 use crate::segment::{Segment, payload_streams, to_fd00};
 use crate::sim::{Impairments, Sim};
 use crate::tcp::Endpoint;
-use crate::wire::{Link, TcpFrame, fix_ipv4_tcp_checksums};
+use crate::wire::{Link, TcpFrame, fix_ipv4_tcp_checksums, tcp};
 
+/// A FIN+ACK carrying "hello", built by the emitter and decoded by mcptap-core.
 fn sample() -> Segment {
-    Segment {
-        ts_nanos: 1_700_000_000_123_456_789,
-        src: "10.0.0.2:40000".parse().expect("addr"),
-        dst: "10.0.0.1:8080".parse().expect("addr"),
+    let link = Link::default();
+    let frame = TcpFrame {
         seq: 7,
         ack: 9,
-        flags: TcpFlags {
-            ack: true,
-            fin: true,
-            ..TcpFlags::default()
-        },
-        payload: b"hello".to_vec(),
+        flags: tcp::ACK | tcp::FIN | tcp::PSH,
+        ..TcpFrame::new(
+            &link,
+            "10.0.0.2:40000".parse().expect("addr"),
+            "10.0.0.1:8080".parse().expect("addr"),
+        )
     }
+    .to_vec(b"hello");
+    let seg = Segment::decode(1_700_000_000_123_456_789, dlt::EN10MB, &frame).expect("TCP");
+    assert_eq!(
+        (seg.seq, seg.ack, seg.payload.as_slice()),
+        (7, 9, &b"hello"[..])
+    );
+    assert!(seg.flags.ack && seg.flags.fin && !seg.flags.syn && !seg.flags.rst);
+    seg
 }
 
 #[test]
@@ -55,7 +62,7 @@ fn fixing_checksums_restores_the_emitted_frame() {
     let link = Link::default();
     let frame = TcpFrame {
         seq: 1,
-        flags: crate::wire::tcp::ACK,
+        flags: tcp::ACK,
         ..TcpFrame::new(
             &link,
             "127.1.0.2:1".parse().expect("addr"),
