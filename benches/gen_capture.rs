@@ -40,7 +40,7 @@ use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use support::PcapWriter;
+use mcptap_testkit::capture::{PcapHeader, PcapWriter};
 use support::{flood, traffic};
 
 struct Args {
@@ -143,7 +143,11 @@ fn write_capture<S>(
 ) -> (S, u64) {
     let tmp = path.with_extension("pcap.tmp");
     let file = File::create(&tmp).unwrap_or_else(|e| die(&format!("{}: {e}", tmp.display())));
-    let mut w = PcapWriter::new(BufWriter::with_capacity(8 << 20, file)).expect("pcap header");
+    let mut w = PcapWriter::new(
+        BufWriter::with_capacity(8 << 20, file),
+        PcapHeader::micros(1),
+    )
+    .expect("pcap header");
     let mut err = None;
     let stats = produce(&mut |ts, frame| {
         if err.is_none()

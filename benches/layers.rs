@@ -22,7 +22,12 @@ use mcptap_core::mcp::HTTP_INTEREST;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, Pipeline};
 use mcptap_core::reassembly::{PushReport, Reassembler, StreamConsumer};
-use support::{ACK, Endpoint, MSS, PSH, Rng, TcpHeader, tcp_frame};
+use mcptap_testkit::SplitMix64 as Rng;
+use mcptap_testkit::tcp::{Endpoint, MSS, SegmentHeader, write_segment};
+use mcptap_testkit::wire::{
+    Link, fix_ipv4_tcp_checksums,
+    tcp::{ACK, PSH},
+};
 
 fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     let mut g = c.benchmark_group(name);
@@ -136,14 +141,14 @@ fn result_size(rng: &mut Rng, i: u64) -> usize {
 
 fn bench_decode(c: &mut Criterion) {
     let mut rng = Rng(7);
-    let server = Endpoint::new([127, 10, 0, 10], 8080);
+    let server = Endpoint::loopback([127, 10, 0, 10], 8080);
     let payload: Vec<u8> = (0..MSS).map(|i| (i * 31) as u8).collect();
     let mut data_frames = Capture::default();
     let mut ack_frames = Capture::default();
     let mut buf = Vec::new();
     for i in 0..1024u32 {
-        let client = Endpoint::new([127, 1, (i >> 8) as u8, i as u8], 33_000 + i as u16);
-        let mut h = TcpHeader {
+        let client = Endpoint::loopback([127, 1, (i >> 8) as u8, i as u8], 33_000 + i as u16);
+        let mut h = SegmentHeader {
             ip_id: i as u16,
             seq: rng.next_u64() as u32,
             ack: rng.next_u64() as u32,
@@ -152,12 +157,12 @@ fn bench_decode(c: &mut Criterion) {
             tsval: i,
             tsecr: i,
         };
-        tcp_frame(&mut buf, &server, &client, &h, |out| {
+        write_segment(&mut buf, &Link::default(), &server, &client, &h, |out| {
             out.extend_from_slice(&payload)
         });
         data_frames.push(0, &buf);
         h.flags = ACK;
-        tcp_frame(&mut buf, &client, &server, &h, |_| {});
+        write_segment(&mut buf, &Link::default(), &client, &server, &h, |_| {});
         ack_frames.push(0, &buf);
     }
     let mut g = group(c, "decode");
@@ -444,7 +449,7 @@ fn replicated_fixture(copies: u32) -> Capture {
                     i += 1;
                 }
             }
-            support::fix_checksums(&mut f);
+            fix_ipv4_tcp_checksums(&mut f);
             all.push((ts + i64::from(k) * 997_000, f));
         }
     }
@@ -475,8 +480,11 @@ fn bench_pipeline(c: &mut Criterion) {
         for (name, cap) in &inputs {
             let path = std::path::Path::new(&dir).join(format!("{name}.pcap"));
             let file = std::fs::File::create(&path).expect("creating dump file");
-            let mut w =
-                support::PcapWriter::new(std::io::BufWriter::new(file)).expect("pcap header");
+            let mut w = mcptap_testkit::PcapWriter::new(
+                std::io::BufWriter::new(file),
+                mcptap_testkit::capture::PcapHeader::micros(dlt::EN10MB),
+            )
+            .expect("pcap header");
             for (ts, f) in cap.frames() {
                 w.write(ts, f).expect("writing dump");
             }

@@ -1,10 +1,10 @@
 //! Hostile input through the whole pipeline: every case must finish, stay within bounded
 //! memory, and be counted. Tests here run one at a time so peak-RSS readings are their own.
 
-use etherparse::PacketBuilder;
 use mcptap_core::model::Output;
 use mcptap_core::model::{Event, Telemetry, Timestamp};
 use mcptap_core::pipeline::{Limits, Pipeline};
+use mcptap_testkit::wire::{Link, TcpFrame, tcp};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -40,6 +40,7 @@ struct Conn {
     events: Vec<Event>,
     answered: u64,
     ended: BTreeMap<&'static str, u64>,
+    link: Link,
 }
 
 const MSS: usize = 1448;
@@ -58,6 +59,7 @@ impl Conn {
             events: Vec::new(),
             answered: 0,
             ended: BTreeMap::new(),
+            link: Link::default(),
         };
         c.handshake();
         c
@@ -69,23 +71,14 @@ impl Conn {
         } else {
             (self.server, self.client, self.sseq, self.cseq)
         };
-        let (SocketAddr::V4(s), SocketAddr::V4(d)) = (src, dst) else {
-            unreachable!("v4 only")
-        };
-        let mut b = PacketBuilder::ethernet2([2; 6], [4; 6])
-            .ipv4(s.ip().octets(), d.ip().octets(), 64)
-            .tcp(s.port(), d.port(), seq, 65535);
-        if syn {
-            b = b.syn();
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        let bytes = TcpFrame {
+            seq,
+            ack: if ack { ackn } else { 0 },
+            flags: flag(syn, tcp::SYN) | flag(ack, tcp::ACK) | flag(fin, tcp::FIN),
+            ..TcpFrame::new(&self.link, src, dst)
         }
-        if ack {
-            b = b.ack(ackn);
-        }
-        if fin {
-            b = b.fin();
-        }
-        let mut bytes = Vec::with_capacity(b.size(payload.len()));
-        b.write(&mut bytes, payload).expect("frame");
+        .to_vec(payload);
         self.ts += 10_000;
         self.pipeline
             .handle_packet(Timestamp(self.ts), 1, &bytes, &mut self.out);

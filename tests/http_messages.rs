@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use mcptap::capture::read_captures;
-use mcptap_core::decode::{Decoded, decode};
 use mcptap_core::http::chunked::ChunkedDecoder;
 use mcptap_core::model::{Event, Output, Timestamp};
 use mcptap_core::pipeline::{HttpMessage, Limits, Pipeline};
+use mcptap_testkit::Segment;
 
 /// How the body after a head is framed (what the gateway's own parser decided).
 enum Body {
@@ -212,7 +212,7 @@ fn both_ways(path: &Path) -> (Vec<Event>, Vec<Event>) {
     read_captures(&[path.display().to_string()], &mut |pkt| {
         let ts = Timestamp(pkt.ts_nanos);
         by_packets.handle_packet(ts, pkt.linktype, pkt.data, &mut out_p);
-        let Decoded::Tcp(seg) = decode(pkt.linktype, pkt.data) else {
+        let Some(seg) = Segment::decode(pkt.ts_nanos, pkt.linktype, pkt.data) else {
             return;
         };
         // The client is the side that sends the SYN (fixtures capture every connection whole).
@@ -250,7 +250,7 @@ fn both_ways(path: &Path) -> (Vec<Event>, Vec<Event>) {
                 ..
             } = c;
             let dir = if to_server { ts_dir } else { tc_dir };
-            dir.buf.extend_from_slice(seg.payload);
+            dir.buf.extend_from_slice(&seg.payload);
             split(dir, methods)
         };
         for piece in &pieces {

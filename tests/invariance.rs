@@ -23,15 +23,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{
-    ETHERTYPE_QINQ, ETHERTYPE_VLAN, Frame, Segment, SplitMix64, ethernet, ethernet_vlan, from_fd00,
-    ip_tcp_packet, pcap_bytes, pcapng_bytes, read_segments, read_segments_observing, sll2, to_fd00,
-};
+use common::{read_segments, read_segments_observing};
 use mcptap::replay::replay_collect;
 use mcptap_core::decode::{TcpFlags, dlt};
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, Pipeline};
+use mcptap_testkit::segment::{from_fd00, to_fd00};
+use mcptap_testkit::{Frame, Link, Segment, SplitMix64, pcap_bytes, pcapng_bytes};
 use serde_json::Value;
 
 /// One original capture: its TCP segments and the (serialised) events of its replay.
@@ -150,35 +149,20 @@ struct Counts {
 fn tiny_segments(segments: &[Segment], rng: &mut SplitMix64, counts: &mut Counts) -> Vec<Segment> {
     let mut out = Vec::with_capacity(segments.len() * 8);
     for s in segments {
-        if s.payload.is_empty() {
-            out.push(s.clone());
-            continue;
-        }
         let n = s.payload.len();
+        let mut cuts = Vec::new();
         let mut off = 0;
         while off < n {
-            let len = rng.range(1, 7).min(n - off);
-            let (first, last) = (off == 0, off + len == n);
-            out.push(Segment {
-                // The first piece keeps the original sequence number (which precedes the
-                // payload by one if it carries the SYN).
-                seq: if first {
-                    s.seq
-                } else {
-                    s.data_seq().wrapping_add(off as u32)
-                },
-                flags: TcpFlags {
-                    syn: s.flags.syn && first,
-                    ack: s.flags.ack,
-                    fin: s.flags.fin && last,
-                    rst: s.flags.rst && last,
-                },
-                payload: s.payload[off..off + len].to_vec(),
-                ..s.clone()
-            });
-            counts.pieces += 1;
-            off += len;
+            off += (rng.range(1, 7) as usize).min(n - off);
+            cuts.push(off);
         }
+        // The last "cut" is the end of the payload.
+        cuts.pop();
+        let pieces = s.split_at(&cuts);
+        if n > 0 {
+            counts.pieces += pieces.len();
+        }
+        out.extend(pieces);
     }
     out
 }
@@ -287,7 +271,7 @@ fn duplicate(segments: &[Segment], counts: &mut Counts) -> Vec<Segment> {
 // Variants
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Link {
+enum LinkVariant {
     Ethernet,
     /// One 802.1Q tag.
     Vlan,
@@ -309,7 +293,7 @@ struct Variant {
     reorder: bool,
     duplicate: bool,
     ipv6: bool,
-    link: Link,
+    link: LinkVariant,
     format: Format,
 }
 
@@ -319,7 +303,7 @@ const PLAIN: Variant = Variant {
     reorder: false,
     duplicate: false,
     ipv6: false,
-    link: Link::Ethernet,
+    link: LinkVariant::Ethernet,
     format: Format::Pcap,
 };
 
@@ -353,20 +337,17 @@ fn transform(v: &Variant, fixture: &Fixture, counts: &mut Counts) -> Vec<Frame> 
         "{}: timestamps must stay non-decreasing",
         fixture.name
     );
+    let link = match v.link {
+        LinkVariant::Ethernet => Link::default(),
+        LinkVariant::Vlan => Link::vlan(42),
+        LinkVariant::QinQ => Link::qinq(100, 42),
+        LinkVariant::Sll2 => Link::LinuxSll2,
+    };
     segments
         .iter()
-        .map(|s| {
-            let ip = ip_tcp_packet(s);
-            let data = match v.link {
-                Link::Ethernet => ethernet(&ip),
-                Link::Vlan => ethernet_vlan(&[(ETHERTYPE_VLAN, 42)], &ip),
-                Link::QinQ => ethernet_vlan(&[(ETHERTYPE_QINQ, 100), (ETHERTYPE_VLAN, 42)], &ip),
-                Link::Sll2 => sll2(&ip),
-            };
-            Frame {
-                ts_nanos: s.ts_nanos,
-                data,
-            }
+        .map(|s| Frame {
+            ts_nanos: s.ts_nanos,
+            data: s.frame(&link),
         })
         .collect()
 }
@@ -477,9 +458,11 @@ fn check_variant(v: &Variant) -> Counts {
         let mut counts = Counts::default();
         let frames = transform(v, fixture, &mut counts);
         let (bytes, ext) = match (v.format, v.link) {
-            (Format::Pcap, Link::Sll2) => (pcap_bytes(dlt::LINUX_SLL2, &frames), "pcap"),
+            (Format::Pcap, LinkVariant::Sll2) => (pcap_bytes(dlt::LINUX_SLL2, &frames), "pcap"),
             (Format::Pcap, _) => (pcap_bytes(dlt::EN10MB, &frames), "pcap"),
-            (Format::Pcapng, Link::Sll2) => (pcapng_bytes(dlt::LINUX_SLL2, &frames), "pcapng"),
+            (Format::Pcapng, LinkVariant::Sll2) => {
+                (pcapng_bytes(dlt::LINUX_SLL2, &frames), "pcapng")
+            }
             (Format::Pcapng, _) => (pcapng_bytes(dlt::EN10MB, &frames), "pcapng"),
         };
         let path = dir
@@ -592,7 +575,7 @@ fn pcapng_nanosecond_output() {
 fn linux_sll2_link_type() {
     check_variant(&Variant {
         name: "sll2",
-        link: Link::Sll2,
+        link: LinkVariant::Sll2,
         ..PLAIN
     });
 }
@@ -601,7 +584,7 @@ fn linux_sll2_link_type() {
 fn vlan_8021q() {
     check_variant(&Variant {
         name: "vlan",
-        link: Link::Vlan,
+        link: LinkVariant::Vlan,
         ..PLAIN
     });
 }
@@ -610,7 +593,7 @@ fn vlan_8021q() {
 fn vlan_8021ad_qinq() {
     check_variant(&Variant {
         name: "qinq",
-        link: Link::QinQ,
+        link: LinkVariant::QinQ,
         ..PLAIN
     });
 }
@@ -634,7 +617,7 @@ fn combined_tiny_reordered_duplicated_pcapng_sll2_ipv6() {
         reorder: true,
         duplicate: true,
         ipv6: true,
-        link: Link::Sll2,
+        link: LinkVariant::Sll2,
         format: Format::Pcapng,
     });
     assert!(
@@ -665,8 +648,8 @@ fn helpers_round_trip() {
     };
     let dir = tempfile::tempdir().unwrap();
     for (name, linktype, frame) in [
-        ("eth", dlt::EN10MB, ethernet(&ip_tcp_packet(&seg))),
-        ("sll2", dlt::LINUX_SLL2, sll2(&ip_tcp_packet(&seg))),
+        ("eth", dlt::EN10MB, seg.frame(&Link::default())),
+        ("sll2", dlt::LINUX_SLL2, seg.frame(&Link::LinuxSll2)),
     ] {
         let frames = [Frame {
             ts_nanos: seg.ts_nanos,

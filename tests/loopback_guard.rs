@@ -7,7 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 
-use common::{Frame, ethernet, ip_tcp_packet, pcap_bytes, read_segments};
+use common::read_segments;
+use mcptap_testkit::{Frame, Link, pcap_bytes};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -31,7 +32,7 @@ fn incident_with_server(server: Ipv4Addr) -> Vec<u8> {
             s.dst = moved(s.dst);
             Frame {
                 ts_nanos: s.ts_nanos,
-                data: ethernet(&ip_tcp_packet(&s)),
+                data: s.frame(&Link::default()),
             }
         })
         .collect();

@@ -19,22 +19,21 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{Segment, ethernet, ip_tcp_packet, read_segments_observing};
-use mcptap_core::decode::TcpFlags;
+use common::read_segments_observing;
 use mcptap_core::detect::Detectors;
 use mcptap_core::http::chunked::{ChunkedDecoder, ChunkedError};
 use mcptap_core::http::sse::{SseItem, SseParser};
-use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits};
+use mcptap_core::http::{BodyEnd, Connection, HttpLimits};
 use mcptap_core::jsonrpc;
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, Pipeline};
+use mcptap_testkit::segment::payload_streams;
+use mcptap_testkit::{HttpEventChecker, Link, Segment};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::Value;
@@ -101,7 +100,7 @@ fn run_segments(segments: &[Segment]) -> Vec<Output> {
     let mut pipeline = Pipeline::new(Limits::default());
     let mut out = Vec::new();
     for s in segments {
-        let frame = ethernet(&ip_tcp_packet(s));
+        let frame = s.frame(&Link::default());
         pipeline.handle_packet(Timestamp(s.ts_nanos), 1, &frame, &mut out);
     }
     pipeline.finish(&mut out);
@@ -180,27 +179,7 @@ fn recut(segments: &[Segment], plan: &mut Plan<'_>) -> Vec<Segment> {
             out.push(s.clone());
             continue;
         }
-        points.push(n);
-        let mut start = 0;
-        for end in points {
-            let (first, last) = (start == 0, end == n);
-            out.push(Segment {
-                seq: if first {
-                    s.seq
-                } else {
-                    s.data_seq().wrapping_add(start as u32)
-                },
-                flags: TcpFlags {
-                    syn: s.flags.syn && first,
-                    ack: s.flags.ack,
-                    fin: s.flags.fin && last,
-                    rst: s.flags.rst && last,
-                },
-                payload: s.payload[start..end].to_vec(),
-                ..s.clone()
-            });
-            start = end;
-        }
+        out.extend(s.split_at(&points));
     }
     out
 }
@@ -441,36 +420,6 @@ fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
     )
 }
 
-/// Per-exchange structure of the HTTP event stream: at most one response head and one end,
-/// bodies only between them.
-fn check_http_structure(events: &[HttpEvent], state: &mut HashMap<u64, (bool, bool)>) {
-    for ev in events {
-        match ev {
-            HttpEvent::ResponseHead { exchange, .. } => {
-                let s = state.entry(*exchange).or_default();
-                assert!(!s.0, "second ResponseHead for exchange {exchange}");
-                s.0 = true;
-            }
-            HttpEvent::ResponseJson { exchange, .. } | HttpEvent::ResponseSse { exchange, .. } => {
-                let s = state.get(exchange).copied().unwrap_or_default();
-                assert!(
-                    s.0 && !s.1,
-                    "response body outside head..end, exchange {exchange}"
-                );
-            }
-            HttpEvent::ResponseEnd { exchange, .. } => {
-                let s = state.entry(*exchange).or_default();
-                assert!(
-                    s.0 && !s.1,
-                    "ResponseEnd without head or twice, exchange {exchange}"
-                );
-                s.1 = true;
-            }
-            _ => {}
-        }
-    }
-}
-
 /// One connection's payload as (half, bytes) steps; half 0 is the SYN sender.
 type Steps = Vec<(usize, Vec<u8>)>;
 
@@ -481,33 +430,13 @@ fn http_streams() -> &'static [Steps] {
     STREAMS.get_or_init(|| {
         let mut all = Vec::new();
         for f in fixtures() {
-            let mut conns: Vec<(SocketAddr, Steps)> = Vec::new();
-            let mut index: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
-            let mut next: HashMap<(SocketAddr, SocketAddr), u32> = HashMap::new();
-            for s in &f.segments {
-                let key = if s.src <= s.dst {
-                    (s.src, s.dst)
-                } else {
-                    (s.dst, s.src)
-                };
-                let i = *index.entry(key).or_insert_with(|| {
-                    conns.push((s.src, Vec::new()));
-                    conns.len() - 1
-                });
-                let expected = next.entry(s.direction()).or_insert(s.data_seq());
-                if s.flags.syn {
-                    *expected = s.data_seq();
-                }
-                if !s.payload.is_empty() && *expected == s.data_seq() {
-                    let half = usize::from(s.src != conns[i].0);
-                    conns[i].1.push((half, s.payload.clone()));
-                    *expected = s.data_end();
-                }
-            }
             all.extend(
-                conns
+                payload_streams(&f.segments)
                     .into_iter()
-                    .map(|(_, steps)| steps)
+                    .map(|stream| {
+                        let steps = stream.steps.into_iter();
+                        steps.map(|step| (step.half, step.bytes)).collect::<Steps>()
+                    })
                     .filter(|s| !s.is_empty()),
             );
         }
@@ -530,7 +459,7 @@ fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) 
     let mut tracker = Tracker::new(SessionLimits::default(), Detectors);
     let mut events = Vec::new();
     let mut out = Vec::new();
-    let mut state = HashMap::new();
+    let mut checker = HttpEventChecker::default();
     let mut ts = 1_700_000_000_000_000_000i64;
     for (half, bytes) in steps {
         ts += 1_000_000;
@@ -541,7 +470,7 @@ fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) 
                 conn.on_data(*half, piece, &mut events);
             }
         }
-        check_http_structure(&events, &mut state);
+        checker.check(&events);
         for ev in events.drain(..) {
             tracker.on_http(flow_ctx(), Timestamp(ts), ev, &mut out);
         }
@@ -549,7 +478,7 @@ fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) 
     for half in [1, 0] {
         conn.on_close(half, BodyEnd::ServerClosed, &mut events);
     }
-    check_http_structure(&events, &mut state);
+    checker.check(&events);
     for ev in events.drain(..) {
         tracker.on_http(flow_ctx(), Timestamp(ts), ev, &mut out);
     }

@@ -21,14 +21,16 @@
 
 use std::fmt::Write as _;
 
-use super::{AppWrite, Conn, Endpoint, Pool, Rng};
+use mcptap_testkit::SplitMix64 as Rng;
+use mcptap_testkit::mcp::{self, Answer, Client};
+use mcptap_testkit::tcp::{AppWrite, Conn, Endpoint, Pool, SegmentHeader, write_segment};
+use mcptap_testkit::wire::{Link, tcp};
 
 /// The session id of the one faulty session (never produced for the flood's sessions, whose
 /// ids start with the session index as 8 hex digits, below 0xdeadbeef).
 pub const VICTIM_SID: &str = "deadbeef-5eed-4bad-8a11-00000000c0de";
 
-/// 2026-01-15T09:00:00Z.
-const START_NS: i64 = 1_768_467_600 * 1_000_000_000;
+use mcptap_testkit::sim::START_NS;
 /// Concurrent flood sessions.
 const CONCURRENCY: usize = 8;
 /// Server ports the SYN flood hits (all on the MCP server's address).
@@ -46,7 +48,7 @@ pub struct Stats {
 pub fn generate(flows: u64, sessions: u64, seed: u64, sink: &mut dyn FnMut(i64, &[u8])) -> Stats {
     let mut rng = Rng(seed ^ 0xf100_d5ee_d000_0001);
     let pool = Pool::new(seed);
-    let server = Endpoint::new([127, 10, 0, 10], 8080);
+    let server = Endpoint::loopback([127, 10, 0, 10], 8080);
     let mut stats = Stats::default();
     let mut buf = Vec::with_capacity(2048);
     let mut now = START_NS;
@@ -68,7 +70,7 @@ pub fn generate(flows: u64, sessions: u64, seed: u64, sink: &mut dyn FnMut(i64, 
                 _ => false,
             };
             if due {
-                let client = Endpoint::new([127, 2, 0, 7], 51_000 + u16::from(victim_stage));
+                let client = Endpoint::loopback([127, 2, 0, 7], 51_000 + u16::from(victim_stage));
                 victim = Some(victim_conn(victim_stage, client, server, &mut victim_id));
                 victim_stage += 1;
             }
@@ -119,18 +121,18 @@ fn syn_frame(i: u64, flows: u64, rng: &mut Rng, buf: &mut Vec<u8>) {
     let a = (i.wrapping_mul(0x2c_9277) & ((1 << 22) - 1)) as u32;
     let ip = [127, 64 | (a >> 16) as u8, (a >> 8) as u8, a as u8];
     let port = 1024 + (rng.next_u64() % 64_000) as u16;
-    let client = Endpoint::new(ip, port);
-    let dst = Endpoint::new([127, 10, 0, 10], *rng.pick(&FLOOD_PORTS));
-    let h = super::TcpHeader {
+    let client = Endpoint::loopback(ip, port);
+    let dst = Endpoint::loopback([127, 10, 0, 10], *rng.pick(&FLOOD_PORTS));
+    let h = SegmentHeader {
         ip_id: rng.next_u64() as u16,
         seq: rng.next_u64() as u32,
         ack: 0,
-        flags: super::SYN,
+        flags: tcp::SYN,
         window: 64240,
         tsval: rng.next_u64() as u32,
         tsecr: 0,
     };
-    super::tcp_frame(buf, &client, &dst, &h, |_| {});
+    write_segment(buf, &Link::default(), &client, &dst, &h, |_| {});
 }
 
 const CLIENTS: &[(&str, &str)] = &[
@@ -157,7 +159,7 @@ fn session_conn(k: u64, server: Endpoint, rng: &mut Rng) -> Conn {
     let (name, version) = *rng.pick(CLIENTS);
     let sid = sid_for(k, rng);
     let host = (k % 65_536) as u16;
-    let client = Endpoint::new(
+    let client = Endpoint::loopback(
         [127, 1, (host >> 8) as u8, host as u8],
         40_000 + (k / 65_536) as u16,
     );
@@ -215,12 +217,7 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
             name,
             version,
         )));
-        writes.push(AppWrite::server(
-            format!(
-                "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nMcp-Session-Id: {VICTIM_SID}\r\nContent-Length: 0\r\n\r\n"
-            )
-            .into_bytes(),
-        ));
+        writes.push(AppWrite::server(mcp::accepted(VICTIM_SID)));
     };
     if stage == 0 {
         handshake(
@@ -239,14 +236,7 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"search_docs","arguments":{{"query":"status"}}}}}}"#
         );
         writes.push(AppWrite::client(post(&body, sid, name, version)));
-        let text = "502 Bad Gateway: upstream connection reset by peer\n";
-        writes.push(AppWrite::server(
-            format!(
-                "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                text.len()
-            )
-            .into_bytes(),
-        ));
+        writes.push(AppWrite::server(mcp::bad_gateway()));
         return Conn::new(client, server, &mut rng, writes).server_closes();
     }
     // Reconnect: re-initialize on the same session id with reset (narrower) capabilities.
@@ -264,48 +254,24 @@ fn victim_conn(stage: u8, client: Endpoint, server: Endpoint, id: &mut u64) -> C
 }
 
 fn init_body(id: u64, caps: &str, name: &str, version: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{caps},"clientInfo":{{"name":"{name}","version":"{version}"}}}}}}"#
-    )
+    mcp::initialize_request(id, caps, name, version)
 }
 
 fn init_result(id: u64, tools: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{tools},"resources":{{"subscribe":true,"listChanged":true}},"prompts":{{"listChanged":true}},"logging":{{}}}},"serverInfo":{{"name":"flood-server","version":"2.3.0"}}}}}}"#
-    )
+    mcp::initialize_result(id, tools, "flood-server")
 }
 
 fn post(body: &str, sid: Option<&str>, name: &str, version: &str) -> Vec<u8> {
-    let mut s = format!(
-        "POST /mcp HTTP/1.1\r\nHost: mcp-0.internal:8080\r\nUser-Agent: {name}/{version}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
-    );
-    if let Some(sid) = sid {
-        let _ = write!(
-            s,
-            "Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-06-18\r\n"
-        );
+    let host = "mcp-0.internal:8080";
+    Client {
+        host,
+        name,
+        version,
     }
-    let _ = write!(
-        s,
-        "Connection: keep-alive\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.into_bytes()
+    .post(body, sid)
 }
 
 /// A 200 answer carrying `msg`: JSON with Content-Length, or one SSE event in one chunk.
 fn answer(sid: &str, sse: bool, msg: &str) -> Vec<u8> {
-    if !sse {
-        return format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nContent-Length: {}\r\n\r\n{msg}",
-            msg.len()
-        )
-        .into_bytes();
-    }
-    let event = format!("event: message\r\ndata: {msg}\r\n\r\n");
-    format!(
-        "HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {sid}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n0\r\n\r\n",
-        event.len()
-    )
-    .into_bytes()
+    mcp::response(sid, if sse { Answer::Sse } else { Answer::Json }, msg)
 }

@@ -4,10 +4,11 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use super::{AppWrite, Conn, Endpoint, Piece, Pool, Rng};
+use mcptap_testkit::SplitMix64 as Rng;
+use mcptap_testkit::mcp;
+use mcptap_testkit::tcp::{AppWrite, Conn, Endpoint, Piece, Pool};
 
-/// 2026-01-15T09:00:00Z.
-pub const START_NS: i64 = 1_768_467_600 * 1_000_000_000;
+pub use mcptap_testkit::sim::START_NS;
 const MCP: usize = 0;
 const BULK: usize = 1;
 /// Concurrent conversations per category.
@@ -133,7 +134,7 @@ impl Gen {
         let mut rng = Rng(seed);
         let servers = (0..16u8)
             .map(|i| McpServer {
-                ep: Endpoint::new([127, 10, 0, 10 + i], 8080),
+                ep: Endpoint::loopback([127, 10, 0, 10 + i], 8080),
                 host: format!("mcp-{i}.internal:8080"),
                 sse: i == 0 || rng.chance(0.6),
             })
@@ -152,7 +153,7 @@ impl Gen {
         self.conns += 1;
         let host = (k % 4096) as u16 + 256;
         let port = 33_000 + ((k / 4096) % 28_000) as u16;
-        Endpoint::new([127, net, (host >> 8) as u8, host as u8], port)
+        Endpoint::loopback([127, net, (host >> 8) as u8, host as u8], port)
     }
 
     fn words(&mut self, len: usize) -> String {
@@ -193,7 +194,7 @@ impl Gen {
         let client = self.client(3);
         let mut writes = Vec::new();
         if self.rng.chance(2.0 / 3.0) {
-            let server = Endpoint::new([127, 10, 2, self.rng.range(1, 40) as u8], 443);
+            let server = Endpoint::loopback([127, 10, 2, self.rng.range(1, 40) as u8], 443);
             let rounds = self.rng.range(1, 4);
             for _ in 0..rounds {
                 let req = self.rng.range(120, 900);
@@ -214,7 +215,7 @@ impl Gen {
             }
             vec![Conn::new(client, server, &mut self.rng, writes)]
         } else {
-            let server = Endpoint::new([127, 10, 1, self.rng.range(1, 40) as u8], 80);
+            let server = Endpoint::loopback([127, 10, 1, self.rng.range(1, 40) as u8], 80);
             let files = self.rng.range(1, 3);
             for _ in 0..files {
                 let len = (size / files).max(1);
@@ -282,14 +283,7 @@ impl Gen {
             writes.push(AppWrite::client(
                 ctx.post(&self.tool_call_body(id, false), true),
             ));
-            let body = "502 Bad Gateway: upstream connection reset by peer\n";
-            writes.push(AppWrite::server(
-                format!(
-                    "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .into_bytes(),
-            ));
+            writes.push(AppWrite::server(mcp::bad_gateway()));
             stats.tool_calls += 1;
             let client = self.client(1);
             let first = Conn::new(client, server, &mut self.rng, writes).server_closes();
@@ -375,13 +369,7 @@ impl Gen {
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             true,
         )));
-        writes.push(AppWrite::server(
-            format!(
-                "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nMcp-Session-Id: {}\r\nContent-Length: 0\r\n\r\n",
-                ctx.sid
-            )
-            .into_bytes(),
-        ));
+        writes.push(AppWrite::server(mcp::accepted(&ctx.sid)));
     }
 
     fn delete(&mut self, ctx: &Ctx, writes: &mut Vec<AppWrite>) {

@@ -10,29 +10,18 @@
 //! Run from `fuzz/`: `cargo run --example gen_seeds`.
 
 use mcptap::capture::read_captures;
-use mcptap_core::decode::{Decoded, decode};
-use mcptap_core::mcp::HTTP_INTEREST;
 use mcptap_core::http::{BodyEnd, Connection, HttpLimits};
+use mcptap_core::mcp::HTTP_INTEREST;
 use mcptap_fuzz::{FILE_SPLIT, HttpOp, McpOp, encode_frames, encode_http, encode_mcp};
+use mcptap_testkit::segment::payload_streams;
+use mcptap_testkit::{Frame, Segment, pcapng_bytes};
 use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 struct Packet {
     ts: i64,
     linktype: u32,
     data: Vec<u8>,
-}
-
-struct Seg {
-    ts: i64,
-    src: SocketAddr,
-    dst: SocketAddr,
-    seq: u32,
-    syn: bool,
-    fin: bool,
-    rst: bool,
-    payload: Vec<u8>,
 }
 
 fn read(path: &Path) -> Vec<Packet> {
@@ -48,106 +37,22 @@ fn read(path: &Path) -> Vec<Packet> {
     packets
 }
 
-fn segments(packets: &[Packet]) -> Vec<Seg> {
+fn segments(packets: &[Packet]) -> Vec<Segment> {
     packets
         .iter()
-        .filter_map(|p| match decode(p.linktype, &p.data) {
-            Decoded::Tcp(s) => Some(Seg {
-                ts: p.ts,
-                src: s.src,
-                dst: s.dst,
-                seq: s.seq,
-                syn: s.flags.syn,
-                fin: s.flags.fin,
-                rst: s.flags.rst,
-                payload: s.payload.to_vec(),
-            }),
-            Decoded::Skipped(_) => None,
-        })
+        .filter_map(|p| Segment::decode(p.ts, p.linktype, &p.data))
         .collect()
 }
 
-/// One TCP connection: its client (SYN sender) and its in-order data steps.
-struct Conn {
-    client: SocketAddr,
-    /// (ts, half, bytes) with half 0 = client to server; retransmissions dropped.
-    steps: Vec<(i64, usize, Vec<u8>)>,
-    end_ts: i64,
-}
-
-fn connections(segs: &[Seg]) -> Vec<Conn> {
-    let mut conns: Vec<Conn> = Vec::new();
-    let mut index: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
-    let mut next_seq: HashMap<(SocketAddr, SocketAddr), u32> = HashMap::new();
-    for s in segs {
-        let key = if s.src <= s.dst {
-            (s.src, s.dst)
-        } else {
-            (s.dst, s.src)
-        };
-        let i = *index.entry(key).or_insert_with(|| {
-            conns.push(Conn {
-                client: s.src,
-                steps: Vec::new(),
-                end_ts: s.ts,
-            });
-            conns.len() - 1
-        });
-        let c = &mut conns[i];
-        c.end_ts = s.ts;
-        let data_seq = s.seq.wrapping_add(u32::from(s.syn));
-        let expected = next_seq.entry((s.src, s.dst)).or_insert(data_seq);
-        if s.syn {
-            *expected = data_seq;
-        }
-        if !s.payload.is_empty() && *expected == data_seq {
-            let half = usize::from(s.src != c.client);
-            c.steps.push((s.ts, half, s.payload.clone()));
-            *expected = data_seq.wrapping_add(s.payload.len() as u32);
-        }
-        let _ = (s.fin, s.rst);
-    }
-    conns
-}
-
 fn pcapng(packets: &[Packet]) -> Vec<u8> {
-    fn block(out: &mut Vec<u8>, block_type: u32, body: &[u8]) {
-        let padded = body.len().next_multiple_of(4);
-        let total = (12 + padded) as u32;
-        out.extend_from_slice(&block_type.to_le_bytes());
-        out.extend_from_slice(&total.to_le_bytes());
-        out.extend_from_slice(body);
-        out.resize(out.len() + padded - body.len(), 0);
-        out.extend_from_slice(&total.to_le_bytes());
-    }
-    let mut v = Vec::new();
-    let mut shb = Vec::new();
-    shb.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
-    shb.extend_from_slice(&1u16.to_le_bytes());
-    shb.extend_from_slice(&0u16.to_le_bytes());
-    shb.extend_from_slice(&(-1i64).to_le_bytes());
-    block(&mut v, 0x0a0d_0d0a, &shb);
-    let mut idb = Vec::new();
-    idb.extend_from_slice(&(packets[0].linktype as u16).to_le_bytes());
-    idb.extend_from_slice(&0u16.to_le_bytes());
-    idb.extend_from_slice(&262_144u32.to_le_bytes());
-    idb.extend_from_slice(&9u16.to_le_bytes()); // if_tsresol
-    idb.extend_from_slice(&1u16.to_le_bytes());
-    idb.extend_from_slice(&[9, 0, 0, 0]);
-    idb.extend_from_slice(&[0, 0, 0, 0]);
-    block(&mut v, 1, &idb);
-    for p in packets {
-        let ts = p.ts as u64;
-        let mut epb = Vec::new();
-        epb.extend_from_slice(&0u32.to_le_bytes());
-        epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
-        epb.extend_from_slice(&(ts as u32).to_le_bytes());
-        epb.extend_from_slice(&(p.data.len() as u32).to_le_bytes());
-        epb.extend_from_slice(&(p.data.len() as u32).to_le_bytes());
-        epb.extend_from_slice(&p.data);
-        block(&mut v, 6, &epb);
-    }
-    v
+    let frames: Vec<Frame> = packets
+        .iter()
+        .map(|p| Frame {
+            ts_nanos: p.ts,
+            data: p.data.clone(),
+        })
+        .collect();
+    pcapng_bytes(packets[0].linktype, &frames)
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -218,7 +123,7 @@ fn main() {
 
         // http_sse: one seed per distinct connection, every third one cut into small pieces.
         let segs = segments(&packets);
-        let conns = connections(&segs);
+        let conns = payload_streams(&segs);
         for (ci, c) in conns.iter().enumerate() {
             if c.steps.is_empty() {
                 continue;
@@ -227,10 +132,10 @@ fn main() {
             let mut ops: Vec<HttpOp> = c
                 .steps
                 .iter()
-                .map(|(_, half, b)| HttpOp::Data {
-                    half: *half,
+                .map(|step| HttpOp::Data {
+                    half: step.half,
                     split,
-                    bytes: b.clone(),
+                    bytes: step.bytes.clone(),
                 })
                 .collect();
             ops.push(HttpOp::Close {
@@ -251,10 +156,10 @@ fn main() {
         let mut timeline: Vec<(i64, usize, Option<mcptap_core::http::HttpEvent>)> = Vec::new();
         for (ci, c) in conns.iter().enumerate() {
             let mut conn = Connection::new(true, HttpLimits::default(), HTTP_INTEREST);
-            for (ts, half, b) in &c.steps {
+            for step in &c.steps {
                 let mut evs = Vec::new();
-                conn.on_data(*half, b, &mut evs);
-                timeline.extend(evs.into_iter().map(|e| (*ts, ci, Some(e))));
+                conn.on_data(step.half, &step.bytes, &mut evs);
+                timeline.extend(evs.into_iter().map(|e| (step.ts_nanos, ci, Some(e))));
             }
             let mut evs = Vec::new();
             conn.on_close(1, BodyEnd::ServerClosed, &mut evs);

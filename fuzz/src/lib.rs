@@ -6,21 +6,21 @@
 //! formats; `examples/gen_seeds.rs` uses them to turn the fixture captures into seeds.
 //!
 //! The drivers panic only where mcptap itself panics, or where an invariant that the layers
-//! above rely on is broken (see [`check_http_events`]).
+//! above rely on is broken (see `mcptap_testkit::HttpEventChecker`).
 
 // Limits are set field by field over the defaults so that new limits in mcptap need no change
 // here; ops are short-lived, so their size does not matter.
 #![allow(clippy::field_reassign_with_default, clippy::large_enum_variant)]
 
-use mcptap_core::model::{Event, Timestamp};
+use mcptap_core::http::sse::{SseEvent, SseItem};
 use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
 use mcptap_core::detect::Detectors;
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
+use mcptap_core::model::{Event, Timestamp};
 use mcptap_core::pipeline::{Limits, Pipeline};
-use mcptap_core::http::sse::{SseEvent, SseItem};
+use mcptap_testkit::HttpEventChecker;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 
 // ---------------------------------------------------------------------------
@@ -244,32 +244,6 @@ pub fn encode_http(synchronised: bool, ops: &[HttpOp]) -> Vec<u8> {
     w.buf
 }
 
-/// Structural invariants of the HTTP event stream that the session layer relies on: per
-/// exchange, at most one response head and one end, bodies only between the two.
-pub fn check_http_events(events: &[HttpEvent], state: &mut HashMap<u64, (bool, bool)>) {
-    for ev in events {
-        match ev {
-            HttpEvent::ResponseHead { exchange, .. } => {
-                let s = state.entry(*exchange).or_default();
-                assert!(!s.0, "second ResponseHead for exchange {exchange}");
-                s.0 = true;
-            }
-            HttpEvent::ResponseJson { exchange, .. } | HttpEvent::ResponseSse { exchange, .. } => {
-                let s = state.get(exchange).copied().unwrap_or_default();
-                assert!(s.0, "response body before its head, exchange {exchange}");
-                assert!(!s.1, "response body after its end, exchange {exchange}");
-            }
-            HttpEvent::ResponseEnd { exchange, .. } => {
-                let s = state.entry(*exchange).or_default();
-                assert!(s.0, "ResponseEnd before its head, exchange {exchange}");
-                assert!(!s.1, "second ResponseEnd for exchange {exchange}");
-                s.1 = true;
-            }
-            _ => {}
-        }
-    }
-}
-
 /// Runs an `http_sse` input: the ops into a `Connection`, its events into a `Tracker`.
 /// Returns the number of events produced.
 pub fn run_http(data: &[u8]) -> usize {
@@ -280,10 +254,10 @@ pub fn run_http(data: &[u8]) -> usize {
     let ctx = flow_ctx(0);
     let mut events = Vec::new();
     let mut out = Vec::new();
-    let mut state = HashMap::new();
+    let mut checker = HttpEventChecker::default();
     let mut ts = 1_700_000_000_000_000_000i64;
     let mut deliver = |events: &mut Vec<HttpEvent>, tracker: &mut Tracker<Detectors>, ts: i64| {
-        check_http_events(events, &mut state);
+        checker.check(events);
         for ev in events.drain(..) {
             tracker.on_http(ctx, Timestamp(ts), ev, &mut out);
         }

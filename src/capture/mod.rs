@@ -1134,7 +1134,19 @@ mod tests {
 
     const SEC: i64 = 1_000_000_000;
 
-    // ---- writers ---------------------------------------------------------
+    // ---- writers (mcptap-testkit, with the options these tests always wrote) ----
+
+    use mcptap_testkit::capture::{
+        ByteOrder, PcapHeader, PcapWriter, PcapngOption, PcapngWriter, SNAPLEN,
+    };
+
+    fn byte_order(big_endian: bool) -> ByteOrder {
+        if big_endian {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        }
+    }
 
     /// Classic pcap. `records`: (ts_sec, ts_frac, data, orig_len).
     fn pcap(
@@ -1143,154 +1155,31 @@ mod tests {
         linktype: u32,
         records: &[(u32, u32, &[u8], u32)],
     ) -> Vec<u8> {
-        let u32b = |v: u32| {
-            if big_endian {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
+        let header = PcapHeader {
+            nanos,
+            byte_order: byte_order(big_endian),
+            linktype,
+            snaplen: SNAPLEN,
         };
-        let u16b = |v: u16| {
-            if big_endian {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        };
-        let mut out = Vec::new();
-        out.extend_from_slice(&u32b(if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
-        out.extend_from_slice(&u16b(2));
-        out.extend_from_slice(&u16b(4));
-        out.extend_from_slice(&u32b(0));
-        out.extend_from_slice(&u32b(0));
-        out.extend_from_slice(&u32b(262_144));
-        out.extend_from_slice(&u32b(linktype));
+        let mut w = PcapWriter::new(Vec::new(), header).expect("into a Vec");
         for &(sec, frac, data, orig) in records {
-            out.extend_from_slice(&u32b(sec));
-            out.extend_from_slice(&u32b(frac));
-            out.extend_from_slice(&u32b(data.len() as u32));
-            out.extend_from_slice(&u32b(orig));
-            out.extend_from_slice(data);
+            w.write_record(sec, frac, data, orig).expect("into a Vec");
         }
-        out
+        w.into_inner()
     }
 
-    /// pcapng writer; the byte order follows the latest section header.
-    #[derive(Default)]
-    struct Ng {
-        be: bool,
-        out: Vec<u8>,
-    }
+    type Ng = PcapngWriter;
 
-    impl Ng {
-        fn u16(&self, v: u16) -> [u8; 2] {
-            if self.be {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn u32(&self, v: u32) -> [u8; 4] {
-            if self.be {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn block(&mut self, ty: u32, body: &[u8]) -> &mut Self {
-            let mut body = body.to_vec();
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            let len = body.len() as u32 + 12;
-            let (t, l) = (self.u32(ty), self.u32(len));
-            self.out.extend_from_slice(&t);
-            self.out.extend_from_slice(&l);
-            self.out.extend_from_slice(&body);
-            self.out.extend_from_slice(&l);
-            self
-        }
-        fn options(&self, opts: &[(u16, Vec<u8>)]) -> Vec<u8> {
-            let mut v = Vec::new();
-            if opts.is_empty() {
-                return v;
-            }
-            for (code, value) in opts {
-                v.extend_from_slice(&self.u16(*code));
-                v.extend_from_slice(&self.u16(value.len() as u16));
-                v.extend_from_slice(value);
-                while !v.len().is_multiple_of(4) {
-                    v.push(0);
-                }
-            }
-            v.extend_from_slice(&[0, 0, 0, 0]);
-            v
-        }
-        fn shb(&mut self, be: bool) -> &mut Self {
-            self.be = be;
-            let mut body = self.u32(0x1a2b_3c4d).to_vec();
-            body.extend_from_slice(&self.u16(1));
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&[0xff; 8]); // section length unknown
-            body.extend(self.options(&[(4, b"mcptap-test".to_vec())]));
-            self.block(0x0A0D_0D0A, &body)
-        }
-        fn idb(
-            &mut self,
-            linktype: u16,
-            snaplen: u32,
-            tsresol: Option<u8>,
-            tsoffset: Option<i64>,
-        ) -> &mut Self {
-            let mut body = self.u16(linktype).to_vec();
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&self.u32(snaplen));
-            let mut opts = vec![(2u16, b"eth0".to_vec())];
-            if let Some(r) = tsresol {
-                opts.push((9, vec![r]));
-            }
-            if let Some(o) = tsoffset {
-                let b = if self.be {
-                    o.to_be_bytes()
-                } else {
-                    o.to_le_bytes()
-                };
-                opts.push((14, b.to_vec()));
-            }
-            body.extend(self.options(&opts));
-            self.block(1, &body)
-        }
-        fn epb(&mut self, if_id: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
-            let mut body = self.u32(if_id).to_vec();
-            body.extend_from_slice(&self.u32((ts >> 32) as u32));
-            body.extend_from_slice(&self.u32(ts as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(&self.u32(orig_len));
-            body.extend_from_slice(data);
-            while !body.len().is_multiple_of(4) {
-                body.push(0);
-            }
-            body.extend(self.options(&[(1, b"a comment".to_vec())]));
-            self.block(6, &body)
-        }
-        fn spb(&mut self, orig_len: u32, data: &[u8]) -> &mut Self {
-            let mut body = self.u32(orig_len).to_vec();
-            body.extend_from_slice(data);
-            self.block(3, &body)
-        }
-        fn pb(&mut self, if_id: u16, ts: u64, data: &[u8]) -> &mut Self {
-            let mut body = self.u16(if_id).to_vec();
-            body.extend_from_slice(&self.u16(0));
-            body.extend_from_slice(&self.u32((ts >> 32) as u32));
-            body.extend_from_slice(&self.u32(ts as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(&self.u32(data.len() as u32));
-            body.extend_from_slice(data);
-            self.block(2, &body)
-        }
-        fn bytes(&self) -> Vec<u8> {
-            self.out.clone()
-        }
+    // Every block carries an option (application name, interface name, comment), so option
+    // parsing is exercised everywhere.
+    const SHB_OPTIONS: &[PcapngOption<'static>] = &[PcapngOption::UserApplication("mcptap-test")];
+    const EPB_OPTIONS: &[PcapngOption<'static>] = &[PcapngOption::Comment("a comment")];
+
+    fn idb_options(tsresol: Option<u8>, tsoffset: Option<i64>) -> Vec<PcapngOption<'static>> {
+        let mut opts = vec![PcapngOption::InterfaceName("eth0")];
+        opts.extend(tsresol.map(PcapngOption::TsResolution));
+        opts.extend(tsoffset.map(PcapngOption::TsOffset));
+        opts
     }
 
     // ---- harness ---------------------------------------------------------
@@ -1426,17 +1315,17 @@ mod tests {
     fn two_section_pcapng() -> (Vec<u8>, Vec<Pkt>) {
         let (a, b, c, d) = (frame(10, 61), frame(20, 33), frame(30, 20), frame(40, 7));
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 65535, Some(9), None) // ns
-            .idb(113, 65535, None, Some(100)) // default µs, +100 s
-            .epb(0, 1_700_000_000_123_456_789, &a, 61)
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 65535, &idb_options(Some(9), None)) // ns
+            .interface(113, 65535, &idb_options(None, Some(100))) // default µs, +100 s
+            .enhanced_packet(0, 1_700_000_000_123_456_789, &a, 61, EPB_OPTIONS)
             .block(0x0BAD_F00D, &[1, 2, 3, 4]) // unknown block: skipped
-            .epb(1, 1_700_000_000_654_321, &b, 1500)
-            .shb(true)
-            .idb(276, 65535, Some(0x80 | 20), Some(-1)) // 2^-20 s, -1 s
-            .epb(0, (3 << 20) + (1 << 19), &c, 20) // 3.5 units-seconds
-            .epb(1, 5, &d, 7) // interface 1 no longer exists
-            .epb(0, 1 << 20, &d, 7);
+            .enhanced_packet(1, 1_700_000_000_654_321, &b, 1500, EPB_OPTIONS)
+            .section(ByteOrder::Big, SHB_OPTIONS)
+            .interface(276, 65535, &idb_options(Some(0x80 | 20), Some(-1))) // 2^-20 s, -1 s
+            .enhanced_packet(0, (3 << 20) + (1 << 19), &c, 20, EPB_OPTIONS) // 3.5 units-seconds
+            .enhanced_packet(1, 5, &d, 7, EPB_OPTIONS) // interface 1 no longer exists
+            .enhanced_packet(0, 1 << 20, &d, 7, EPB_OPTIONS);
         let want = vec![
             pkt(1_700_000_000 * SEC + 123_456_789, 1, &a, 61),
             pkt(1_700_000_100 * SEC + 654_321_000, 113, &b, 1500),
@@ -1500,10 +1389,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = frame(1, 300);
         let mut spb = Ng::default();
-        spb.shb(false)
-            .idb(1, 8, Some(9), None)
-            .spb(20, &a[..8])
-            .pb(0, 7, &a[..13]);
+        spb.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 8, &idb_options(Some(9), None))
+            .simple_packet(20, &a[..8])
+            .obsolete_packet(0, 7, &a[..13]);
         let captures = [
             two_section_pcapng().0,
             spb.bytes(),
@@ -1649,12 +1538,12 @@ mod tests {
     fn simple_packet_blocks_use_previous_timestamp_and_snaplen() {
         let big = frame(5, 20);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .spb(4, &big[..4]) // before any interface: skipped
-            .idb(1, 8, Some(9), None)
-            .epb(0, 42, &big[..3], 3)
-            .spb(20, &big[..8]) // snaplen 8
-            .spb(5, &big[..5]);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .simple_packet(4, &big[..4]) // before any interface: skipped
+            .interface(1, 8, &idb_options(Some(9), None))
+            .enhanced_packet(0, 42, &big[..3], 3, EPB_OPTIONS)
+            .simple_packet(20, &big[..8]) // snaplen 8
+            .simple_packet(5, &big[..5]);
         let (got, res) = run_inputs(vec![trickle("spb.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(
@@ -1672,10 +1561,10 @@ mod tests {
     fn obsolete_packet_block() {
         let a = frame(9, 13);
         let mut ng = Ng::default();
-        ng.shb(true)
-            .idb(1, 0, Some(3), None)
-            .pb(0, 1234, &a)
-            .pb(3, 1, &a);
+        ng.section(ByteOrder::Big, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(Some(3), None))
+            .obsolete_packet(0, 1234, &a)
+            .obsolete_packet(3, 1, &a);
         let (got, res) = run_inputs(vec![trickle("pb.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(1_234_000_000, 1, &a, 13)]);
@@ -1686,7 +1575,9 @@ mod tests {
     fn invalid_tsresol_warns_and_assumes_microseconds() {
         let a = frame(9, 4);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, Some(0x7f), None).epb(0, 5, &a, 4);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(Some(0x7f), None))
+            .enhanced_packet(0, 5, &a, 4, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("r.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(5_000, 1, &a, 4)]);
@@ -1777,9 +1668,11 @@ mod tests {
     fn truncated_pcapng_reports_block_offset() {
         let a = frame(1, 100);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 100);
-        let second_epb = ng.out.len();
-        ng.epb(0, 2, &a, 100);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &a, 100, EPB_OPTIONS);
+        let second_epb = ng.len();
+        ng.enhanced_packet(0, 2, &a, 100, EPB_OPTIONS);
         let bytes = ng.bytes();
         for cut in [second_epb + 3, second_epb + 50, bytes.len() - 1] {
             let (got, res) = run_inputs(vec![trickle("t.pcapng", bytes[..cut].to_vec())], tiny());
@@ -1805,8 +1698,8 @@ mod tests {
             assert_eq!(s.truncations[0].offset, 0);
         }
         let mut ng = Ng::default();
-        ng.shb(false);
-        let (_, res) = run_inputs(vec![trickle("h.pcapng", ng.out[..20].to_vec())], tiny());
+        ng.section(ByteOrder::Little, SHB_OPTIONS);
+        let (_, res) = run_inputs(vec![trickle("h.pcapng", ng.bytes()[..20].to_vec())], tiny());
         assert_eq!(res.unwrap().truncations[0].offset, 0);
     }
 
@@ -1890,12 +1783,12 @@ mod tests {
     fn epb_with_undefined_interface_is_skipped_with_warning() {
         let a = frame(1, 10);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .epb(0, 1, &a, 10)
-            .idb(1, 0, None, None)
-            .epb(1, 2, &a, 10)
-            .epb(7, 3, &a, 10)
-            .epb(0, 4, &a, 10);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .enhanced_packet(0, 1, &a, 10, EPB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(1, 2, &a, 10, EPB_OPTIONS)
+            .enhanced_packet(7, 3, &a, 10, EPB_OPTIONS)
+            .enhanced_packet(0, 4, &a, 10, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("i.pcapng", ng.bytes())], tiny());
         let s = res.unwrap();
         assert_eq!(got, vec![pkt(4_000, 1, &a, 10)]);
@@ -1923,10 +1816,10 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got[1].data, big);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 0, None, None)
-            .epb(0, 1, &big, 5000)
-            .epb(0, 2, &big[..3], 3);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &big, 5000, EPB_OPTIONS)
+            .enhanced_packet(0, 2, &big[..3], 3, EPB_OPTIONS);
         let (got, res) = run_inputs(vec![trickle("big.pcapng", ng.bytes())], tiny());
         res.unwrap();
         assert_eq!(got.len(), 2);
@@ -1938,10 +1831,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big = frame(3, (5 << 20) + 3);
         let mut ng = Ng::default();
-        ng.shb(false)
-            .idb(1, 0, None, None)
-            .epb(0, 1, &big, big.len() as u32);
-        ng.epb(0, 2, &big[..5], 5);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &big, big.len() as u32, EPB_OPTIONS);
+        ng.enhanced_packet(0, 2, &big[..5], 5, EPB_OPTIONS);
         let path = write(dir.path(), "huge.pcapng", &ng.bytes());
         let (got, res) = run(&[path]);
         res.unwrap();
@@ -1969,9 +1862,12 @@ mod tests {
     fn corrupt_block_is_an_error_with_offset() {
         let a = frame(1, 8);
         let mut ng = Ng::default();
-        ng.shb(false).idb(1, 0, None, None).epb(0, 1, &a, 8);
-        let bad_at = ng.out.len();
-        ng.epb(0, 2, &a, 8).epb(0, 3, &a, 8);
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &a, 8, EPB_OPTIONS);
+        let bad_at = ng.len();
+        ng.enhanced_packet(0, 2, &a, 8, EPB_OPTIONS)
+            .enhanced_packet(0, 3, &a, 8, EPB_OPTIONS);
         let mut bytes = ng.bytes();
         // Break the trailing length copy of the second EPB.
         let second_end = bytes.len() - (bytes.len() - bad_at) / 2;
@@ -1991,13 +1887,14 @@ mod tests {
         let a = frame(1, 8);
         for trailing in [false, true] {
             let mut ng = Ng::default();
-            ng.shb(false).idb(1, 0, None, None);
-            let bad_at = ng.out.len();
-            ng.epb(0, 1, &a, 8);
+            ng.section(ByteOrder::Little, SHB_OPTIONS)
+                .interface(1, 0, &idb_options(None, None));
+            let bad_at = ng.len();
+            ng.enhanced_packet(0, 1, &a, 8, EPB_OPTIONS);
             // caplen field (offset 20 in the block) claims more than the block holds
-            ng.out[bad_at + 20] = 200;
+            ng.as_mut_bytes()[bad_at + 20] = 200;
             if trailing {
-                ng.epb(0, 2, &a, 8);
+                ng.enhanced_packet(0, 2, &a, 8, EPB_OPTIONS);
             }
             let (got, res) = run_inputs(vec![trickle("o.pcapng", ng.bytes())], tiny());
             assert!(got.is_empty());
@@ -2041,8 +1938,8 @@ mod tests {
     #[test]
     fn bad_section_header_byte_order_is_corrupt() {
         let mut ng = Ng::default();
-        ng.shb(false);
-        ng.out[8] = 0x99;
+        ng.section(ByteOrder::Little, SHB_OPTIONS);
+        ng.as_mut_bytes()[8] = 0x99;
         let (_, res) = run_inputs(vec![trickle("b.pcapng", ng.bytes())], tiny());
         assert_eq!(
             res.unwrap_err().to_string(),
