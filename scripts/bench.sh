@@ -113,7 +113,7 @@ else
 fi
 
 # Regenerate when the generator changed since the captures were written.
-GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs | sha256sum | cut -c1-16)"
+GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs crates/mcptap-testkit/src/*.rs | sha256sum | cut -c1-16)"
 MIXED="$DATA/mixed-${MIXED_MB}MB-seed${SEED}.pcap"
 MCP="$DATA/mcp-${MCP_MB}MB-seed${SEED}.pcap"
 STAMP="$DATA/gen-${MIXED_MB}-${MCP_MB}-seed${SEED}.stamp"

@@ -15,6 +15,9 @@
 # Prints a PASS/FAIL table; exit status 1 on any failure.
 #
 #   scripts/flood.sh                        # 1,000,000 flows, 100,000 session ids, seed 1
+#   scripts/flood.sh --worker-threads 4     # the same through the daemon's worker path:
+#                                           # 4 pipelines sharded by server endpoint, whose
+#                                           # limits are process-wide totals (as `run`)
 #   options: --seed N, --flows N, --sessions N, --data DIR (default target/bench-data)
 #
 # Needs: cargo, /usr/bin/time (Debian package `time`), jq.
@@ -27,13 +30,15 @@ SEED=1
 FLOWS=1000000
 SESSIONS=100000
 DATA="$ROOT/target/bench-data"
+WORKERS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seed) SEED="$2"; shift ;;
     --flows) FLOWS="$2"; shift ;;
     --sessions) SESSIONS="$2"; shift ;;
     --data) DATA="$2"; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --worker-threads) WORKERS="$2"; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "flood.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,7 +64,7 @@ BIN="$ROOT/target/release/mcptap"
 T1="$EPOCHREALTIME"
 
 # Regenerate when the generator changed since the capture was written.
-GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs | sha256sum | cut -c1-16)"
+GEN_HASH="$(cat benches/gen_capture.rs benches/support/*.rs crates/mcptap-testkit/src/*.rs | sha256sum | cut -c1-16)"
 CAPTURE="$DATA/flood-${FLOWS}f-${SESSIONS}s-seed${SEED}.pcap"
 STAMP="$CAPTURE.stamp"
 if [ ! -f "$CAPTURE" ] || [ "$(cat "$STAMP" 2>/dev/null || true)" != "$GEN_HASH" ]; then
@@ -72,9 +77,15 @@ fi
 echo "$(sha256sum "$CAPTURE" | cut -d' ' -f1)  $(basename "$CAPTURE")  $(stat -c %s "$CAPTURE") bytes"
 T2="$EPOCHREALTIME"
 
-echo "== replaying (default limits) =="
+WORKER_ARGS=()
+if [ -n "$WORKERS" ]; then
+  WORKER_ARGS=(--worker-threads "$WORKERS")
+  echo "== replaying (default limits) through the daemon's worker path, $WORKERS workers =="
+else
+  echo "== replaying (default limits) =="
+fi
 # Events: only alerts and session ends are kept (the handshakes alone are ~100 MB).
-/usr/bin/time -v -o "$WORK/time" "$BIN" replay "$CAPTURE" --log-level error \
+/usr/bin/time -v -o "$WORK/time" "$BIN" replay "${WORKER_ARGS[@]}" "$CAPTURE" --log-level error \
   2> "$WORK/err" | jq -c 'select(.event == "alert" or .event == "session_end")' > "$WORK/events" \
   || { tail -5 "$WORK/err" >&2; die "replay failed"; }
 T3="$EPOCHREALTIME"
@@ -104,7 +115,7 @@ row() { # check figure ok
 }
 ok() { if "$@"; then echo 1; else echo 0; fi; }
 echo
-echo "== flood check: $FLOWS SYN flows, $SESSIONS session ids + 1 faulty, seed $SEED =="
+echo "== flood check: $FLOWS SYN flows, $SESSIONS session ids + 1 faulty, seed $SEED${WORKERS:+, $WORKERS workers} =="
 printf '| %-46s | %-44s | %-4s |\n' "check" "figure" "ok"
 printf '|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..46})" "------"
 row "packets replayed" "${packets:-?}" "$(ok [ "${packets:-0}" -gt 0 ])"

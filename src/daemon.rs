@@ -1,6 +1,7 @@
 //! `mcptap run`: live capture threads → one pipeline thread → events, logs and metrics, with
 //! the metrics endpoint and signal handling on a small tokio runtime.
 
+use crate::capture::{self, ReadSummary};
 use crate::config::{CaptureConfig, Config, MetricsConfig};
 use crate::live::{self, Batch, CaptureHealth};
 use crate::server::{self, ServerState};
@@ -10,11 +11,13 @@ use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
-use mcptap_core::pipeline::{PacketStats, Pipeline};
+use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
+use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where product events go.
@@ -72,6 +75,9 @@ struct Worker {
     /// What this worker last reported to the shared counters.
     reported: PacketStats,
     reported_flows: usize,
+    /// Live capture: time passes on a quiet link (idle flows and sessions expire by the wall
+    /// clock). A replay's time is its packets' alone.
+    wall_clock_when_idle: bool,
 }
 
 impl Worker {
@@ -112,11 +118,12 @@ impl Worker {
                     }
                     self.drain(&mut outputs);
                 }
-                Err(RecvTimeoutError::Timeout) => {
+                Err(RecvTimeoutError::Timeout) if self.wall_clock_when_idle => {
                     // No traffic: let time pass so idle flows and sessions still expire.
                     self.pipeline.advance_time(wall_clock(), &mut outputs);
                     self.drain(&mut outputs);
                 }
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             self.report();
@@ -138,6 +145,138 @@ impl Worker {
         self.report();
         (self.summary, self.pipeline.stats().clone())
     }
+}
+
+/// What every pipeline worker of a process shares.
+struct WorkerPool {
+    limits: Limits,
+    sinks: Arc<Mutex<EventSinks>>,
+    metrics: Arc<Metrics>,
+    reopen: Arc<AtomicBool>,
+    wall_clock_when_idle: bool,
+}
+
+type WorkerHandle = JoinHandle<(Summary, PacketStats)>;
+
+impl WorkerPool {
+    /// Starts `n` workers. Their limits are process-wide totals: every pipeline counts what it
+    /// holds in one [`SharedUsage`].
+    fn spawn(&self, n: usize) -> Result<(Vec<SyncSender<Batch>>, Vec<WorkerHandle>), String> {
+        let usage = Arc::new(SharedUsage::default());
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..n {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
+            senders.push(tx);
+            let worker = Worker {
+                pipeline: Pipeline::with_usage(self.limits, usage.clone()),
+                sinks: self.sinks.clone(),
+                metrics: self.metrics.clone(),
+                summary: Summary::default(),
+                reopen: self.reopen.clone(),
+                reported: PacketStats::default(),
+                reported_flows: 0,
+                wall_clock_when_idle: self.wall_clock_when_idle,
+            };
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("pipeline-{i}"))
+                    .spawn(move || worker.run(rx))
+                    .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
+            );
+        }
+        Ok((senders, handles))
+    }
+}
+
+fn join_workers(workers: Vec<WorkerHandle>) -> Result<(Summary, PacketStats), String> {
+    let mut summary = Summary::default();
+    let mut stats = PacketStats::default();
+    for w in workers {
+        let (s, p) = w
+            .join()
+            .map_err(|_| "pipeline thread panicked".to_string())?;
+        summary.merge(&s);
+        stats.merge(&p);
+    }
+    Ok((summary, stats))
+}
+
+/// What [`replay_through_workers`] read and what its workers saw.
+pub struct WorkerReplay {
+    pub read: ReadSummary,
+    pub summary: Summary,
+    pub stats: PacketStats,
+}
+
+/// Replays capture files through the daemon's worker path: packets sharded by server
+/// endpoint over `threads` pipeline workers with process-wide limits, exactly as `run` does
+/// with live traffic; events (in no fixed order across workers) to `events` or standard
+/// output. For testing the live path's limits on a capture.
+pub fn replay_through_workers(
+    files: &[String],
+    limits: Limits,
+    threads: usize,
+    events: Option<&str>,
+) -> Result<WorkerReplay, String> {
+    let file = match events {
+        Some(path) => Some(
+            EventFile::open(path).map_err(|e| format!("{path}: cannot open events file: {e}"))?,
+        ),
+        None => None,
+    };
+    let sinks = Arc::new(Mutex::new(EventSinks {
+        stdout: file.is_none().then(|| NdjsonWriter::new(std::io::stdout())),
+        file,
+        dirty: false,
+    }));
+    let metrics =
+        Arc::new(Metrics::new(LabelConfig::default()).map_err(|e| format!("metrics: {e}"))?);
+    let pool = WorkerPool {
+        limits,
+        sinks,
+        metrics,
+        reopen: Arc::new(AtomicBool::new(false)),
+        wall_clock_when_idle: false,
+    };
+    let threads = threads.max(1);
+    let (senders, workers) = pool.spawn(threads)?;
+    let mut batches: Vec<Batch> = (0..threads).map(|_| Batch::default()).collect();
+    let mut send_failed = false;
+    let read = capture::read_captures(files, &mut |pkt| {
+        let w = live::shard_of(pkt.linktype, pkt.data, threads);
+        let (Some(batch), Some(tx)) = (batches.get_mut(w), senders.get(w)) else {
+            return;
+        };
+        if batch.linktype != pkt.linktype && !batch.packets.is_empty() {
+            send_failed |= tx.send(std::mem::take(batch)).is_err();
+        }
+        batch.linktype = pkt.linktype;
+        let off = batch.data.len();
+        batch.data.extend_from_slice(pkt.data);
+        batch.packets.push((pkt.ts_nanos, off, pkt.data.len()));
+        if batch.packets.len() >= 512 {
+            let linktype = batch.linktype;
+            send_failed |= tx.send(std::mem::take(batch)).is_err();
+            batch.linktype = linktype;
+        }
+    });
+    for (batch, tx) in batches.into_iter().zip(&senders) {
+        if !batch.packets.is_empty() {
+            send_failed |= tx.send(batch).is_err();
+        }
+    }
+    drop(senders);
+    let (summary, stats) = join_workers(workers)?;
+    let read = read.map_err(|e| e.to_string())?;
+    if send_failed {
+        return Err("a pipeline worker stopped early".into());
+    }
+    Ok(WorkerReplay {
+        read,
+        summary,
+        stats,
+    })
 }
 
 /// The capture adapter's part of the config file.
@@ -225,27 +364,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
         dirty: false,
     }));
     let started = Instant::now();
-    let mut senders = Vec::new();
-    let mut workers = Vec::new();
-    for i in 0..n_workers {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
-        senders.push(tx);
-        let worker = Worker {
-            pipeline: Pipeline::new(cfg.limits),
-            sinks: sinks.clone(),
-            metrics: metrics.clone(),
-            summary: Summary::default(),
-            reopen: reopen.clone(),
-            reported: PacketStats::default(),
-            reported_flows: 0,
-        };
-        workers.push(
-            std::thread::Builder::new()
-                .name(format!("pipeline-{i}"))
-                .spawn(move || worker.run(rx))
-                .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
-        );
-    }
+    let pool = WorkerPool {
+        limits: cfg.limits,
+        sinks: sinks.clone(),
+        metrics: metrics.clone(),
+        reopen: reopen.clone(),
+        wall_clock_when_idle: true,
+    };
+    let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
     let mut threads = Vec::new();
     for oc in captures {
@@ -291,15 +417,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     for t in threads {
         let _ = t.join();
     }
-    let mut summary = Summary::default();
-    let mut stats = PacketStats::default();
-    for w in workers {
-        let (s, p) = w
-            .join()
-            .map_err(|_| "pipeline thread panicked".to_string())?;
-        summary.merge(&s);
-        stats.merge(&p);
-    }
+    let (summary, stats) = join_workers(workers)?;
     let mut err = std::io::stderr();
     let _ = writeln!(err, "{}", summary.render(&stats, started.elapsed()));
     if failed {

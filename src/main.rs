@@ -61,6 +61,11 @@ enum Command {
         /// Exit with status 3 when any alert fired.
         #[arg(long)]
         fail_on_alert: bool,
+        /// Replay through the daemon's worker path: N pipeline workers sharded by server
+        /// endpoint, with process-wide limits, as `run` does. Events come in no fixed order
+        /// across workers. For checking the live path's limits on a capture.
+        #[arg(long, hide = true, value_name = "N")]
+        worker_threads: Option<usize>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -230,15 +235,23 @@ fn main() -> ExitCode {
             files,
             events,
             fail_on_alert,
+            worker_threads,
             limits,
         } => {
             init_logging(
                 format.unwrap_or(config::LogFormat::Text),
                 cli.log_level.as_deref().unwrap_or("info"),
             );
-            match limits.limits() {
-                Ok(limits) => replay(&files, events.as_deref(), fail_on_alert, limits),
-                Err(e) => fail(&e),
+            match (limits.limits(), worker_threads) {
+                (Err(e), _) => fail(&e),
+                (Ok(limits), None) => replay(&files, events.as_deref(), fail_on_alert, limits),
+                (Ok(limits), Some(threads)) => replay_through_workers(
+                    &files,
+                    events.as_deref(),
+                    fail_on_alert,
+                    limits,
+                    threads,
+                ),
             }
         }
         Command::Run(args) => {
@@ -353,6 +366,30 @@ fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: L
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn replay_through_workers(
+    files: &[String],
+    events: Option<&str>,
+    fail_on_alert: bool,
+    limits: Limits,
+    threads: usize,
+) -> ExitCode {
+    let started = Instant::now();
+    match mcptap::daemon::replay_through_workers(files, limits, threads, events) {
+        Ok(r) => {
+            for t in &r.read.truncations {
+                tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
+            }
+            eprintln!("{}", r.summary.render(&r.stats, started.elapsed()));
+            if fail_on_alert && r.summary.total_alerts() > 0 {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail(&e),
     }
 }
 

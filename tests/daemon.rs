@@ -247,3 +247,53 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     s.read_to_string(&mut buf).ok()?;
     Some(buf)
 }
+
+/// The daemon's worker path (several pipelines sharded by server endpoint, with shared
+/// limits) gives every fixture the events one pipeline gives, whatever the worker count.
+#[test]
+fn worker_path_gives_the_events_of_one_pipeline() {
+    use mcptap_core::model::Output;
+    use mcptap_core::pipeline::Limits;
+    let dir = tempfile::tempdir().expect("tmp");
+    let fixtures = format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"));
+    let mut names: Vec<String> = std::fs::read_dir(&fixtures)
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pcap"))
+        .collect();
+    names.sort();
+    assert!(names.len() > 10);
+    for name in names {
+        let path = format!("{fixtures}/{name}");
+        let (outputs, _) =
+            mcptap::replay::replay_collect(std::slice::from_ref(&path), Limits::default())
+                .expect("replay");
+        let mut want: Vec<String> = outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(e) => Some(serde_json::to_string(e).expect("json")),
+                Output::Telemetry(_) => None,
+            })
+            .collect();
+        want.sort();
+        for threads in [1, 2, 4] {
+            let events = dir.path().join(format!("{name}.{threads}.ndjson"));
+            let events = events.to_str().expect("utf-8 path");
+            let r = mcptap::daemon::replay_through_workers(
+                std::slice::from_ref(&path),
+                Limits::default(),
+                threads,
+                Some(events),
+            )
+            .expect("worker replay");
+            assert!(r.read.truncations.is_empty());
+            let mut got: Vec<String> = std::fs::read_to_string(events)
+                .expect("events")
+                .lines()
+                .map(str::to_string)
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{name} with {threads} workers");
+        }
+    }
+}
