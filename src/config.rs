@@ -1,5 +1,6 @@
 //! Daemon configuration: a TOML file, overridden by command-line flags.
 
+use mcptap_core::detect::Detectors;
 use mcptap_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -13,6 +14,8 @@ pub struct Config {
     pub events: EventsConfig,
     /// `[limits]`: the core's own type; its keys and their checks are in `mcptap_core::limits`.
     pub limits: Limits,
+    /// `[detect]`: detector settings, the core's own type (`mcptap_core::detect::Detectors`).
+    pub detect: Detectors,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,

@@ -9,6 +9,7 @@ use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
+use mcptap_core::detect::Detectors;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
@@ -150,6 +151,7 @@ impl Worker {
 /// What every pipeline worker of a process shares.
 struct WorkerPool {
     limits: Limits,
+    detectors: Detectors,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
     reopen: Arc<AtomicBool>,
@@ -169,7 +171,7 @@ impl WorkerPool {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
             senders.push(tx);
             let worker = Worker {
-                pipeline: Pipeline::with_usage(self.limits, usage.clone()),
+                pipeline: Pipeline::configured(self.limits, self.detectors, usage.clone()),
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),
                 summary: Summary::default(),
@@ -216,6 +218,7 @@ pub struct WorkerReplay {
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
+    detectors: Detectors,
     threads: usize,
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
@@ -234,6 +237,7 @@ pub fn replay_through_workers(
         Arc::new(Metrics::new(LabelConfig::default()).map_err(|e| format!("metrics: {e}"))?);
     let pool = WorkerPool {
         limits,
+        detectors,
         sinks,
         metrics,
         reopen: Arc::new(AtomicBool::new(false)),
@@ -366,6 +370,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let started = Instant::now();
     let pool = WorkerPool {
         limits: cfg.limits,
+        detectors: cfg.detect,
         sinks: sinks.clone(),
         metrics: metrics.clone(),
         reopen: reopen.clone(),

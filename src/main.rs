@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use mcptap::config::{self, Config};
 use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
+use mcptap_core::detect::Detectors;
 use mcptap_core::limits::{LimitSettings, Limits};
 use mcptap_core::model::Event;
 use mcptap_core::model::Output;
@@ -66,6 +67,10 @@ enum Command {
         /// across workers. For checking the live path's limits on a capture.
         #[arg(long, hide = true, value_name = "N")]
         worker_threads: Option<usize>,
+        /// JSON-RPC error responses take part in content-type mode elimination (config
+        /// `detect.errors_decide_mode`).
+        #[arg(long)]
+        errors_decide_mode: bool,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -236,20 +241,24 @@ fn main() -> ExitCode {
             events,
             fail_on_alert,
             worker_threads,
+            errors_decide_mode,
             limits,
         } => {
+            let detectors = Detectors { errors_decide_mode };
             init_logging(
                 format.unwrap_or(config::LogFormat::Text),
                 cli.log_level.as_deref().unwrap_or("info"),
             );
             match (limits.limits(), worker_threads) {
                 (Err(e), _) => fail(&e),
-                (Ok(limits), None) => replay(&files, events.as_deref(), fail_on_alert, limits),
+                (Ok(limits), None) => {
+                    replay(&files, events.as_deref(), fail_on_alert, limits, detectors)
+                }
                 (Ok(limits), Some(threads)) => replay_through_workers(
                     &files,
                     events.as_deref(),
                     fail_on_alert,
-                    limits,
+                    (limits, detectors),
                     threads,
                 ),
             }
@@ -319,7 +328,13 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: Limits) -> ExitCode {
+fn replay(
+    files: &[String],
+    events: Option<&str>,
+    fail_on_alert: bool,
+    limits: Limits,
+    detectors: Detectors,
+) -> ExitCode {
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::new(f)),
@@ -334,7 +349,7 @@ fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: L
     let mut summary = Summary::default();
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
-    let result = mcptap::replay::replay(files, limits, &mut |o: &Output| {
+    let result = mcptap::replay::replay(files, limits, detectors, &mut |o: &Output| {
         summary.observe(o);
         log::log_output(o);
         if let (Output::Event(ev), None) = (o, &write_error) {
@@ -373,11 +388,11 @@ fn replay_through_workers(
     files: &[String],
     events: Option<&str>,
     fail_on_alert: bool,
-    limits: Limits,
+    (limits, detectors): (Limits, Detectors),
     threads: usize,
 ) -> ExitCode {
     let started = Instant::now();
-    match mcptap::daemon::replay_through_workers(files, limits, threads, events) {
+    match mcptap::daemon::replay_through_workers(files, limits, detectors, threads, events) {
         Ok(r) => {
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
@@ -424,6 +439,7 @@ mod tests {
     /// Replay flags of config keys outside `[limits]` whose name differs from the key's.
     const REPLAY_FLAG_OF_KEY: &[(&str, &str)] = &[
         ("events.file", "events"),
+        ("detect.errors_decide_mode", "errors-decide-mode"),
         ("log.format", "log-format"),
         ("log.level", "log-level"),
     ];

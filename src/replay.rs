@@ -1,6 +1,7 @@
 //! Replay adapter: capture files in, pipeline outputs to a callback.
 
 use crate::capture::{self, CaptureError, ReadSummary};
+use mcptap_core::detect::Detectors;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
@@ -17,9 +18,10 @@ pub struct ReplayReport {
 pub fn replay(
     paths: &[String],
     limits: Limits,
+    detectors: Detectors,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
-    let mut pipeline = Pipeline::new(limits);
+    let mut pipeline = Pipeline::configured(limits, detectors, Default::default());
     let mut outputs = Vec::new();
     let read = capture::read_captures(paths, &mut |pkt| {
         pipeline.handle_packet(
@@ -51,6 +53,8 @@ pub fn replay_collect(
     limits: Limits,
 ) -> Result<(Vec<Output>, ReplayReport), CaptureError> {
     let mut all = Vec::new();
-    let report = replay(paths, limits, &mut |o| all.push(o.clone()))?;
+    let report = replay(paths, limits, Detectors::default(), &mut |o| {
+        all.push(o.clone())
+    })?;
     Ok((all, report))
 }

@@ -282,6 +282,7 @@ fn worker_path_gives_the_events_of_one_pipeline() {
             let r = mcptap::daemon::replay_through_workers(
                 std::slice::from_ref(&path),
                 Limits::default(),
+                Default::default(),
                 threads,
                 Some(events),
             )

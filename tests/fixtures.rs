@@ -135,6 +135,9 @@ fn check_expected(fixture: &str, want: &Value) {
             }
             other => panic!("{fixture}: expected.json names an unknown alert kind {other:?}"),
         }
+        if let Some(also) = a.get("also") {
+            assert_eq!(&first["also"], also, "{fixture}: {a}");
+        }
         if let Some(want_reasons) = a["reasons"].as_array() {
             let reasons: Vec<&Value> = same.iter().map(|g| &g["reason"]).collect();
             let want_reasons: Vec<&Value> = want_reasons.iter().collect();

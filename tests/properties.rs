@@ -456,7 +456,7 @@ fn flow_ctx() -> FlowCtx {
 /// whole), and everything it emits into a tracker. Returns the serialised events.
 fn run_http_steps(steps: &[(usize, Vec<u8>)], split: usize, synchronised: bool) -> Vec<Value> {
     let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
-    let mut tracker = Tracker::new(SessionLimits::default(), Detectors);
+    let mut tracker = Tracker::new(SessionLimits::default(), Detectors::default());
     let mut events = Vec::new();
     let mut out = Vec::new();
     let mut checker = HttpEventChecker::default();

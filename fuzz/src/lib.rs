@@ -250,7 +250,7 @@ pub fn run_http(data: &[u8]) -> usize {
     let mut n_events = 0;
     let (synchronised, ops) = decode_http(data);
     let mut conn = Connection::new(synchronised, HttpLimits::default(), HTTP_INTEREST);
-    let mut tracker = Tracker::new(SessionLimits::default(), Detectors);
+    let mut tracker = Tracker::new(SessionLimits::default(), Detectors::default());
     let ctx = flow_ctx(0);
     let mut events = Vec::new();
     let mut out = Vec::new();
@@ -677,7 +677,7 @@ pub fn run_mcp(data: &[u8]) -> usize {
     small.max_in_flight = 4;
     small.max_session_id_len = 16;
     for limits in [small, SessionLimits::default()] {
-        let mut tracker = Tracker::new(limits, Detectors);
+        let mut tracker = Tracker::new(limits, Detectors::default());
         let mut ts = 1_700_000_000_000_000_000i64;
         let mut out = Vec::new();
         for op in &ops {

@@ -553,7 +553,10 @@ mod tests {
             "{}/tests/fixtures/incident.pcap",
             env!("CARGO_MANIFEST_DIR")
         );
-        let report = crate::replay::replay(&[path], Default::default(), &mut |o| m.observe(o))
+        let report =
+            crate::replay::replay(&[path], Default::default(), Default::default(), &mut |o| {
+                m.observe(o)
+            })
             .expect("replay");
         m.add_packet_stats(&report.stats, &PacketStats::default(), 0);
         let text = m.render();

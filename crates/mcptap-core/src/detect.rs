@@ -12,9 +12,15 @@ use crate::model::{
 };
 
 /// mcptap's detectors: capability narrowing and widening, content-type divergence, empty tool
-/// results.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Detectors;
+/// results. The fields are the `[detect]` settings of the configuration.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Detectors {
+    /// JSON-RPC error responses take part in content-type mode elimination. Off by default:
+    /// errors are every SDK's early-exit path and are often answered as plain JSON by servers
+    /// that stream their results.
+    pub errors_decide_mode: bool,
+}
 
 impl Detector for Detectors {
     type SessionState = ModeTracker;
@@ -30,44 +36,44 @@ impl Detector for Detectors {
             base.server_caps(),
             review.server_capabilities.clone(),
         );
-        let mut alerts = Vec::new();
-        if !diff.server.removed.is_empty() {
-            alerts.push(AlertKind::CapabilityNarrowing(change.clone()));
-        }
-        if !diff.server.added.is_empty() {
-            alerts.push(AlertKind::CapabilityWidening(change));
-        }
+        // One handshake, one alert: a loss outweighs a gain (the change lists both).
+        let alert = if !diff.server.removed.is_empty() {
+            Some(AlertKind::CapabilityNarrowing(change))
+        } else if !diff.server.added.is_empty() {
+            Some(AlertKind::CapabilityWidening(change))
+        } else {
+            None
+        };
         HandshakeVerdict {
             client_near_miss: diff.server.is_empty() && !diff.client.removed.is_empty(),
-            alerts,
+            alert,
         }
     }
 
-    fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Vec<AlertKind> {
+    fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Option<AlertKind> {
         if !(200..300).contains(&review.http_status) || review.on_other_stream {
             // Errors at the HTTP level and answers on a GET stream say nothing about the
             // POST's response mode.
-            return Vec::new();
+            return None;
         }
-        modes
-            .observe(
-                review.method,
-                review.shape,
-                review.streaming_negotiated,
-                review.accept,
-            )
-            .into_iter()
-            .map(|f| {
-                AlertKind::ContentTypeDivergence(Divergence {
-                    method: review.method.to_string(),
-                    request_id: review.request_id.clone(),
-                    tool: review.tool.map(str::to_string),
-                    expected: f.expected,
-                    observed: f.observed,
-                    reason: f.reason,
-                })
-            })
-            .collect()
+        if review.is_error && !self.errors_decide_mode {
+            return None;
+        }
+        let f = modes.observe(
+            review.method,
+            review.shape,
+            review.streaming_negotiated,
+            review.accept,
+        )?;
+        Some(AlertKind::ContentTypeDivergence(Divergence {
+            method: review.method.to_string(),
+            request_id: review.request_id.clone(),
+            tool: review.tool.map(str::to_string),
+            expected: f.expected,
+            observed: f.observed,
+            reason: f.reason,
+            also: f.also,
+        }))
     }
 
     fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind> {
@@ -132,6 +138,8 @@ pub struct DivergenceFinding {
     pub expected: String,
     pub observed: String,
     pub reason: DivergenceReason,
+    /// Further reasons the same answer showed.
+    pub also: Vec<DivergenceReason>,
 }
 
 /// Per-session record of how the server answers each method.
@@ -154,10 +162,10 @@ impl ModeTracker {
         shape: AnswerShape,
         streaming_negotiated: bool,
         accept: Option<&str>,
-    ) -> Vec<DivergenceFinding> {
+    ) -> Option<DivergenceFinding> {
         let at = match self.methods.iter().position(|(m, _)| **m == *method) {
             Some(at) => at,
-            None if self.methods.len() >= MAX_METHODS => return Vec::new(),
+            None if self.methods.len() >= MAX_METHODS => return None,
             None => {
                 let fresh = MethodState {
                     modes: SSE | JSON | AUTO,
@@ -175,6 +183,7 @@ impl ModeTracker {
                 expected: expectation(state.modes).to_string(),
                 observed: describe(shape).to_string(),
                 reason: DivergenceReason::ModeContradiction,
+                also: Vec::new(),
             });
             // Start over from this answer, so a lasting change alerts once, not on every call.
             state.modes = fits(shape);
@@ -189,6 +198,7 @@ impl ModeTracker {
                     expected: "text/event-stream".into(),
                     observed: describe(shape).into(),
                     reason: DivergenceReason::StreamingNegotiated,
+                    also: Vec::new(),
                 },
             );
         }
@@ -202,10 +212,16 @@ impl ModeTracker {
                     expected: accept.to_string(),
                     observed: shape.media_type().into(),
                     reason: DivergenceReason::NotAccepted,
+                    also: Vec::new(),
                 },
             );
         }
-        found
+        // One answer, one alert: the first reason (the strongest) names it, the others ride
+        // along and count as alerted.
+        let mut found = found.into_iter();
+        let mut first = found.next()?;
+        first.also = found.map(|f| f.reason).collect();
+        Some(first)
     }
 }
 
@@ -253,8 +269,15 @@ mod tests {
     use crate::model::StreamEnd;
     use AnswerShape::*;
 
-    fn reasons(f: &[DivergenceFinding]) -> Vec<DivergenceReason> {
-        f.iter().map(|f| f.reason).collect()
+    const D: Detectors = Detectors {
+        errors_decide_mode: false,
+    };
+
+    /// The reasons of an answer's finding: the alert's, then the ones riding along.
+    fn reasons(f: &Option<DivergenceFinding>) -> Vec<DivergenceReason> {
+        f.iter()
+            .flat_map(|f| std::iter::once(f.reason).chain(f.also.iter().copied()))
+            .collect()
     }
 
     #[test]
@@ -262,18 +285,24 @@ mod tests {
         let mut t = ModeTracker::default();
         assert!(
             t.observe("tools/call", SseResultOnly, false, None)
-                .is_empty()
+                .is_none()
         );
         assert!(
             t.observe("tools/call", SseResultOnly, false, None)
-                .is_empty()
+                .is_none()
         );
         let f = t.observe("tools/call", Json, false, None);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
-        assert_eq!(f[0].expected, "text/event-stream");
-        assert_eq!(f[0].observed, "application/json");
+        assert_eq!(
+            f.as_ref().map(|f| f.expected.as_str()),
+            Some("text/event-stream")
+        );
+        assert_eq!(
+            f.as_ref().map(|f| f.observed.as_str()),
+            Some("application/json")
+        );
         // The new state is established: no alert storm.
-        assert!(t.observe("tools/call", Json, false, None).is_empty());
+        assert!(t.observe("tools/call", Json, false, None).is_none());
     }
 
     #[test]
@@ -285,17 +314,17 @@ mod tests {
             vec![DivergenceReason::ModeContradiction]
         );
         let mut auto = ModeTracker::default();
-        assert!(auto.observe("tools/call", Json, false, None).is_empty());
+        assert!(auto.observe("tools/call", Json, false, None).is_none());
         assert!(
             auto.observe("tools/call", SseAfterMessages, false, None)
-                .is_empty()
+                .is_none()
         );
-        assert!(auto.observe("tools/call", Json, false, None).is_empty());
+        assert!(auto.observe("tools/call", Json, false, None).is_none());
         // Auto mode never streams a bare result.
         assert!(
             !auto
                 .observe("tools/call", SseResultOnly, false, None)
-                .is_empty()
+                .is_none()
         );
     }
 
@@ -304,20 +333,20 @@ mod tests {
         let mut t = ModeTracker::default();
         assert!(
             t.observe("tools/call", SseAfterMessages, false, None)
-                .is_empty()
+                .is_none()
         );
         assert!(
             t.observe("tools/call", SseResultOnly, false, None)
-                .is_empty()
+                .is_none()
         );
-        assert!(!t.observe("tools/call", Json, false, None).is_empty());
+        assert!(!t.observe("tools/call", Json, false, None).is_none());
     }
 
     #[test]
     fn methods_are_independent() {
         let mut t = ModeTracker::default();
         t.observe("tools/call", SseResultOnly, false, None);
-        assert!(t.observe("tools/list", Json, false, None).is_empty());
+        assert!(t.observe("tools/list", Json, false, None).is_none());
     }
 
     #[test]
@@ -325,8 +354,8 @@ mod tests {
         let mut t = ModeTracker::default();
         let f = t.observe("tools/call", Json, true, None);
         assert_eq!(reasons(&f), vec![DivergenceReason::StreamingNegotiated]);
-        assert!(t.observe("tools/call", Json, true, None).is_empty());
-        assert!(t.observe("tools/list", Json, true, None).is_empty());
+        assert!(t.observe("tools/call", Json, true, None).is_none());
+        assert!(t.observe("tools/list", Json, true, None).is_none());
     }
 
     #[test]
@@ -384,21 +413,21 @@ mod tests {
                 added: vec![],
             },
         };
-        let v = Detectors.handshake(&review(true, Some(&base), Some(&narrowed), &now));
+        let v = D.handshake(&review(true, Some(&base), Some(&narrowed), &now));
         assert!(!v.client_near_miss);
-        let [AlertKind::CapabilityNarrowing(change)] = v.alerts.as_slice() else {
-            panic!("{:?}", v.alerts);
+        let Some(AlertKind::CapabilityNarrowing(change)) = &v.alert else {
+            panic!("{:?}", v.alert);
         };
         assert_eq!(change.removed, vec!["tools.streaming".to_string()]);
         assert_eq!(change.client_removed, vec!["sampling".to_string()]);
         assert_eq!(change.previous, first);
         // A rejected handshake or a first one decides nothing.
         assert_eq!(
-            Detectors.handshake(&review(false, Some(&base), Some(&narrowed), &now)),
+            D.handshake(&review(false, Some(&base), Some(&narrowed), &now)),
             HandshakeVerdict::default()
         );
         assert_eq!(
-            Detectors.handshake(&review(true, None, None, &now)),
+            D.handshake(&review(true, None, None, &now)),
             HandshakeVerdict::default()
         );
         // The client lost a capability, the server kept its answer: a near miss, no alert.
@@ -406,8 +435,8 @@ mod tests {
             server: PathDiff::default(),
             ..narrowed
         };
-        let v = Detectors.handshake(&review(true, Some(&base), Some(&pinned), &first));
-        assert!(v.client_near_miss && v.alerts.is_empty());
+        let v = D.handshake(&review(true, Some(&base), Some(&pinned), &first));
+        assert!(v.client_near_miss && v.alert.is_none());
     }
 
     #[test]
@@ -418,6 +447,7 @@ mod tests {
             tool: Some("t"),
             request_id: &id,
             http_status: status,
+            is_error: false,
             shape,
             on_other_stream,
             streaming_negotiated: false,
@@ -425,24 +455,15 @@ mod tests {
         };
         let mut modes = ModeTracker::default();
         assert!(
-            Detectors
-                .answer(&mut modes, &answer(200, false, SseResultOnly))
-                .is_empty()
+            D.answer(&mut modes, &answer(200, false, SseResultOnly))
+                .is_none()
         );
-        assert!(
-            Detectors
-                .answer(&mut modes, &answer(500, false, Json))
-                .is_empty()
-        );
-        assert!(
-            Detectors
-                .answer(&mut modes, &answer(200, true, Json))
-                .is_empty()
-        );
-        let alerts = Detectors.answer(&mut modes, &answer(200, false, Json));
+        assert!(D.answer(&mut modes, &answer(500, false, Json)).is_none());
+        assert!(D.answer(&mut modes, &answer(200, true, Json)).is_none());
+        let alert = D.answer(&mut modes, &answer(200, false, Json));
         assert!(matches!(
-            alerts.as_slice(),
-            [AlertKind::ContentTypeDivergence(d)] if d.reason == DivergenceReason::ModeContradiction
+            alert,
+            Some(AlertKind::ContentTypeDivergence(d)) if d.reason == DivergenceReason::ModeContradiction
         ));
     }
 
@@ -460,31 +481,72 @@ mod tests {
         };
         let sse = Some("text/event-stream");
         let fin = Some(StreamEnd::FinalChunk);
+        assert!(D.unanswered(&end("tools/call", 200, sse, fin)).is_some());
+        assert!(D.unanswered(&end("tools/call", 200, sse, None)).is_none());
+        assert!(D.unanswered(&end("tools/list", 200, sse, fin)).is_none());
+        assert!(D.unanswered(&end("tools/call", 502, sse, fin)).is_none());
         assert!(
-            Detectors
-                .unanswered(&end("tools/call", 200, sse, fin))
-                .is_some()
-        );
-        assert!(
-            Detectors
-                .unanswered(&end("tools/call", 200, sse, None))
+            D.unanswered(&end("tools/call", 200, Some("application/json"), fin))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn one_answer_raises_one_alert_naming_every_reason() {
+        let mut t = ModeTracker::default();
+        t.observe("tools/call", SseResultOnly, true, None);
+        let f = t.observe("tools/call", Json, true, Some("text/event-stream"));
+        assert_eq!(
+            reasons(&f),
+            vec![
+                DivergenceReason::ModeContradiction,
+                DivergenceReason::StreamingNegotiated,
+                DivergenceReason::NotAccepted
+            ]
+        );
+        // The reasons that rode along count as alerted: the next JSON answer is quiet.
         assert!(
-            Detectors
-                .unanswered(&end("tools/list", 200, sse, fin))
+            t.observe("tools/call", Json, true, Some("text/event-stream"))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn json_rpc_errors_decide_no_mode_unless_configured() {
+        let id = serde_json::json!(1);
+        let answer = |is_error, shape| AnswerReview {
+            method: "tools/call",
+            tool: None,
+            request_id: &id,
+            http_status: 200,
+            is_error,
+            shape,
+            on_other_stream: false,
+            streaming_negotiated: true,
+            accept: None,
+        };
+        let mut modes = ModeTracker::default();
         assert!(
-            Detectors
-                .unanswered(&end("tools/call", 502, sse, fin))
+            D.answer(&mut modes, &answer(false, SseResultOnly))
                 .is_none()
         );
+        // An error answered as plain JSON in a streaming session: no alert, and no trace in
+        // the modes (the next streamed result is fine).
+        assert!(D.answer(&mut modes, &answer(true, Json)).is_none());
         assert!(
-            Detectors
-                .unanswered(&end("tools/call", 200, Some("application/json"), fin))
+            D.answer(&mut modes, &answer(false, SseResultOnly))
                 .is_none()
         );
+        let strict = Detectors {
+            errors_decide_mode: true,
+        };
+        let alert = strict.answer(&mut modes, &answer(true, Json));
+        assert!(matches!(
+            alert,
+            Some(AlertKind::ContentTypeDivergence(d))
+                if d.reason == DivergenceReason::ModeContradiction
+                    && d.also == vec![DivergenceReason::StreamingNegotiated]
+        ));
     }
 
     #[test]

@@ -273,6 +273,9 @@ pub struct Divergence {
     pub expected: String,
     pub observed: String,
     pub reason: DivergenceReason,
+    /// Further reasons the same answer showed (one answer raises one alert).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<DivergenceReason>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -272,6 +272,12 @@ impl Pipeline {
     /// every pipeline that shares `usage`: one per worker thread of a process. Over a total,
     /// a pipeline evicts its own least recently seen flows and sessions.
     pub fn with_usage(limits: Limits, usage: Arc<SharedUsage>) -> Self {
+        Self::configured(limits, Detectors::default(), usage)
+    }
+
+    /// A pipeline with explicit detector settings (the `[detect]` configuration), its limits
+    /// totals over `usage` as in [`Pipeline::with_usage`].
+    pub fn configured(limits: Limits, detectors: Detectors, usage: Arc<SharedUsage>) -> Self {
         let session = SessionLimits {
             max_session_bytes: session_budget(&limits).min(limits.session.max_session_bytes),
             ..limits.session
@@ -280,7 +286,7 @@ impl Pipeline {
             limits,
             flows: HashMap::default(),
             next_flow_id: 0,
-            tracker: Tracker::with_usage(session, Detectors, usage.clone()),
+            tracker: Tracker::with_usage(session, detectors, usage.clone()),
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),

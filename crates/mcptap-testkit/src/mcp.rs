@@ -270,6 +270,28 @@ impl Conversation {
         self
     }
 
+    /// The session id the server hands out.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The next JSON-RPC request id, for a hand-made exchange.
+    pub fn take_request_id(&mut self) -> u64 {
+        self.next_id()
+    }
+
+    /// A hand-made request and its answer, as raw bytes.
+    pub fn exchange(&mut self, request: Vec<u8>, answer: Vec<u8>) -> &mut Self {
+        self.writes.push(AppWrite::client(request));
+        self.writes.push(AppWrite::server(answer));
+        self
+    }
+
+    /// A `POST /mcp` of `body` on this conversation's session, as the client sends it.
+    pub fn post(&self, body: &str) -> Vec<u8> {
+        self.client().post(body, Some(&self.session_id))
+    }
+
     /// Takes the writes so far (the request ids keep counting).
     pub fn take_writes(&mut self) -> Vec<AppWrite> {
         std::mem::take(&mut self.writes)

@@ -24,6 +24,9 @@
 
 use std::path::Path;
 
+use mcptap_core::model::{Output, Timestamp};
+use mcptap_core::pipeline::{Limits, Pipeline};
+
 use crate::capture::{Frame, pcap_bytes};
 use crate::rng::SplitMix64;
 use crate::segment::Segment;
@@ -239,4 +242,36 @@ impl Sim {
     pub fn write_pcap(&self, path: &Path) -> std::io::Result<()> {
         std::fs::write(path, self.pcap())
     }
+
+    /// Every output of the captured frames through one core pipeline with `limits`, as a
+    /// replay of [`Sim::pcap`] would give.
+    pub fn outputs(&self, limits: Limits) -> Vec<Output> {
+        replay_frames(self.link.linktype(), &self.frames, Pipeline::new(limits))
+    }
+
+    /// The events of [`Sim::outputs`] with the default limits, as NDJSON values.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        events_of(&self.outputs(Limits::default()))
+    }
+}
+
+/// Feeds `frames` of `linktype` into `pipeline` and finishes it.
+pub fn replay_frames(linktype: u32, frames: &[Frame], mut pipeline: Pipeline) -> Vec<Output> {
+    let mut out = Vec::new();
+    for f in frames {
+        pipeline.handle_packet(Timestamp(f.ts_nanos), linktype, &f.data, &mut out);
+    }
+    pipeline.finish(&mut out);
+    out
+}
+
+/// The events among `outputs`, serialised as NDJSON values.
+pub fn events_of(outputs: &[Output]) -> Vec<serde_json::Value> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => serde_json::to_value(e).ok(),
+            Output::Telemetry(_) => None,
+        })
+        .collect()
 }

@@ -508,14 +508,15 @@ impl<D: Detector> Tracker<D> {
             tool: tool.as_deref(),
             request_id: &request_id,
             http_status: status,
+            is_error: error.is_some(),
             shape,
             on_other_stream: target != here && on_stream,
             streaming_negotiated: session.streaming_negotiated,
             accept: accept.as_deref(),
         };
-        let alerts = self.detector.answer(&mut session.detection, &review);
-        session.alerts += alerts.len() as u32;
-        push_alerts(out, ts, &key, client, alerts);
+        let alert = self.detector.answer(&mut session.detection, &review);
+        session.alerts += u32::from(alert.is_some());
+        push_alert(out, ts, &key, client, alert);
     }
 
     fn on_handshake(
@@ -596,10 +597,10 @@ impl<D: Detector> Tracker<D> {
                 session.baseline = Some(record);
             }
         }
-        session.alerts += verdict.alerts.len() as u32;
+        session.alerts += u32::from(verdict.alert.is_some());
         let client = origin.client;
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
-        push_alerts(out, ts, &key, client, verdict.alerts);
+        push_alert(out, ts, &key, client, verdict.alert);
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
         if !accepted && reinit {
@@ -736,15 +737,15 @@ impl<D: Detector> Tracker<D> {
     }
 }
 
-/// Alerts of session `key`, as events.
-fn push_alerts(
+/// An alert of session `key`, as an event.
+fn push_alert(
     out: &mut Vec<Output>,
     ts: Timestamp,
     key: &SessionKey,
     client: SocketAddr,
-    alerts: Vec<AlertKind>,
+    alert: Option<AlertKind>,
 ) {
-    for kind in alerts {
+    if let Some(kind) = alert {
         out.push(Output::Event(Event::Alert(Box::new(Alert {
             ts,
             session_id: Some(key.1.clone()),

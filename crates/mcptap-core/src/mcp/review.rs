@@ -17,8 +17,12 @@ pub trait Detector {
     /// A handshake of a session was answered (accepted or rejected).
     fn handshake(&self, review: &HandshakeReview<'_>) -> HandshakeVerdict;
 
-    /// A request of a session was answered.
-    fn answer(&self, state: &mut Self::SessionState, review: &AnswerReview<'_>) -> Vec<AlertKind>;
+    /// A request of a session was answered. One answer raises at most one alert.
+    fn answer(
+        &self,
+        state: &mut Self::SessionState,
+        review: &AnswerReview<'_>,
+    ) -> Option<AlertKind>;
 
     /// An exchange ended with a request still unanswered.
     fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind>;
@@ -41,7 +45,8 @@ pub struct HandshakeReview<'a> {
 pub struct HandshakeVerdict {
     /// The client declared fewer capabilities but the server kept its first answer.
     pub client_near_miss: bool,
-    pub alerts: Vec<AlertKind>,
+    /// One handshake raises at most one alert.
+    pub alert: Option<AlertKind>,
 }
 
 /// A request answered within a session.
@@ -51,6 +56,8 @@ pub struct AnswerReview<'a> {
     pub tool: Option<&'a str>,
     pub request_id: &'a Value,
     pub http_status: u16,
+    /// A JSON-RPC error response, not a result.
+    pub is_error: bool,
     pub shape: AnswerShape,
     /// The answer came on another exchange's stream (a GET stream), which says nothing about
     /// how the POST is answered.

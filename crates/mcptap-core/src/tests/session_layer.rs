@@ -53,7 +53,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         Harness {
-            t: Tracker::new(SessionLimits::default(), Detectors),
+            t: Tracker::new(SessionLimits::default(), Detectors::default()),
             out: Vec::new(),
             now: 1_000_000_000,
         }
@@ -422,7 +422,7 @@ fn lineage_window_is_honoured() {
             lineage_window_ns: 1_000,
             ..SessionLimits::default()
         },
-        Detectors,
+        Detectors::default(),
     );
     let c = ctx(1, 5000);
     h.handshake(c, 0, None, "s1", json!({}), json!({}));
@@ -462,7 +462,7 @@ fn session_cap_evicts_least_recently_seen() {
             max_sessions: 32,
             ..SessionLimits::default()
         },
-        Detectors,
+        Detectors::default(),
     );
     let c = ctx(1, 5000);
     for i in 0..1000 {
@@ -498,7 +498,7 @@ fn session_bytes_are_charged_and_capped() {
             max_session_bytes: one * 5,
             ..SessionLimits::default()
         },
-        Detectors,
+        Detectors::default(),
     );
     let before = h.of("handshake").len();
     for i in 0..100u64 {
@@ -522,7 +522,7 @@ fn session_bytes_are_charged_and_capped() {
             max_session_bytes: 1,
             ..SessionLimits::default()
         },
-        Detectors,
+        Detectors::default(),
     );
     h.handshake(ctx(1, 7000), 0, None, "alone", json!({}), caps.clone());
     h.handshake(
