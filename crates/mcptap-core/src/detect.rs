@@ -322,9 +322,8 @@ mod tests {
         assert!(auto.observe("tools/call", Json, false, None).is_none());
         // Auto mode never streams a bare result.
         assert!(
-            !auto
-                .observe("tools/call", SseResultOnly, false, None)
-                .is_none()
+            auto.observe("tools/call", SseResultOnly, false, None)
+                .is_some()
         );
     }
 
@@ -339,7 +338,7 @@ mod tests {
             t.observe("tools/call", SseResultOnly, false, None)
                 .is_none()
         );
-        assert!(!t.observe("tools/call", Json, false, None).is_none());
+        assert!(t.observe("tools/call", Json, false, None).is_some());
     }
 
     #[test]
