@@ -12,4 +12,7 @@ cargo test --workspace --locked
 # The core is a library for others to embed: its docs build without warnings.
 RUSTDOCFLAGS="-D warnings" cargo doc --locked -p mcptap-core --no-deps --quiet
 scripts/e2e.sh
+# Process-wide limits: the full-scale flood through the daemon's worker path (4 workers) stays
+# within the memory budget + 64 MiB, evicts, and still alerts on the one faulty session.
+scripts/flood.sh --worker-threads 4
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi

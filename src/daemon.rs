@@ -156,6 +156,9 @@ struct WorkerPool {
     metrics: Arc<Metrics>,
     reopen: Arc<AtomicBool>,
     wall_clock_when_idle: bool,
+    /// Batches queued per worker. Live capture absorbs bursts here; a replay reads as fast as
+    /// the workers go, so a short queue only bounds what waits in it (outside the budget).
+    queue_batches: usize,
 }
 
 type WorkerHandle = JoinHandle<(Summary, PacketStats)>;
@@ -168,7 +171,7 @@ impl WorkerPool {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
         for i in 0..n {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(64);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(self.queue_batches);
             senders.push(tx);
             let worker = Worker {
                 pipeline: Pipeline::configured(self.limits, self.detectors, usage.clone()),
@@ -242,6 +245,7 @@ pub fn replay_through_workers(
         metrics,
         reopen: Arc::new(AtomicBool::new(false)),
         wall_clock_when_idle: false,
+        queue_batches: 4,
     };
     let threads = threads.max(1);
     let (senders, workers) = pool.spawn(threads)?;
@@ -375,6 +379,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         metrics: metrics.clone(),
         reopen: reopen.clone(),
         wall_clock_when_idle: true,
+        queue_batches: 64,
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();

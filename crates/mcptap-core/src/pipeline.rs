@@ -731,6 +731,19 @@ impl Pipeline {
             self.remove_flow(key, Removal::Idle, out);
         }
         self.tracker.sweep(now, out);
+        self.shrink_tables();
+    }
+
+    /// Tables never shrink by themselves: a worker that once held most of the process's flows
+    /// would keep their slots while another worker's flows fill the budget.
+    fn shrink_tables(&mut self) {
+        let floor = 1024;
+        if self.flows.capacity() > 4 * self.flows.len().max(floor) {
+            self.flows.shrink_to(2 * self.flows.len());
+        }
+        if self.eviction_queue.capacity() > 4 * self.eviction_queue.len().max(floor) {
+            self.eviction_queue.shrink_to(2 * self.eviction_queue.len());
+        }
     }
 
     /// Lets time pass without packets (live capture on a quiet link), so timeouts still fire.
