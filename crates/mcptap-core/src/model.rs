@@ -482,6 +482,9 @@ label_enum! {
         InvalidSessionId => "invalid_session_id",
         /// More open exchanges on one connection than `max_exchanges_per_flow`.
         ExchangesPerFlow => "exchanges_per_flow",
+        /// A capability object beyond the path bounds (key length, path count or bytes): the
+        /// handshake's capability set is cut short.
+        CapabilityPaths => "capability_paths",
     }
 }
 

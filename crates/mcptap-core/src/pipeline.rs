@@ -300,7 +300,7 @@ impl Pipeline {
 
     /// Flow overhead and buffers held by this pipeline.
     fn flow_bytes(&self) -> usize {
-        self.flows.len() * FLOW_OVERHEAD + self.buffered
+        self.flows.len() * FLOW_OVERHEAD + self.buffered + self.tracker.exchange_bytes()
     }
 
     /// Everything charged against the memory budget, all pipelines sharing the usage

@@ -16,34 +16,75 @@ pub type CapPaths = Box<[Box<str>]>;
 const MAX_DEPTH: usize = 8;
 /// At most this many paths per capability object.
 const MAX_PATHS: usize = 512;
+/// Keys longer than this are not capabilities anyone declares: they are skipped.
+const MAX_KEY_BYTES: usize = 128;
+/// At most this many bytes of paths per capability object (a path repeats its ancestors).
+const MAX_PATH_BYTES: usize = 32 * 1024;
+/// At most this many members are looked at per capability object (`false` ones too).
+const MAX_VISITS: usize = 4 * MAX_PATHS;
 
+/// The capability set of `caps`, within the bounds above.
 pub fn paths(caps: &Value) -> CapPaths {
-    let mut out = BTreeSet::new();
-    if let Value::Object(map) = caps {
-        for (k, v) in map {
-            walk(k.clone(), v, 1, &mut out);
-        }
-    }
-    out.into_iter().map(String::into_boxed_str).collect()
+    bounded_paths(caps).0
 }
 
-fn walk(path: String, v: &Value, depth: usize, out: &mut BTreeSet<String>) {
-    if out.len() >= MAX_PATHS {
-        return;
+/// The capability set of `caps` and whether a bound cut it short (a key too long, too many
+/// paths or path bytes): one hostile `initialize` must not cost gigabytes of path strings.
+pub fn bounded_paths(caps: &Value) -> (CapPaths, bool) {
+    let mut walk = Walk::default();
+    if let Value::Object(map) = caps {
+        for (k, v) in map {
+            walk.visit(String::new(), k, v, 1);
+        }
     }
-    match v {
-        Value::Bool(false) | Value::Null => {}
-        Value::Object(map) => {
-            if depth < MAX_DEPTH {
-                for (k, child) in map {
-                    walk(format!("{path}.{k}"), child, depth + 1, out);
+    let paths = walk.out.into_iter().map(String::into_boxed_str).collect();
+    (paths, walk.truncated)
+}
+
+#[derive(Default)]
+struct Walk {
+    out: BTreeSet<String>,
+    bytes: usize,
+    visits: usize,
+    truncated: bool,
+}
+
+impl Walk {
+    fn visit(&mut self, parent: String, key: &str, v: &Value, depth: usize) {
+        self.visits += 1;
+        let full = self.out.len() >= MAX_PATHS || self.bytes >= MAX_PATH_BYTES;
+        if full || self.visits > MAX_VISITS || key.len() > MAX_KEY_BYTES {
+            self.truncated = true;
+            return;
+        }
+        let path = if parent.is_empty() {
+            key.to_string()
+        } else {
+            format!("{parent}.{key}")
+        };
+        match v {
+            Value::Bool(false) | Value::Null => {}
+            Value::Object(map) => {
+                if depth < MAX_DEPTH {
+                    for (k, child) in map {
+                        self.visit(path.clone(), k, child, depth + 1);
+                    }
+                } else if !map.is_empty() {
+                    self.truncated = true;
                 }
+                self.insert(path);
             }
-            out.insert(path);
+            _ => self.insert(path),
         }
-        _ => {
-            out.insert(path);
+    }
+
+    fn insert(&mut self, path: String) {
+        if self.out.len() >= MAX_PATHS || self.bytes + path.len() > MAX_PATH_BYTES {
+            self.truncated = true;
+            return;
         }
+        self.bytes += path.len();
+        self.out.insert(path);
     }
 }
 
@@ -129,9 +170,25 @@ mod tests {
         for _ in 0..100 {
             v = json!({ "a": v });
         }
-        assert!(paths(&json!({ "deep": v })).len() <= MAX_DEPTH);
+        let (deep, cut) = bounded_paths(&json!({ "deep": v }));
+        assert!(deep.len() <= MAX_DEPTH && cut);
         let wide: serde_json::Map<String, Value> =
             (0..5000).map(|i| (format!("k{i}"), json!(true))).collect();
-        assert_eq!(paths(&Value::Object(wide)).len(), MAX_PATHS);
+        let (wide, cut) = bounded_paths(&Value::Object(wide));
+        assert!(wide.len() == MAX_PATHS && cut);
+        // Long keys under long keys: bounded in bytes, not just in count.
+        let long = "k".repeat(MAX_KEY_BYTES);
+        let mut v = json!(true);
+        for i in 0..7 {
+            let children: serde_json::Map<String, Value> =
+                (0..4).map(|j| (format!("{long}{i}{j}")[2..].to_string(), v.clone())).collect();
+            v = Value::Object(children);
+        }
+        let (paths, cut) = bounded_paths(&json!({ "x": v }));
+        let bytes: usize = paths.iter().map(|p| p.len()).sum();
+        assert!(cut && bytes <= MAX_PATH_BYTES, "{bytes}");
+        let (too_long, cut) = bounded_paths(&json!({ "k".repeat(MAX_KEY_BYTES + 1): {} }));
+        assert!(too_long.is_empty() && cut);
+        assert_eq!(bounded_paths(&json!({"tools": {"listChanged": true}})).1, false);
     }
 }

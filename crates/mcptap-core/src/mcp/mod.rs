@@ -98,6 +98,11 @@ impl<D: Detector> Tracker<D> {
         self.sessions.bytes()
     }
 
+    /// Estimated bytes held by open exchanges (they live as long as their flow).
+    pub fn exchange_bytes(&self) -> usize {
+        self.transactions.bytes()
+    }
+
     /// Re-estimates what session `key` costs after it changed, then evicts the least recently
     /// seen sessions if all of them no longer fit.
     fn recharge(&mut self, key: &SessionKey, now: Timestamp, out: &mut Vec<Output>) {
@@ -205,14 +210,9 @@ impl<D: Detector> Tracker<D> {
                             let tool = (method == "tools/call")
                                 .then(|| jsonrpc::tool_name(params))
                                 .flatten();
-                            let init_params = (method == "initialize").then(|| {
-                                jsonrpc::to_value(params).unwrap_or_else(|e| {
-                                    out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                                        reason: e.into(),
-                                    }));
-                                    Value::Null
-                                })
-                            });
+                            let init_params = (method == "initialize")
+                                .then(|| params.map(|p| Box::from(p.get())))
+                                .flatten();
                             requests.push(PendingRequest {
                                 id,
                                 method,
@@ -254,6 +254,7 @@ impl<D: Detector> Tracker<D> {
             requests: Requests::new(requests),
             response: None,
             stream: Default::default(),
+            charged: 0,
         };
         if let Some(dropped) = self.transactions.open(ctx.flow, opened) {
             out.push(Output::Telemetry(Telemetry::LimitHit {
@@ -474,7 +475,7 @@ impl<D: Detector> Tracker<D> {
                 error: error.as_ref(),
                 status,
             };
-            self.on_handshake(ts, origin, init_params, answer, out);
+            self.on_handshake(ts, origin, init_params.as_deref(), answer, out);
         }
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
@@ -523,14 +524,28 @@ impl<D: Detector> Tracker<D> {
         &mut self,
         ts: Timestamp,
         origin: &Origin,
-        init_params: Option<Value>,
+        init_params: Option<&str>,
         answer: Answer<'_>,
         out: &mut Vec<Output>,
     ) {
-        let params = init_params.unwrap_or(Value::Null);
+        let params = match init_params.map(serde_json::from_str::<Value>) {
+            None => Value::Null,
+            Some(Ok(v)) => v,
+            Some(Err(_)) => {
+                out.push(Output::Telemetry(Telemetry::JsonRpcError {
+                    reason: crate::model::JsonRpcError::InvalidJson,
+                }));
+                Value::Null
+            }
+        };
         let accepted = answer.accepted();
         let reinit = handshake::reinitialized_session(origin).is_some();
         let (mut hs, record) = handshake::describe(ts, origin, &params, answer);
+        if record.truncated {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::CapabilityPaths,
+            }));
+        }
         let Some(sid) = origin.session_id.clone() else {
             // Stateless server: nothing to compare against.
             out.push(Output::Event(Event::Handshake(Box::new(hs))));
@@ -547,7 +562,7 @@ impl<D: Detector> Tracker<D> {
                 .insert(key.clone(), Session::new(origin.client, ts));
             self.recharge(&key, ts, out);
         }
-        let client_info_text = session::compact_json(&hs.client_info);
+        let client_info_text = session::client_info_key(&hs.client_info);
         if accepted && !reinit {
             let window = self.limits.lineage_window_ns;
             let predecessor = self.lineage.predecessor(
@@ -687,7 +702,7 @@ impl<D: Detector> Tracker<D> {
                     error: None,
                     status,
                 };
-                self.on_handshake(ts, origin, r.init_params.clone(), answer, out);
+                self.on_handshake(ts, origin, r.init_params.as_deref(), answer, out);
             }
             let request_id = r.id.to_value();
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {

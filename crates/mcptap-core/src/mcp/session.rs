@@ -19,6 +19,8 @@ pub type ExchangeKey = (u64, u64);
 #[derive(Debug, Clone)]
 pub struct CapsRecord {
     server_caps: Box<str>,
+    /// A bound cut a path set short (see [`caps::bounded_paths`]).
+    pub truncated: bool,
     /// `tools.streaming: true` in the server's capabilities.
     pub streaming: bool,
     pub client_paths: CapPaths,
@@ -27,11 +29,14 @@ pub struct CapsRecord {
 
 impl CapsRecord {
     pub fn new(client_caps: &Value, server_caps: &Value) -> CapsRecord {
+        let (client_paths, client_cut) = caps::bounded_paths(client_caps);
+        let (server_paths, server_cut) = caps::bounded_paths(server_caps);
         CapsRecord {
             server_caps: compact_json(server_caps),
+            truncated: client_cut || server_cut,
             streaming: caps::streaming_enabled(server_caps),
-            client_paths: caps::paths(client_caps),
-            server_paths: caps::paths(server_caps),
+            client_paths,
+            server_paths,
         }
     }
 
@@ -100,6 +105,22 @@ impl<D: Default> Session<D> {
             detection: D::default(),
         })
     }
+}
+
+/// Longest `clientInfo` text kept as is for lineage matching; longer ones are kept as a digest.
+const MAX_CLIENT_INFO_BYTES: usize = 512;
+
+/// `clientInfo` as the text lineage compares: its compact JSON, or for an oversized one (only a
+/// hostile client sends kilobytes of it) a digest of that text, so that every session and
+/// lineage record holds a bounded key.
+pub fn client_info_key(client_info: &Value) -> Box<str> {
+    let text = compact_json(client_info);
+    if text.len() <= MAX_CLIENT_INFO_BYTES {
+        return text;
+    }
+    use std::hash::BuildHasher;
+    let digest = foldhash::fast::FixedState::with_seed(0x6c69_6e65_6167_6521).hash_one(&*text);
+    format!("digest:{digest:016x}:{}", text.len()).into_boxed_str()
 }
 
 /// MCP session ids are visible ASCII; anything else is hostile or broken and never becomes a

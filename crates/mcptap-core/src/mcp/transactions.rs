@@ -6,7 +6,6 @@ use crate::http::{RequestHead, ResponseHead};
 use crate::jsonrpc::Id;
 use crate::model::Timestamp;
 use foldhash::HashMap;
-use serde_json::Value;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -16,8 +15,9 @@ pub struct PendingRequest {
     pub id: Id,
     pub method: String,
     pub tool: Option<String>,
-    /// `initialize` params, kept for the handshake event.
-    pub init_params: Option<Value>,
+    /// `initialize` params as their JSON text (a `Value` tree costs ~9x the text), parsed
+    /// when the handshake is answered.
+    pub init_params: Option<Box<str>>,
     pub answered: bool,
 }
 
@@ -141,6 +141,8 @@ pub struct ExchangeState {
     pub requests: Requests,
     pub response: Option<ResponseHead>,
     pub stream: StreamContent,
+    /// What [`Transactions`] charged for it when it opened.
+    pub charged: usize,
 }
 
 /// The request side of an exchange, as the handshake logic needs it.
@@ -153,6 +155,31 @@ pub struct Origin {
 }
 
 impl ExchangeState {
+    /// Bytes this open exchange holds, as charged against the memory budget: the struct, the
+    /// request head's strings and the requests (ids, methods, tools, `initialize` params).
+    pub fn cost(&self) -> usize {
+        let head = &self.head;
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let head_bytes = head.method.len()
+            + head.path.len()
+            + text(&head.host)
+            + text(&head.accept)
+            + text(&head.content_type)
+            + head.extracted.iter().map(text).sum::<usize>();
+        let request_bytes: usize = self
+            .requests
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<PendingRequest>()
+                    + r.id.0.len()
+                    + r.method.len()
+                    + r.tool.as_ref().map_or(0, String::len)
+                    + r.init_params.as_ref().map_or(0, |p| p.len())
+            })
+            .sum();
+        std::mem::size_of::<ExchangeState>() + head_bytes + request_bytes
+    }
+
     pub fn origin(&self) -> Origin {
         Origin {
             client: self.client,
@@ -169,6 +196,8 @@ impl ExchangeState {
 pub struct Transactions {
     flows: HashMap<u64, VecDeque<ExchangeState>>,
     max_per_flow: usize,
+    /// Sum of the open exchanges' [`ExchangeState::cost`], as charged when they opened.
+    bytes: usize,
 }
 
 impl Transactions {
@@ -176,7 +205,13 @@ impl Transactions {
         Transactions {
             flows: HashMap::default(),
             max_per_flow: max_per_flow.max(1),
+            bytes: 0,
         }
+    }
+
+    /// Bytes held by open exchanges.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     fn position(queue: &VecDeque<ExchangeState>, number: u64) -> Option<usize> {
@@ -197,16 +232,23 @@ impl Transactions {
     /// Opens exchange `ex` on `flow`. Returns the oldest open exchange of that flow when the
     /// flow is over its bound, which the caller drops (and counts).
     pub fn open(&mut self, flow: u64, ex: ExchangeState) -> Option<ExchangeState> {
+        let mut ex = ex;
+        ex.charged = ex.cost();
+        self.bytes += ex.charged;
         let queue = self.flows.entry(flow).or_default();
         let dropped = (queue.len() >= self.max_per_flow)
             .then(|| queue.pop_front())
             .flatten();
+        if let Some(d) = &dropped {
+            self.bytes -= d.charged;
+        }
         match queue.back() {
             Some(last) if last.number >= ex.number => {
                 // Out of order (a caller reusing numbers): keep the queue sorted.
                 let at = queue.partition_point(|e| e.number < ex.number);
                 if queue.get(at).is_some_and(|e| e.number == ex.number) {
-                    queue[at] = ex;
+                    let replaced = std::mem::replace(&mut queue[at], ex);
+                    self.bytes -= replaced.charged;
                 } else {
                     queue.insert(at, ex);
                 }
@@ -222,12 +264,17 @@ impl Transactions {
         if queue.is_empty() {
             self.flows.remove(&key.0);
         }
+        if let Some(ex) = &ex {
+            self.bytes -= ex.charged;
+        }
         ex
     }
 
     /// The flow is gone: forget its exchanges.
     pub fn close_flow(&mut self, flow: u64) {
-        self.flows.remove(&flow);
+        if let Some(queue) = self.flows.remove(&flow) {
+            self.bytes -= queue.iter().map(|ex| ex.charged).sum::<usize>();
+        }
     }
 }
 
@@ -247,6 +294,7 @@ mod tests {
             requests: Requests::default(),
             response: None,
             stream: StreamContent::default(),
+            charged: 0,
         }
     }
 
@@ -264,6 +312,22 @@ mod tests {
         t.close_flow(1);
         assert!(t.get((1, 0)).is_none());
         assert_eq!(t.get_mut((2, 1)).map(|e| e.number), Some(1));
+    }
+
+    #[test]
+    fn open_exchanges_are_charged_until_they_close() {
+        let mut t = Transactions::new(4);
+        let mut big = exchange(1);
+        big.head.path = "/".repeat(60_000);
+        t.open(1, exchange(0));
+        t.open(1, big);
+        t.open(2, exchange(0));
+        assert!(t.bytes() > 60_000);
+        t.remove((1, 1));
+        assert!(t.bytes() < 60_000);
+        t.close_flow(1);
+        t.close_flow(2);
+        assert_eq!(t.bytes(), 0);
     }
 
     #[test]
