@@ -22,6 +22,8 @@ pub struct Summary {
     pub flows_evicted: BTreeMap<&'static str, u64>,
     /// Sessions ended, by reason (`deleted`, `expired`, `idle`, `evicted`).
     pub sessions_ended: BTreeMap<&'static str, u64>,
+    /// Bounds of the session layer that refused or cut something, by limit.
+    pub limits_hit: BTreeMap<&'static str, u64>,
 }
 
 impl Summary {
@@ -44,6 +46,9 @@ impl Summary {
             }
             Output::Telemetry(Telemetry::HttpError { .. }) => self.http_errors += 1,
             Output::Telemetry(Telemetry::JsonRpcError { .. }) => self.jsonrpc_errors += 1,
+            Output::Telemetry(Telemetry::LimitHit { limit }) => {
+                *self.limits_hit.entry(limit.as_str()).or_default() += 1
+            }
             Output::Telemetry(_) => {}
         }
     }
@@ -66,6 +71,9 @@ impl Summary {
         }
         for (k, v) in &other.sessions_ended {
             *self.sessions_ended.entry(k).or_default() += v;
+        }
+        for (k, v) in &other.limits_hit {
+            *self.limits_hit.entry(k).or_default() += v;
         }
     }
 
@@ -127,6 +135,7 @@ impl Summary {
             counts(&self.flows_evicted),
             counts(&self.sessions_ended)
         );
+        let _ = writeln!(s, "  limits hit: {}", counts(&self.limits_hit));
         let _ = write!(
             s,
             "  elapsed: {:.3} s, {:.1} MB/s, {:.0} packets/s",

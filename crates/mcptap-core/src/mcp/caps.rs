@@ -180,8 +180,9 @@ mod tests {
         let long = "k".repeat(MAX_KEY_BYTES);
         let mut v = json!(true);
         for i in 0..7 {
-            let children: serde_json::Map<String, Value> =
-                (0..4).map(|j| (format!("{long}{i}{j}")[2..].to_string(), v.clone())).collect();
+            let children: serde_json::Map<String, Value> = (0..4)
+                .map(|j| (format!("{long}{i}{j}")[2..].to_string(), v.clone()))
+                .collect();
             v = Value::Object(children);
         }
         let (paths, cut) = bounded_paths(&json!({ "x": v }));
@@ -189,6 +190,9 @@ mod tests {
         assert!(cut && bytes <= MAX_PATH_BYTES, "{bytes}");
         let (too_long, cut) = bounded_paths(&json!({ "k".repeat(MAX_KEY_BYTES + 1): {} }));
         assert!(too_long.is_empty() && cut);
-        assert_eq!(bounded_paths(&json!({"tools": {"listChanged": true}})).1, false);
+        assert_eq!(
+            bounded_paths(&json!({"tools": {"listChanged": true}})).1,
+            false
+        );
     }
 }

@@ -1,0 +1,162 @@
+//! Issue 11's exhaustion cases: hostile inputs that once took gigabytes or quadratic time.
+//! Each replays a generated capture in a child `mcptap replay` under `/usr/bin/time` and bounds
+//! its peak RSS (or its time, generously: the figures themselves live in the benchmarks).
+
+use mcptap_testkit::mcp::{self, Answer, Conversation, FULL_CLIENT_CAPS};
+use mcptap_testkit::sim::Sim;
+use mcptap_testkit::tcp::Endpoint;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Budget the children run with: small, so that what escapes it shows.
+const BUDGET_MIB: u64 = 64;
+
+/// Replays `capture` with a 64 MiB budget; returns the child's peak RSS (KiB), its wall time
+/// and its standard error.
+fn replay_bounded(capture: &Path) -> (u64, Duration, String) {
+    let time = Path::new("/usr/bin/time");
+    assert!(
+        time.exists(),
+        "/usr/bin/time is needed (scripts/setup.sh --test installs it)"
+    );
+    let started = Instant::now();
+    let out = Command::new(time)
+        .args(["-f", "peak-rss-kib %M"])
+        .arg(env!("CARGO_BIN_EXE_mcptap"))
+        .arg("replay")
+        .arg(capture)
+        .args(["--memory-budget-bytes", &(BUDGET_MIB << 20).to_string()])
+        .args(["--log-level", "error"])
+        .output()
+        .expect("run mcptap under /usr/bin/time");
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let rss = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak-rss-kib "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in {stderr}"));
+    (rss, elapsed, stderr)
+}
+
+fn write_capture(dir: &Path, name: &str, talk: &mut Conversation) -> std::path::PathBuf {
+    let mut sim = Sim::new(5);
+    let conn = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 41000),
+        Endpoint::new([127, 0, 0, 3], 8080),
+        talk.take_writes(),
+    );
+    sim.run(vec![conn]);
+    let path = dir.join(name);
+    sim.write_pcap(&path).expect("write capture");
+    path
+}
+
+/// A capability object of `levels` nested levels of `width` members with long keys.
+fn wide_capabilities(levels: usize, width: usize) -> String {
+    let key = "k".repeat(120);
+    let mut v = "true".to_string();
+    for level in 0..levels {
+        let members: Vec<String> = (0..width)
+            .map(|i| format!(r#""{key}{level}x{i}":{v}"#))
+            .collect();
+        v = format!("{{{}}}", members.join(","));
+    }
+    v
+}
+
+/// A few megabytes of capabilities whose dotted paths, built naively, take gigabytes: seven
+/// nested levels under keys of 450 KB each, and 500 members at the bottom, so that each of
+/// the 500 paths repeats all seven keys.
+fn deep_long_key_capabilities() -> String {
+    let key = "k".repeat(450_000);
+    let leaves: Vec<String> = (0..500).map(|i| format!(r#""m{i}":true"#)).collect();
+    let mut v = format!("{{{}}}", leaves.join(","));
+    for level in 0..7 {
+        v = format!(r#"{{"{key}{level}":{v}}}"#);
+    }
+    v
+}
+
+fn assert_within_budget(rss_kib: u64, what: &str) {
+    let limit = (BUDGET_MIB + 64) * 1024;
+    assert!(
+        rss_kib < limit,
+        "{what}: peak RSS {rss_kib} KiB over {limit} KiB"
+    );
+}
+
+/// Item 12: one multi-megabyte `initialize`, rejected by the server, stays within the budget.
+#[test]
+fn a_huge_rejected_initialize_stays_within_the_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let caps = deep_long_key_capabilities();
+    assert!(caps.len() > 3_000_000, "{}", caps.len());
+    let mut talk = Conversation::new("huge-s1");
+    let body = mcp::initialize_request(1, &caps, "hostile", "1");
+    let request = talk.post(&body);
+    let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params"}}"#;
+    let rejection = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{error}",
+        error.len()
+    )
+    .into_bytes();
+    talk.exchange(request, rejection);
+    let capture = write_capture(dir.path(), "huge.pcap", &mut talk);
+    let (rss, _, stderr) = replay_bounded(&capture);
+    assert_within_budget(rss, "3 MB initialize");
+    assert!(
+        stderr.contains("limits hit: capability_paths=1"),
+        "the cut is counted: {stderr}"
+    );
+}
+
+/// Item 13: unanswered `initialize` requests keep their params; they are charged to the
+/// budget, and the flow holding them is evicted before they exhaust memory.
+#[test]
+fn unanswered_initializes_are_charged_to_the_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let caps = wide_capabilities(1, 9000);
+    assert!(caps.len() > 1_000_000);
+    let mut talk = Conversation::new("pending-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    for id in 2..60u64 {
+        let body = mcp::initialize_request(id, &caps, "hostile", "1");
+        let request = talk.post(&body);
+        talk.exchange(request, Vec::new());
+    }
+    let capture = write_capture(dir.path(), "pending.pcap", &mut talk);
+    let (rss, _, _) = replay_bounded(&capture);
+    assert_within_budget(rss, "60 MB of unanswered initializes");
+}
+
+/// Item 14: the answers of one huge JSON-RPC batch are matched in linear time.
+#[test]
+fn a_huge_batch_is_matched_in_linear_time() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let n = 60_000u64;
+    let requests: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#))
+        .collect();
+    let answers: Vec<String> = (0..n)
+        .rev()
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#))
+        .collect();
+    let mut talk = Conversation::new("batch-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let request = talk.post(&format!("[{}]", requests.join(",")));
+    let answer = mcp::response(
+        "batch-s1",
+        Answer::Json,
+        &format!("[{}]", answers.join(",")),
+    );
+    talk.exchange(request, answer);
+    let capture = write_capture(dir.path(), "batch.pcap", &mut talk);
+    let (_, elapsed, stderr) = replay_bounded(&capture);
+    // Quadratic matching took over a minute for this; linear takes about a second even
+    // unoptimised. The bound is loose on purpose: this is no benchmark.
+    assert!(elapsed < Duration::from_secs(30), "{elapsed:?}: {stderr}");
+    assert!(stderr.contains(&format!("{} exchanges", n + 1)), "{stderr}");
+}
