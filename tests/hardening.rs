@@ -70,3 +70,109 @@ fn one_answer_raises_at_most_one_alert() {
         serde_json::json!(["streaming_negotiated"])
     );
 }
+
+/// Events of several conversations, each on its own connection from its own client port, one
+/// after the other.
+fn events_of_many(talks: &mut [Conversation]) -> Vec<Value> {
+    let mut sim = Sim::new(2);
+    let conns = talks
+        .iter_mut()
+        .enumerate()
+        .map(|(i, talk)| {
+            let port = 20_000 + (i % 40_000) as u16;
+            let octet = 2 + (i / 40_000) as u8;
+            sim.connect(
+                Endpoint::new([127, 0, 1, octet], port),
+                server(),
+                talk.take_writes(),
+            )
+        })
+        .collect::<Vec<_>>();
+    for conn in conns {
+        sim.run(vec![conn]);
+    }
+    sim.events()
+}
+
+fn lineage_links(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "handshake" && !e["predecessor_session_id"].is_null())
+        .map(|e| {
+            (
+                e["session_id"].as_str().unwrap_or_default().to_string(),
+                e["predecessor_session_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Item 7: a gateway ending thousands of sessions within the lineage window forgets none of
+/// them (ended sessions are indexed by lineage key, not kept in a short list).
+#[test]
+fn lineage_survives_thousands_of_ended_sessions() {
+    let mut talks: Vec<Conversation> = (0..6000)
+        .map(|i| {
+            let mut t = Conversation::new(&format!("gw-{i}"));
+            t.client_name = format!("agent-{i}");
+            t.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json).delete();
+            t
+        })
+        .collect();
+    // Client 0 comes back (same address: the first connection's) with a new session.
+    let mut back = Conversation::new("gw-0-again");
+    back.client_name = "agent-0".into();
+    back.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let mut sim = Sim::new(3);
+    let mut conns = Vec::new();
+    for (i, talk) in talks.iter_mut().enumerate() {
+        let port = 20_000 + i as u16;
+        conns.push(sim.connect(
+            Endpoint::new([127, 0, 1, 2], port),
+            server(),
+            talk.take_writes(),
+        ));
+    }
+    conns.push(sim.connect(
+        Endpoint::new([127, 0, 1, 2], 19_999),
+        server(),
+        back.take_writes(),
+    ));
+    for conn in conns {
+        sim.run(vec![conn]);
+    }
+    let links = lineage_links(&sim.events());
+    assert_eq!(links, vec![("gw-0-again".to_string(), "gw-0".to_string())]);
+}
+
+/// Item 7: a server that hands out the same session id again after a 404 keeps the link.
+#[test]
+fn lineage_links_a_reissued_session_id() {
+    let mut first = Conversation::new("same-id");
+    first.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Json);
+    let id = first.take_request_id();
+    let call = first.post(&mcp::tools_call_request(id, "search_docs", "{}"));
+    let not_found =
+        b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nnot found"
+            .to_vec();
+    first.exchange(call, not_found);
+    let mut again = Conversation::new("same-id");
+    again.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let events = events_of_many(&mut [first, again]);
+    assert_eq!(
+        lineage_links(&events),
+        vec![("same-id".to_string(), "same-id".to_string())]
+    );
+    let second = events
+        .iter()
+        .filter(|e| e["event"] == "handshake")
+        .nth(1)
+        .expect("second handshake");
+    assert_eq!(
+        second["lineage"]["server"]["removed"],
+        serde_json::json!(["tools.streaming"])
+    );
+}

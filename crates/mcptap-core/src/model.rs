@@ -485,6 +485,9 @@ label_enum! {
         /// A capability object beyond the path bounds (key length, path count or bytes): the
         /// handshake's capability set is cut short.
         CapabilityPaths => "capability_paths",
+        /// Records of ended sessions beyond their byte bound: the oldest are dropped, and a
+        /// client returning after that is not linked to its predecessor.
+        LineageRecords => "lineage_records",
     }
 }
 

@@ -1006,8 +1006,9 @@ mod tests {
             matches!(o, Output::Event(crate::model::Event::SessionEnd(e))
                 if e.reason == crate::model::EndReason::Evicted)
         });
-        // Each session here is charged about 1.1 KB: about 135 fit in 150 KiB.
-        assert!((100..=200).contains(&(300 - evicted)), "{evicted}");
+        // Each session here is charged about 1.1 KB: about 135 fit in 150 KiB, fewer once the
+        // records of evicted sessions (kept for lineage, at most 1/8 of it) take their share.
+        assert!((80..=200).contains(&(300 - evicted)), "{evicted}");
         let flows_evicted = count(&|o| {
             matches!(
                 o,

@@ -1,72 +1,150 @@
 //! Lineage: which ended session a new one continues. A client whose session was rejected,
-//! expired or deleted usually starts over in a new one; its first handshake is linked to the
-//! predecessor so that what it lost across the two shows up.
+//! expired, deleted or evicted usually starts over in a new one; its first handshake is linked
+//! to the predecessor so that what it lost across the two shows up.
+//!
+//! Ended sessions are indexed by [`LineageKey`] (a hash lookup per first handshake, not a
+//! scan), kept for the lineage window and within a byte bound, oldest dropped first (counted).
 
-use super::session::{CapsRecord, SessionKey};
+use super::session::CapsRecord;
 use crate::model::Timestamp;
+use foldhash::HashMap;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
-/// A session that was rejected, expired or deleted: a possible predecessor of the next one.
-#[derive(Debug, Clone)]
-pub struct Ended {
-    pub ts: Timestamp,
+/// Who a session belongs to, for lineage: the server endpoint, the client's address and its
+/// `clientInfo` (see `session::client_info_key`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LineageKey {
     pub server: SocketAddr,
     pub client_ip: IpAddr,
     pub client_info: Box<str>,
+}
+
+impl LineageKey {
+    fn heap_bytes(&self) -> usize {
+        self.client_info.len()
+    }
+}
+
+/// A session that was rejected, expired, deleted or evicted: a possible predecessor.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    pub ts: Timestamp,
     pub session_id: String,
     pub baseline: Option<CapsRecord>,
 }
 
-/// Most ended sessions remembered at once.
-const MAX_ENDED: usize = 4096;
-
-/// Recently ended sessions, oldest first.
-#[derive(Debug, Default)]
-pub struct Lineage {
-    ended: VecDeque<Ended>,
+/// One remembered session: its record and its place in the age order.
+#[derive(Debug)]
+struct Entry {
+    serial: u64,
+    ended: Ended,
+    bytes: usize,
 }
 
+/// Bytes one record costs besides its strings: the entry, its key's table slot (twice, for a
+/// table's free slots) and its age-queue slot.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>()
+    + 2 * (std::mem::size_of::<LineageKey>() + std::mem::size_of::<VecDeque<Entry>>())
+    + std::mem::size_of::<(u64, LineageKey)>();
+
+/// Recently ended sessions by lineage key.
+#[derive(Debug, Default)]
+pub struct Lineage {
+    by_key: HashMap<LineageKey, VecDeque<Entry>>,
+    /// Every entry's (serial, key), oldest first.
+    order: VecDeque<(u64, LineageKey)>,
+    next_serial: u64,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// What [`Lineage::remember`] had to drop to stay within its bound.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Dropped(pub usize);
+
 impl Lineage {
-    /// Remembers an ended session, replacing an earlier record of the same session.
-    pub fn remember(&mut self, key: &SessionKey, record: Ended) {
-        self.ended
-            .retain(|e| !(e.server == key.0 && e.session_id == key.1));
-        if self.ended.len() >= MAX_ENDED {
-            self.ended.pop_front();
+    /// A lineage store that holds at most `max_bytes` of records.
+    pub fn new(max_bytes: usize) -> Self {
+        Lineage {
+            max_bytes,
+            ..Lineage::default()
         }
-        self.ended.push_back(record);
     }
 
-    /// The most recent ended session of the same client (address and clientInfo) on `server`
-    /// within `window_ns` of `now`, other than `sid` itself.
-    pub fn predecessor(
-        &self,
-        server: SocketAddr,
-        client_ip: IpAddr,
-        client_info: &str,
-        sid: &str,
-        now: Timestamp,
-        window_ns: i64,
-    ) -> Option<&Ended> {
-        self.ended.iter().rev().find(|e| {
-            e.server == server
-                && e.client_ip == client_ip
-                && e.session_id != sid
-                && &*e.client_info == client_info
-                && now.0.saturating_sub(e.ts.0) <= window_ns
-        })
+    /// Bytes the records hold, as charged against the session budget.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Records remembered.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Remembers an ended session under `key`; drops the oldest records beyond the byte bound.
+    pub fn remember(&mut self, key: LineageKey, ended: Ended) -> Dropped {
+        let bytes = ENTRY_OVERHEAD
+            + key.heap_bytes()
+            + ended.session_id.len()
+            + ended.baseline.as_ref().map_or(0, CapsRecord::heap_bytes);
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.bytes += bytes;
+        self.order.push_back((serial, key.clone()));
+        self.by_key.entry(key).or_default().push_back(Entry {
+            serial,
+            ended,
+            bytes,
+        });
+        let mut dropped = 0;
+        while self.bytes > self.max_bytes && self.drop_oldest() {
+            dropped += 1;
+        }
+        Dropped(dropped)
+    }
+
+    /// The most recent ended session under `key` within `window_ns` of `now`.
+    pub fn predecessor(&self, key: &LineageKey, now: Timestamp, window_ns: i64) -> Option<&Ended> {
+        let newest = &self.by_key.get(key)?.back()?.ended;
+        (now.0.saturating_sub(newest.ts.0) <= window_ns).then_some(newest)
     }
 
     /// Forgets sessions that ended longer than `window_ns` ago.
     pub fn expire(&mut self, now: Timestamp, window_ns: i64) {
-        while self
-            .ended
-            .front()
-            .is_some_and(|e| now.0.saturating_sub(e.ts.0) > window_ns)
-        {
-            self.ended.pop_front();
+        while let Some((_, key)) = self.order.front() {
+            let expired = self
+                .by_key
+                .get(key)
+                .and_then(VecDeque::front)
+                .is_some_and(|e| now.0.saturating_sub(e.ended.ts.0) > window_ns);
+            if !expired || !self.drop_oldest() {
+                break;
+            }
         }
+    }
+
+    /// Drops the oldest record. Per key, records are kept in the order they were remembered,
+    /// so the oldest of all is at the front of its key's queue.
+    fn drop_oldest(&mut self) -> bool {
+        let Some((serial, key)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Some(queue) = self.by_key.get_mut(&key) {
+            if queue.front().is_some_and(|e| e.serial == serial)
+                && let Some(e) = queue.pop_front()
+            {
+                self.bytes -= e.bytes;
+            }
+            if queue.is_empty() {
+                self.by_key.remove(&key);
+            }
+        }
+        true
     }
 }
 
@@ -74,35 +152,55 @@ impl Lineage {
 mod tests {
     use super::*;
 
+    fn key(info: &str) -> LineageKey {
+        LineageKey {
+            server: "127.0.0.2:80".parse().expect("addr"),
+            client_ip: "127.0.0.3".parse().expect("addr"),
+            client_info: Box::from(info),
+        }
+    }
+
     fn ended(sid: &str, ts: i64) -> Ended {
         Ended {
             ts: Timestamp(ts),
-            server: "127.0.0.2:80".parse().expect("addr"),
-            client_ip: "127.0.0.3".parse().expect("addr"),
-            client_info: Box::from(r#"{"name":"a"}"#),
             session_id: sid.to_string(),
             baseline: None,
         }
     }
 
     #[test]
-    fn the_most_recent_matching_session_within_the_window_is_the_predecessor() {
-        let mut l = Lineage::default();
-        let server = "127.0.0.2:80".parse().expect("addr");
-        let ip = "127.0.0.3".parse().expect("addr");
-        for (sid, ts) in [("a", 10), ("b", 20)] {
-            l.remember(&(server, sid.to_string()), ended(sid, ts));
-        }
-        let found = |l: &Lineage, info: &str, sid: &str, now: i64| {
-            l.predecessor(server, ip, info, sid, Timestamp(now), 100)
+    fn the_most_recent_session_of_the_key_within_the_window_is_the_predecessor() {
+        let mut l = Lineage::new(usize::MAX);
+        l.remember(key("a"), ended("s1", 10));
+        l.remember(key("a"), ended("s2", 20));
+        l.remember(key("z"), ended("s3", 25));
+        let found = |l: &Lineage, info: &str, now: i64| {
+            l.predecessor(&key(info), Timestamp(now), 100)
                 .map(|e| e.session_id.clone())
         };
-        assert_eq!(found(&l, r#"{"name":"a"}"#, "c", 30), Some("b".into()));
-        // Not itself, not another client, not beyond the window.
-        assert_eq!(found(&l, r#"{"name":"a"}"#, "b", 30), Some("a".into()));
-        assert_eq!(found(&l, r#"{"name":"z"}"#, "c", 30), None);
-        assert_eq!(found(&l, r#"{"name":"a"}"#, "c", 500), None);
+        assert_eq!(found(&l, "a", 30), Some("s2".into()));
+        assert_eq!(found(&l, "z", 30), Some("s3".into()));
+        assert_eq!(found(&l, "q", 30), None);
+        assert_eq!(found(&l, "a", 500), None);
         l.expire(Timestamp(115), 100);
-        assert_eq!(found(&l, r#"{"name":"a"}"#, "b", 115), None);
+        assert_eq!((l.len(), found(&l, "a", 115)), (2, Some("s2".into())));
+        l.expire(Timestamp(1000), 100);
+        assert!(l.is_empty() && l.bytes() == 0);
+    }
+
+    #[test]
+    fn the_byte_bound_drops_the_oldest_records_and_says_how_many() {
+        let mut l = Lineage::new(3 * (ENTRY_OVERHEAD + 4));
+        for i in 0..3 {
+            assert_eq!(l.remember(key("a"), ended(&format!("s{i}"), i)), Dropped(0));
+        }
+        assert_eq!(l.remember(key("b"), ended("s9", 9)), Dropped(1));
+        assert_eq!(l.len(), 3);
+        assert!(l.bytes() <= 3 * (ENTRY_OVERHEAD + 4));
+        assert_eq!(
+            l.predecessor(&key("a"), Timestamp(10), 100)
+                .map(|e| e.session_id.as_str()),
+            Some("s2")
+        );
     }
 }

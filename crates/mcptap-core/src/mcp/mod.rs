@@ -32,7 +32,7 @@ use crate::model::{
 use crate::usage::SharedUsage;
 use budget::SessionTable;
 use handshake::Answer;
-use lineage::{Ended, Lineage};
+use lineage::{Ended, Lineage, LineageKey};
 use serde_json::Value;
 use session::{ExchangeKey, Session, SessionKey};
 use std::net::SocketAddr;
@@ -70,6 +70,10 @@ pub struct Tracker<D: Detector> {
     sessions: SessionTable<D::SessionState>,
     transactions: Transactions,
     lineage: Lineage,
+    /// The totals the session table's caps apply to; lineage records count there too.
+    usage: Arc<SharedUsage>,
+    /// Lineage bytes last added to `usage`.
+    published_lineage_bytes: usize,
 }
 
 impl<D: Detector> Tracker<D> {
@@ -83,9 +87,16 @@ impl<D: Detector> Tracker<D> {
         Tracker {
             limits,
             detector,
-            sessions: SessionTable::new(limits.max_sessions, limits.max_session_bytes, usage),
+            sessions: SessionTable::new(
+                limits.max_sessions,
+                limits.max_session_bytes,
+                usage.clone(),
+            ),
             transactions: Transactions::new(limits.max_exchanges_per_flow),
-            lineage: Lineage::default(),
+            // Records of ended sessions may take an eighth of what sessions may.
+            lineage: Lineage::new(limits.max_session_bytes / 8),
+            usage,
+            published_lineage_bytes: 0,
         }
     }
 
@@ -173,6 +184,7 @@ impl<D: Detector> Tracker<D> {
             self.end_session(&key, now, EndReason::Idle, out);
         }
         self.lineage.expire(now, self.limits.lineage_window_ns);
+        self.publish_lineage_bytes();
     }
 
     fn valid_session_id(&self, id: Option<&str>, out: &mut Vec<Output>) -> Option<String> {
@@ -564,15 +576,13 @@ impl<D: Detector> Tracker<D> {
         }
         let client_info_text = session::client_info_key(&hs.client_info);
         if accepted && !reinit {
+            let lineage_key = LineageKey {
+                server: origin.server,
+                client_ip: origin.client.ip(),
+                client_info: client_info_text.clone(),
+            };
             let window = self.limits.lineage_window_ns;
-            let predecessor = self.lineage.predecessor(
-                origin.server,
-                origin.client.ip(),
-                &client_info_text,
-                &key.1,
-                ts,
-                window,
-            );
+            let predecessor = self.lineage.predecessor(&lineage_key, ts, window);
             if let Some(p) = predecessor {
                 hs.predecessor_session_id = Some(p.session_id.clone());
                 hs.lineage = p.baseline.as_ref().map(|b| HandshakeDiff {
@@ -620,23 +630,39 @@ impl<D: Detector> Tracker<D> {
         self.recharge(&key, ts, out);
         if !accepted && reinit {
             // A rejected re-initialize: the client will most likely start over in a new session.
-            self.remember_ended(&key, ts);
+            self.remember_ended(&key, ts, out);
         }
     }
 
-    fn remember_ended(&mut self, key: &SessionKey, ts: Timestamp) {
+    fn remember_ended(&mut self, key: &SessionKey, ts: Timestamp, out: &mut Vec<Output>) {
         let Some(s) = self.sessions.get(key) else {
             return;
         };
-        let record = Ended {
-            ts,
+        let lineage_key = LineageKey {
             server: key.0,
             client_ip: s.client.ip(),
             client_info: s.client_info.clone(),
+        };
+        let record = Ended {
+            ts,
             session_id: key.1.clone(),
             baseline: s.baseline.clone(),
         };
-        self.lineage.remember(key, record);
+        let dropped = self.lineage.remember(lineage_key, record);
+        for _ in 0..dropped.0 {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageRecords,
+            }));
+        }
+        self.publish_lineage_bytes();
+    }
+
+    /// Lineage records count against the session budget with the sessions.
+    fn publish_lineage_bytes(&mut self) {
+        let now = self.lineage.bytes();
+        self.usage
+            .republish_session_bytes(self.published_lineage_bytes, now);
+        self.published_lineage_bytes = now;
     }
 
     fn end_session(
@@ -646,8 +672,12 @@ impl<D: Detector> Tracker<D> {
         reason: EndReason,
         out: &mut Vec<Output>,
     ) {
-        if matches!(reason, EndReason::Expired | EndReason::Deleted) {
-            self.remember_ended(key, ts);
+        // An evicted session keeps its lineage record: its client may well come back.
+        if matches!(
+            reason,
+            EndReason::Expired | EndReason::Deleted | EndReason::Evicted
+        ) {
+            self.remember_ended(key, ts, out);
         }
         let Some(s) = self.sessions.remove(key) else {
             return;
@@ -749,6 +779,14 @@ impl<D: Detector> Tracker<D> {
                 }))));
             }
         }
+    }
+}
+
+impl<D: Detector> Drop for Tracker<D> {
+    /// Lineage records no longer count against the shared totals.
+    fn drop(&mut self) {
+        self.usage
+            .republish_session_bytes(self.published_lineage_bytes, 0);
     }
 }
 
