@@ -223,7 +223,7 @@ impl<D: Detector> Tracker<D> {
                                 .then(|| jsonrpc::tool_name(params))
                                 .flatten();
                             let init_params = (method == "initialize")
-                                .then(|| params.map(|p| Box::from(p.get())))
+                                .then(|| params.and_then(|p| checked_params(p.get(), out)))
                                 .flatten();
                             requests.push(PendingRequest {
                                 id,
@@ -787,6 +787,20 @@ impl<D: Detector> Drop for Tracker<D> {
     fn drop(&mut self) {
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, 0);
+    }
+}
+
+/// `initialize` params kept as text, checked now (without building a tree) so that hostile
+/// ones, e.g. nested beyond serde_json's depth limit, are counted when they arrive.
+fn checked_params(text: &str, out: &mut Vec<Output>) -> Option<Box<str>> {
+    match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        Ok(_) => Some(Box::from(text)),
+        Err(_) => {
+            out.push(Output::Telemetry(Telemetry::JsonRpcError {
+                reason: crate::model::JsonRpcError::InvalidJson,
+            }));
+            None
+        }
     }
 }
 
