@@ -790,18 +790,45 @@ impl<D: Detector> Drop for Tracker<D> {
     }
 }
 
-/// `initialize` params kept as text, checked now (without building a tree) so that hostile
-/// ones, e.g. nested beyond serde_json's depth limit, are counted when they arrive.
+/// Deepest nesting of `initialize` params accepted (serde_json's own limit when it parses them).
+const MAX_PARAMS_DEPTH: usize = 128;
+
+/// `initialize` params kept as text, checked now (one pass, no tree built) so that hostile
+/// ones, nested beyond what the handshake will parse, are counted when they arrive.
 fn checked_params(text: &str, out: &mut Vec<Output>) -> Option<Box<str>> {
-    match serde_json::from_str::<serde::de::IgnoredAny>(text) {
-        Ok(_) => Some(Box::from(text)),
-        Err(_) => {
-            out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                reason: crate::model::JsonRpcError::InvalidJson,
-            }));
-            None
+    if nesting_depth(text.as_bytes()) <= MAX_PARAMS_DEPTH {
+        return Some(Box::from(text));
+    }
+    out.push(Output::Telemetry(Telemetry::JsonRpcError {
+        reason: crate::model::JsonRpcError::InvalidJson,
+    }));
+    None
+}
+
+/// The deepest array/object nesting of a JSON text (strings skipped, escapes honoured).
+fn nesting_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
+    deepest
 }
 
 /// An alert of session `key`, as an event.
@@ -820,5 +847,18 @@ fn push_alert(
             client,
             kind,
         }))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nesting_depth;
+
+    #[test]
+    fn nesting_depth_skips_strings_and_escapes() {
+        assert_eq!(nesting_depth(br#"{}"#), 1);
+        assert_eq!(nesting_depth(br#"{"a":[{"b":[]}]}"#), 4);
+        assert_eq!(nesting_depth(br#"{"a":"[[[{{{","b":"\"[[["}"#), 1);
+        assert_eq!(nesting_depth(b"1"), 0);
     }
 }
