@@ -22,6 +22,12 @@ pub struct Summary {
     pub flows_evicted: BTreeMap<&'static str, u64>,
     /// Sessions ended, by reason (`deleted`, `expired`, `idle`, `evicted`).
     pub sessions_ended: BTreeMap<&'static str, u64>,
+    /// HTTP framing decoded leniently or ignored (bare LF, empty lines, ...).
+    pub framing_anomalies: u64,
+    /// Duplicated headers that peers read differently.
+    pub duplicate_headers: u64,
+    /// Kept bodies whose coding could not be decoded.
+    pub undecodable_bodies: u64,
 }
 
 impl Summary {
@@ -44,6 +50,9 @@ impl Summary {
             }
             Output::Telemetry(Telemetry::HttpError { .. }) => self.http_errors += 1,
             Output::Telemetry(Telemetry::JsonRpcError { .. }) => self.jsonrpc_errors += 1,
+            Output::Telemetry(Telemetry::FramingAnomaly { .. }) => self.framing_anomalies += 1,
+            Output::Telemetry(Telemetry::DuplicateHeader { .. }) => self.duplicate_headers += 1,
+            Output::Telemetry(Telemetry::UndecodableBody { .. }) => self.undecodable_bodies += 1,
             Output::Telemetry(_) => {}
         }
     }
@@ -61,6 +70,9 @@ impl Summary {
         self.gap_bytes += other.gap_bytes;
         self.http_errors += other.http_errors;
         self.jsonrpc_errors += other.jsonrpc_errors;
+        self.framing_anomalies += other.framing_anomalies;
+        self.duplicate_headers += other.duplicate_headers;
+        self.undecodable_bodies += other.undecodable_bodies;
         for (k, v) in &other.flows_evicted {
             *self.flows_evicted.entry(k).or_default() += v;
         }
@@ -127,6 +139,13 @@ impl Summary {
             counts(&self.flows_evicted),
             counts(&self.sessions_ended)
         );
+        if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
+            let _ = writeln!(
+                s,
+                "  http framing anomalies: {}, duplicate headers: {}, undecodable bodies: {}",
+                self.framing_anomalies, self.duplicate_headers, self.undecodable_bodies
+            );
+        }
         let _ = write!(
             s,
             "  elapsed: {:.3} s, {:.1} MB/s, {:.0} packets/s",

@@ -44,9 +44,9 @@ impl Detector for Detectors {
     }
 
     fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Vec<AlertKind> {
-        if !(200..300).contains(&review.http_status) || review.on_other_stream {
-            // Errors at the HTTP level and answers on a GET stream say nothing about the
-            // POST's response mode.
+        if !(200..300).contains(&review.http_status) || review.on_other_stream || review.ambiguous {
+            // Errors at the HTTP level, answers on a GET stream and ambiguous answers (peers
+            // disagree on their Content-Type) say nothing about the POST's response mode.
             return Vec::new();
         }
         modes
@@ -422,6 +422,7 @@ mod tests {
             on_other_stream,
             streaming_negotiated: false,
             accept: None,
+            ambiguous: false,
         };
         let mut modes = ModeTracker::default();
         assert!(
@@ -439,6 +440,12 @@ mod tests {
                 .answer(&mut modes, &answer(200, true, Json))
                 .is_empty()
         );
+        // Duplicated Content-Types: peers disagree on the answer, so it decides nothing.
+        let ambiguous = AnswerReview {
+            ambiguous: true,
+            ..answer(200, false, Json)
+        };
+        assert!(Detectors.answer(&mut modes, &ambiguous).is_empty());
         let alerts = Detectors.answer(&mut modes, &answer(200, false, Json));
         assert!(matches!(
             alerts.as_slice(),

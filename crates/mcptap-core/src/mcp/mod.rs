@@ -26,8 +26,8 @@ use crate::http::sse::SseItem;
 use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
 use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
-    Alert, AlertKind, EndReason, Event, Exchange, HandshakeDiff, Limit, Output, PathDiff,
-    SessionEnd, StreamEnd, Telemetry, Timestamp,
+    Alert, AlertKind, EndReason, Event, Exchange, FramingMode, HandshakeDiff, Limit, Output,
+    PathDiff, SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
@@ -134,10 +134,31 @@ impl<D: Detector> Tracker<D> {
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
-            HttpEvent::Abandoned { exchange } => {
+            HttpEvent::Abandoned { exchange, reason } => {
+                out.push(Output::Telemetry(Telemetry::ExchangeAbandoned { reason }));
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
                     self.forget_in_flight(ctx.server, &ex);
                 }
+            }
+            HttpEvent::Anomaly { exchange, reason } => {
+                out.push(Output::Telemetry(Telemetry::FramingAnomaly { reason }));
+                if let Some(ex) = exchange.and_then(|e| self.transactions.get_mut((ctx.flow, e)))
+                    && let Some(response) = ex.response.as_mut()
+                {
+                    response.lenient = true;
+                }
+            }
+            HttpEvent::DuplicateHeader { header } => {
+                out.push(Output::Telemetry(Telemetry::DuplicateHeader {
+                    server: ctx.server,
+                    header,
+                }));
+            }
+            HttpEvent::Undecodable { reason, .. } => {
+                out.push(Output::Telemetry(Telemetry::UndecodableBody {
+                    server: ctx.server,
+                    reason,
+                }));
             }
             HttpEvent::Error(e) => {
                 out.push(Output::Telemetry(Telemetry::HttpError { reason: e }));
@@ -448,6 +469,7 @@ impl<D: Detector> Tracker<D> {
         };
         let req_ts = ex.ts;
         let client = ex.client;
+        let (framing, ambiguous) = framing_of(ex);
         let accept = ex.head.accept.clone();
         let Some(request) = ex.requests.answer(idx) else {
             return;
@@ -474,7 +496,7 @@ impl<D: Detector> Tracker<D> {
                 error: error.as_ref(),
                 status,
             };
-            self.on_handshake(ts, origin, init_params, answer, out);
+            self.on_handshake(ts, origin, init_params, answer, framing, out);
         }
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
@@ -496,6 +518,8 @@ impl<D: Detector> Tracker<D> {
             answered: true,
             error_code: error.as_ref().map(|(c, _)| *c),
             empty_content,
+            framing,
+            ambiguous,
         }))));
         let Some(sid) = sid else { return };
         let key = (ctx.server, sid);
@@ -512,10 +536,11 @@ impl<D: Detector> Tracker<D> {
             on_other_stream: target != here && on_stream,
             streaming_negotiated: session.streaming_negotiated,
             accept: accept.as_deref(),
+            ambiguous,
         };
         let alerts = self.detector.answer(&mut session.detection, &review);
         session.alerts += alerts.len() as u32;
-        push_alerts(out, ts, &key, client, alerts);
+        push_alerts(out, ts, &key, client, framing, alerts);
     }
 
     fn on_handshake(
@@ -524,6 +549,7 @@ impl<D: Detector> Tracker<D> {
         origin: &Origin,
         init_params: Option<Value>,
         answer: Answer<'_>,
+        framing: FramingMode,
         out: &mut Vec<Output>,
     ) {
         let params = init_params.unwrap_or(Value::Null);
@@ -599,7 +625,7 @@ impl<D: Detector> Tracker<D> {
         session.alerts += verdict.alerts.len() as u32;
         let client = origin.client;
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
-        push_alerts(out, ts, &key, client, verdict.alerts);
+        push_alerts(out, ts, &key, client, framing, verdict.alerts);
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
         if !accepted && reinit {
@@ -664,6 +690,7 @@ impl<D: Detector> Tracker<D> {
         }
         let status = ex.response.as_ref().map_or(0, |r| r.status);
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
+        let (framing, ambiguous) = framing_of(&ex);
         let ended_by = match end {
             BodyEnd::Complete => Some(StreamEnd::FinalChunk),
             BodyEnd::ServerClosed => Some(StreamEnd::ServerClosed),
@@ -686,7 +713,7 @@ impl<D: Detector> Tracker<D> {
                     error: None,
                     status,
                 };
-                self.on_handshake(ts, origin, r.init_params.clone(), answer, out);
+                self.on_handshake(ts, origin, r.init_params.clone(), answer, framing, out);
             }
             let request_id = r.id.to_value();
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {
@@ -705,6 +732,8 @@ impl<D: Detector> Tracker<D> {
                 answered: false,
                 error_code: None,
                 empty_content: None,
+                framing,
+                ambiguous,
             }))));
             let session = ex
                 .session_id
@@ -730,18 +759,28 @@ impl<D: Detector> Tracker<D> {
                     server: ex.server,
                     client: ex.client,
                     kind,
+                    framing,
                 }))));
             }
         }
     }
 }
 
-/// Alerts of session `key`, as events.
+/// How an exchange was framed (strict or lenient) and whether a header made it ambiguous.
+fn framing_of(ex: &ExchangeState) -> (FramingMode, bool) {
+    let response = ex.response.as_ref();
+    let lenient = ex.head.lenient || response.is_some_and(|r| r.lenient);
+    let ambiguous = ex.head.ambiguous || response.is_some_and(|r| r.ambiguous);
+    (FramingMode::of(lenient), ambiguous)
+}
+
+/// Alerts of session `key` about an exchange framed `framing`, as events.
 fn push_alerts(
     out: &mut Vec<Output>,
     ts: Timestamp,
     key: &SessionKey,
     client: SocketAddr,
+    framing: FramingMode,
     alerts: Vec<AlertKind>,
 ) {
     for kind in alerts {
@@ -751,6 +790,7 @@ fn push_alerts(
             server: key.0,
             client,
             kind,
+            framing,
         }))));
     }
 }
