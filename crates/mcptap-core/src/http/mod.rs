@@ -772,7 +772,10 @@ impl Connection {
                 // Skip one byte so resync looks for the next start past this one.
                 1.min(data.len())
             }
-            HeadParse::Rejected { reason, len } => {
+            HeadParse::Rejected { reason, len, notes } => {
+                for e in notes.iter().flatten() {
+                    out.push(HttpEvent::Error(*e));
+                }
                 let parser = &mut self.halves[half];
                 parser.seen_http = true;
                 parser.head_buf.clear();
@@ -1338,6 +1341,8 @@ enum HeadParse {
     Rejected {
         reason: HttpError,
         len: usize,
+        /// Problems counted on the way (Transfer-Encoding with Content-Length, ...).
+        notes: [Option<HttpError>; 3],
     },
     Request {
         head: RequestHead,
@@ -1426,7 +1431,11 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                         switching: status == 101,
                         facts,
                     },
-                    Err(reason) => HeadParse::Rejected { reason, len },
+                    Err(reason) => HeadParse::Rejected {
+                        reason,
+                        len,
+                        notes: facts.notes,
+                    },
                 }
             }
         }
@@ -1456,7 +1465,11 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                         framing,
                         facts,
                     },
-                    Err(reason) => HeadParse::Rejected { reason, len },
+                    Err(reason) => HeadParse::Rejected {
+                        reason,
+                        len,
+                        notes: facts.notes,
+                    },
                 }
             }
         }
