@@ -566,7 +566,10 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 exchange,
                 end: BODY_ENDS[usize::from(r.u8() % 4)],
             },
-            10 => HttpEvent::Abandoned { exchange },
+            10 => HttpEvent::Abandoned {
+                exchange,
+                reason: mcptap_core::http::AbandonReason::Gap,
+            },
             _ => HttpEvent::Error(mcptap_core::http::HttpError::BadChunk),
         };
         ops.push(McpOp::Http { flow, dt, ev });
@@ -620,7 +623,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             | HttpEvent::ResponseJson { exchange, .. }
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
-            | HttpEvent::Abandoned { exchange } => *exchange,
+            | HttpEvent::Abandoned { exchange, .. } => *exchange,
             _ => 0,
         };
         w.u8((exchange % 16) as u8);

@@ -103,8 +103,40 @@ pub fn log_event(ev: &Event) {
     }
 }
 
+/// Servers already warned about undecodable bodies (one WARN per server), bounded.
+static UNDECODABLE_WARNED: std::sync::Mutex<std::collections::BTreeSet<std::net::SocketAddr>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// Most servers remembered for the once-per-server warning; beyond, no more warnings.
+const MAX_WARNED_SERVERS: usize = 1024;
+
+/// Whether `server` gets its first warning about undecodable bodies now.
+fn first_undecodable_warning(server: std::net::SocketAddr) -> bool {
+    let Ok(mut warned) = UNDECODABLE_WARNED.lock() else {
+        return false;
+    };
+    warned.len() < MAX_WARNED_SERVERS && warned.insert(server)
+}
+
 pub fn log_telemetry(t: &Telemetry) {
     match t {
+        Telemetry::UndecodableBody { server, reason } => {
+            if first_undecodable_warning(*server) {
+                tracing::warn!(
+                    target: "mcptap_core::http",
+                    server = %server,
+                    reason = reason.as_str(),
+                    "bodies from this server cannot be decoded: its answers are not seen (counted in mcptap_undecodable_bodies_total; warned once per server)"
+                )
+            } else {
+                tracing::debug!(target: "mcptap_core::http", server = %server, reason = reason.as_str(), "undecodable body")
+            }
+        }
+        Telemetry::FramingAnomaly { reason } => {
+            tracing::debug!(target: "mcptap_core::http", reason = reason.as_str(), "lenient HTTP framing")
+        }
+        Telemetry::DuplicateHeader { server, header } => {
+            tracing::debug!(target: "mcptap_core::http", server = %server, header = header.as_str(), "duplicate header")
+        }
         Telemetry::TcpGap { reason, bytes } => {
             tracing::debug!(target: "mcptap::tcp", reason = reason.as_str(), bytes, "reassembly gap")
         }

@@ -6,7 +6,7 @@
 
 use mcptap_core::mcp::caps::scope;
 use mcptap_core::model::Output;
-use mcptap_core::model::{AlertKind, Event, Telemetry};
+use mcptap_core::model::{AbandonReason, AlertKind, Event, FramingAnomaly, HttpError, Telemetry};
 use mcptap_core::pipeline::PacketStats;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -77,6 +77,10 @@ pub struct Metrics {
     tcp_gap_bytes: IntCounter,
     tcp_overlaps: IntCounterVec,
     http_parse_errors: IntCounterVec,
+    http_framing_anomalies: IntCounterVec,
+    http_exchanges_abandoned: IntCounterVec,
+    duplicate_headers: IntCounterVec,
+    undecodable_bodies: IntCounterVec,
     http_responses: IntCounterVec,
     jsonrpc_parse_errors: IntCounterVec,
     limits_hit: IntCounterVec,
@@ -203,6 +207,30 @@ impl Metrics {
                 "HTTP parse errors and limits hit, by reason.",
                 &["reason"],
             )?,
+            http_framing_anomalies: counter_vec(
+                &r,
+                "mcptap_http_framing_anomalies_total",
+                "HTTP framing a strict peer rejects, decoded leniently, or ignored, by reason.",
+                &["reason"],
+            )?,
+            http_exchanges_abandoned: counter_vec(
+                &r,
+                "mcptap_http_exchanges_abandoned_total",
+                "Requests HTTP gave up pairing with a response, by reason.",
+                &["reason"],
+            )?,
+            duplicate_headers: counter_vec(
+                &r,
+                "mcptap_duplicate_headers_total",
+                "Headers that peers read differently, seen more than once in one head.",
+                &["server", "header"],
+            )?,
+            undecodable_bodies: counter_vec(
+                &r,
+                "mcptap_undecodable_bodies_total",
+                "MCP bodies whose content or transfer coding could not be decoded, by reason.",
+                &["server", "reason"],
+            )?,
             http_responses: counter_vec(
                 &r,
                 "mcptap_http_responses_total",
@@ -317,17 +345,14 @@ impl Metrics {
             m.tcp_gaps.with_label_values(&[reason]);
         }
         // Error series exist from the start, so dashboards show 0 rather than no data.
-        for reason in [
-            "bad_request_head",
-            "bad_response_head",
-            "bad_chunk",
-            "head_too_large",
-            "too_many_headers",
-            "message_too_large",
-            "unmatched_response",
-            "too_many_pending",
-        ] {
+        for reason in HttpError::ALL {
             m.http_parse_errors.with_label_values(&[reason]);
+        }
+        for reason in FramingAnomaly::ALL {
+            m.http_framing_anomalies.with_label_values(&[reason]);
+        }
+        for reason in AbandonReason::ALL {
+            m.http_exchanges_abandoned.with_label_values(&[reason]);
         }
         for reason in ["invalid_json", "not_jsonrpc", "unmatched_response"] {
             m.jsonrpc_parse_errors.with_label_values(&[reason]);
@@ -530,6 +555,26 @@ impl Metrics {
                 self.sessions_active.with_label_values(&[&server]).inc();
             }
             Telemetry::LimitHit { limit } => self.limits_hit.with_label_values(&[limit]).inc(),
+            Telemetry::FramingAnomaly { reason } => self
+                .http_framing_anomalies
+                .with_label_values(&[reason])
+                .inc(),
+            Telemetry::ExchangeAbandoned { reason } => self
+                .http_exchanges_abandoned
+                .with_label_values(&[reason])
+                .inc(),
+            Telemetry::DuplicateHeader { server, header } => {
+                let server = self.server(*server);
+                self.duplicate_headers
+                    .with_label_values(&[server.as_str(), header.as_str()])
+                    .inc();
+            }
+            Telemetry::UndecodableBody { server, reason } => {
+                let server = self.server(*server);
+                self.undecodable_bodies
+                    .with_label_values(&[server.as_str(), reason.as_str()])
+                    .inc();
+            }
         }
     }
 }

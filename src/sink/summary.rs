@@ -24,6 +24,12 @@ pub struct Summary {
     pub sessions_ended: BTreeMap<&'static str, u64>,
     /// Bounds of the session layer that refused or cut something, by limit.
     pub limits_hit: BTreeMap<&'static str, u64>,
+    /// HTTP framing decoded leniently or ignored (bare LF, empty lines, ...).
+    pub framing_anomalies: u64,
+    /// Duplicated headers that peers read differently.
+    pub duplicate_headers: u64,
+    /// Kept bodies whose coding could not be decoded.
+    pub undecodable_bodies: u64,
 }
 
 impl Summary {
@@ -49,6 +55,9 @@ impl Summary {
             Output::Telemetry(Telemetry::LimitHit { limit }) => {
                 *self.limits_hit.entry(limit.as_str()).or_default() += 1
             }
+            Output::Telemetry(Telemetry::FramingAnomaly { .. }) => self.framing_anomalies += 1,
+            Output::Telemetry(Telemetry::DuplicateHeader { .. }) => self.duplicate_headers += 1,
+            Output::Telemetry(Telemetry::UndecodableBody { .. }) => self.undecodable_bodies += 1,
             Output::Telemetry(_) => {}
         }
     }
@@ -66,6 +75,9 @@ impl Summary {
         self.gap_bytes += other.gap_bytes;
         self.http_errors += other.http_errors;
         self.jsonrpc_errors += other.jsonrpc_errors;
+        self.framing_anomalies += other.framing_anomalies;
+        self.duplicate_headers += other.duplicate_headers;
+        self.undecodable_bodies += other.undecodable_bodies;
         for (k, v) in &other.flows_evicted {
             *self.flows_evicted.entry(k).or_default() += v;
         }
@@ -136,6 +148,13 @@ impl Summary {
             counts(&self.sessions_ended)
         );
         let _ = writeln!(s, "  limits hit: {}", counts(&self.limits_hit));
+        if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
+            let _ = writeln!(
+                s,
+                "  http framing anomalies: {}, duplicate headers: {}, undecodable bodies: {}",
+                self.framing_anomalies, self.duplicate_headers, self.undecodable_bodies
+            );
+        }
         let _ = write!(
             s,
             "  elapsed: {:.3} s, {:.1} MB/s, {:.0} packets/s",

@@ -51,9 +51,9 @@ impl Detector for Detectors {
     }
 
     fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Option<AlertKind> {
-        if !(200..300).contains(&review.http_status) || review.on_other_stream {
-            // Errors at the HTTP level and answers on a GET stream say nothing about the
-            // POST's response mode.
+        if !(200..300).contains(&review.http_status) || review.on_other_stream || review.ambiguous {
+            // Errors at the HTTP level, answers on a GET stream and ambiguous answers (peers
+            // disagree on their Content-Type) say nothing about the POST's response mode.
             return None;
         }
         if review.is_error && !self.errors_decide_mode {
@@ -451,6 +451,7 @@ mod tests {
             on_other_stream,
             streaming_negotiated: false,
             accept: None,
+            ambiguous: false,
         };
         let mut modes = ModeTracker::default();
         assert!(
@@ -459,6 +460,12 @@ mod tests {
         );
         assert!(D.answer(&mut modes, &answer(500, false, Json)).is_none());
         assert!(D.answer(&mut modes, &answer(200, true, Json)).is_none());
+        // Duplicated Content-Types: peers disagree on the answer, so it decides nothing.
+        let ambiguous = AnswerReview {
+            ambiguous: true,
+            ..answer(200, false, Json)
+        };
+        assert!(D.answer(&mut modes, &ambiguous).is_none());
         let alert = D.answer(&mut modes, &answer(200, false, Json));
         assert!(matches!(
             alert,
@@ -523,6 +530,7 @@ mod tests {
             on_other_stream: false,
             streaming_negotiated: true,
             accept: None,
+            ambiguous: false,
         };
         let mut modes = ModeTracker::default();
         assert!(

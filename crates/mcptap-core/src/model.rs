@@ -201,6 +201,31 @@ pub struct Alert {
     pub client: SocketAddr,
     #[serde(flatten)]
     pub kind: AlertKind,
+    /// How the exchange the alert is about was framed: `lenient` when its HTTP framing needed
+    /// leniency a strict peer (Node's llhttp) rejects, so that peer saw a transport error.
+    pub framing: FramingMode,
+}
+
+/// Whether an exchange's HTTP framing was strictly conformant (RFC 9112) or needed leniency
+/// (bare LF, chunk-size whitespace, malformed chunk extensions) that h11 accepts and llhttp
+/// rejects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FramingMode {
+    #[default]
+    Strict,
+    Lenient,
+}
+
+impl FramingMode {
+    /// `lenient` when `lenient` is true, else `strict`.
+    pub fn of(lenient: bool) -> Self {
+        if lenient {
+            FramingMode::Lenient
+        } else {
+            FramingMode::Strict
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -350,6 +375,11 @@ pub struct Exchange {
     /// tools/call only: the result had an empty `content` array and no `structuredContent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_content: Option<bool>,
+    /// `lenient` when the request or response needed framing leniency (see [`FramingMode`]).
+    pub framing: FramingMode,
+    /// A header peers read differently (a differing duplicate Content-Type, Mcp-Session-Id,
+    /// ...) was on the request or response: which answer a client saw depends on its parser.
+    pub ambiguous: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -462,6 +492,100 @@ label_enum! {
         UnmatchedResponse => "unmatched_response",
         TooManyPending => "too_many_pending",
         TooManyHeaders => "too_many_headers",
+        /// A Content-Length that is not one decimal number below 2^64 (`4 2`, `+4`, `0x10`),
+        /// or a list of differing values in one header.
+        InvalidContentLength => "invalid_content_length",
+        /// Two Content-Length headers with different values (identical duplicates are fine).
+        ConflictingContentLength => "conflicting_content_length",
+        /// Transfer-Encoding and Content-Length together: Transfer-Encoding wins (RFC 9112
+        /// §6.3), the classic request-smuggling shape.
+        TeWithContentLength => "te_with_content_length",
+        /// A transfer coding mcptap does not know (the body is read but not decoded).
+        UnknownTransferCoding => "unknown_transfer_coding",
+        /// `chunked` is not the final transfer coding (or is applied twice): a request cannot
+        /// be framed (desynchronised), a response is read until close.
+        ChunkedNotFinal => "chunked_not_final",
+        /// Bytes that are not an HTTP message where one must start, on a direction that
+        /// already carried HTTP: the pending exchanges are abandoned and parsing resynchronises.
+        NotHttp => "not_http",
+        /// A message start with an HTTP version other than 1.x (`HTTP/5.6`), handled as
+        /// [`HttpError::NotHttp`].
+        UnsupportedHttpVersion => "unsupported_http_version",
+        /// Bytes of an open body were lost (a gap): the body is cut.
+        TruncatedBody => "truncated_body",
+    }
+}
+
+label_enum! {
+    /// HTTP/1.1 framing a lenient peer (h11, httparse) accepts and a strict one (llhttp)
+    /// rejects, or that RFC 9112 says to ignore; parsing goes on.
+    FramingAnomaly {
+        /// A line of a head, a chunk-size line or a chunk terminator ended in LF without CR.
+        BareLf => "bare_lf",
+        /// Whitespace after the chunk size with no extension following.
+        ChunkSizeWhitespace => "chunk_size_whitespace",
+        /// A chunk extension that is empty (`2;`), has no name or unbalanced quotes.
+        ChunkExtensionMalformed => "chunk_extension_malformed",
+        /// An empty line (CRLF or LF) before or between messages (RFC 9112 §2.2): ignored.
+        EmptyLineBetweenMessages => "empty_line_between_messages",
+    }
+}
+
+label_enum! {
+    /// Headers whose duplicates are counted: peers read them differently (undici and httpx
+    /// join them with ", ", hyper and starlette take the first).
+    DuplicateHeader {
+        ContentType => "content-type",
+        ContentLength => "content-length",
+        TransferEncoding => "transfer-encoding",
+        ContentEncoding => "content-encoding",
+        Host => "host",
+        Accept => "accept",
+        McpSessionId => "mcp-session-id",
+        McpProtocolVersion => "mcp-protocol-version",
+        /// Another header the layer above asked HTTP to copy out.
+        Other => "other",
+    }
+}
+
+impl DuplicateHeader {
+    /// The label for a header name the layer above extracts.
+    pub fn of_extracted(name: &str) -> Self {
+        if name.eq_ignore_ascii_case("mcp-session-id") {
+            DuplicateHeader::McpSessionId
+        } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
+            DuplicateHeader::McpProtocolVersion
+        } else {
+            DuplicateHeader::Other
+        }
+    }
+}
+
+label_enum! {
+    /// Why a kept body (JSON or SSE) could not be decoded.
+    UndecodableReason {
+        /// A content or transfer coding mcptap does not decode (`compress`, `x-custom`, ...).
+        UnknownCoding => "unknown_coding",
+        /// More codings stacked than mcptap decodes (3).
+        TooManyCodings => "too_many_codings",
+        /// The compressed data is corrupt.
+        Corrupt => "corrupt",
+        /// Decompression expanded beyond the ratio guard (a compression bomb).
+        ExpansionRatio => "expansion_ratio",
+        /// A zstd frame asks for a window beyond the limit (8 MiB).
+        WindowTooLarge => "window_too_large",
+    }
+}
+
+label_enum! {
+    /// Why HTTP gave up pairing a request with its response.
+    AbandonReason {
+        /// Bytes were lost on the request direction.
+        Gap => "gap",
+        /// More pipelined requests than `max_pending_requests`.
+        TooManyPending => "too_many_pending",
+        /// Bytes that are not HTTP, or a message that cannot be framed, at a message boundary.
+        Desync => "desync",
     }
 }
 
@@ -530,6 +654,24 @@ pub enum Telemetry {
     /// A value the session layer refused or dropped at one of its bounds.
     LimitHit {
         limit: Limit,
+    },
+    /// Framing a strict peer rejects, decoded leniently (or an ignored empty line).
+    FramingAnomaly {
+        reason: FramingAnomaly,
+    },
+    /// A header that peers read differently appeared more than once in one head.
+    DuplicateHeader {
+        server: SocketAddr,
+        header: DuplicateHeader,
+    },
+    /// A kept body could not be decoded (unknown coding, corrupt, bomb guard).
+    UndecodableBody {
+        server: SocketAddr,
+        reason: UndecodableReason,
+    },
+    /// A request HTTP will never pair with a response.
+    ExchangeAbandoned {
+        reason: AbandonReason,
     },
 }
 

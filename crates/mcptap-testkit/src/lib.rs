@@ -12,8 +12,10 @@
 //! - [`sim`]: an in-memory conversation simulator on a virtual clock with segmentation, loss,
 //!   reordering and duplication knobs; [`mcp`] builds the HTTP/1.1 MCP messages it carries.
 //! - [`rng`]: the one SplitMix64; [`http_check`]: the HTTP-event invariant checker.
+//! - [`exchange`]: one connection through the pipeline; the bytes of a `gzip on` proxy.
 
 pub mod capture;
+pub mod exchange;
 pub mod http_check;
 pub mod mcp;
 pub mod rng;

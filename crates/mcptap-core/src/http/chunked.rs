@@ -10,7 +10,25 @@
 //! accepted too, because real servers emit it. A CR not followed by LF is
 //! still an error after chunk data and in the chunk-size line.
 
+use crate::model::FramingAnomaly;
 use memchr::memchr;
+
+/// Bits of [`ChunkedDecoder::take_anomalies`].
+const BARE_LF: u8 = 1;
+const SIZE_WHITESPACE: u8 = 2;
+const EXTENSION_MALFORMED: u8 = 4;
+
+/// The anomalies a bit set from [`ChunkedDecoder::take_anomalies`] names.
+pub fn anomalies(bits: u8) -> impl Iterator<Item = FramingAnomaly> {
+    [
+        (BARE_LF, FramingAnomaly::BareLf),
+        (SIZE_WHITESPACE, FramingAnomaly::ChunkSizeWhitespace),
+        (EXTENSION_MALFORMED, FramingAnomaly::ChunkExtensionMalformed),
+    ]
+    .into_iter()
+    .filter(move |(bit, _)| bits & bit != 0)
+    .map(|(_, a)| a)
+}
 
 /// Longest accepted chunk-size line, including extensions and the CRLF.
 const MAX_SIZE_LINE: usize = 4096;
@@ -87,6 +105,8 @@ pub struct ChunkedDecoder {
     /// The current trailer line started with CR (so "\r\n" counts as empty).
     trailer_line_starts_with_cr: bool,
     body_bytes: u64,
+    /// Leniency used since the last [`ChunkedDecoder::take_anomalies`] (bits).
+    anomalies: u8,
 }
 
 impl Default for ChunkedDecoder {
@@ -104,6 +124,7 @@ impl ChunkedDecoder {
             trailer_line_len: 0,
             trailer_line_starts_with_cr: false,
             body_bytes: 0,
+            anomalies: 0,
         }
     }
 
@@ -153,6 +174,12 @@ impl ChunkedDecoder {
         self.state == State::Done
     }
 
+    /// The leniency this decoder used since the last call (bare LF, chunk-size whitespace,
+    /// malformed extensions), as bits for [`anomalies`]; each kind is reported once per call.
+    pub fn take_anomalies(&mut self) -> u8 {
+        std::mem::take(&mut self.anomalies)
+    }
+
     /// Data bytes still to come in the current chunk (0 between chunks).
     pub fn chunk_remaining(&self) -> u64 {
         match self.state {
@@ -190,7 +217,10 @@ impl ChunkedDecoder {
             State::DataCr => {
                 self.state = match rest.first() {
                     Some(b'\r') => State::DataLf,
-                    Some(b'\n') => State::SizeLine, // lenient bare LF
+                    Some(b'\n') => {
+                        self.anomalies |= BARE_LF; // lenient bare LF
+                        State::SizeLine
+                    }
                     _ => return Err(ChunkedError::BadChunkTerminator),
                 };
                 Ok(1)
@@ -227,14 +257,17 @@ impl ChunkedDecoder {
         let line = rest.get(..line_len).unwrap_or_default();
         let size = if self.size_line.is_empty() && line.ends_with(b"\r\n") {
             // Common case: the whole line is in this push; no copy.
+            self.anomalies |= size_line_anomalies(line);
             parse_size_line(line)?
         } else {
             self.size_line.extend_from_slice(line);
             if !self.size_line.ends_with(b"\r\n") {
                 // Lenient bare LF: httparse insists on CRLF.
+                self.anomalies |= BARE_LF;
                 self.size_line.pop();
                 self.size_line.extend_from_slice(b"\r\n");
             }
+            self.anomalies |= size_line_anomalies(&self.size_line);
             let size = parse_size_line(&self.size_line);
             self.size_line.clear();
             size?
@@ -266,6 +299,14 @@ impl ChunkedDecoder {
             self.trailer_line_starts_with_cr = first == b'\r';
         }
         self.trailer_line_len += content.len();
+        if line_ended
+            && !content.ends_with(b"\r")
+            && !(content.is_empty()
+                && self.trailer_line_starts_with_cr
+                && self.trailer_line_len == 1)
+        {
+            self.anomalies |= BARE_LF;
+        }
         if line_ended {
             // Empty means "\r\n" or (lenient) a bare "\n".
             let empty = self.trailer_line_len == 0
@@ -277,6 +318,35 @@ impl ChunkedDecoder {
             }
         }
         Ok(used)
+    }
+}
+
+/// The leniency a complete chunk-size line ending in CRLF needs: whitespace after the size
+/// with no extension, or an extension that is empty, nameless or has unbalanced quotes
+/// (RFC 9112 §7.1.1: `chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] )`).
+fn size_line_anomalies(line: &[u8]) -> u8 {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let rest = line.get(digits..).unwrap_or_default();
+    if rest.first() == Some(&b'\r') {
+        return 0; // the common, strict case
+    }
+    let rest = rest.strip_suffix(b"\r\n").unwrap_or(rest);
+    let after_ws = rest.trim_ascii_start();
+    if after_ws.is_empty() {
+        return if rest.is_empty() { 0 } else { SIZE_WHITESPACE };
+    }
+    if after_ws.first() != Some(&b';') {
+        return 0; // not a chunk-size line httparse accepts: it reports the error
+    }
+    let quotes = after_ws.iter().filter(|b| **b == b'"').count();
+    let nameless = after_ws
+        .split(|b| *b == b';')
+        .skip(1)
+        .any(|ext| ext.trim_ascii().is_empty() || ext.trim_ascii_start().starts_with(b"="));
+    if quotes % 2 == 1 || nameless {
+        EXTENSION_MALFORMED
+    } else {
+        0
     }
 }
 

@@ -9,11 +9,14 @@
 
 mod buffer;
 pub mod chunked;
+pub mod coding;
 pub mod sse;
 
 use crate::http::sse::{SseItem, SseParser};
+pub use crate::model::{AbandonReason, DuplicateHeader, FramingAnomaly, UndecodableReason};
 use buffer::grow_for;
 use chunked::ChunkedDecoder;
+use coding::{BodyDecoder, Coding, CodingList};
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
@@ -59,6 +62,11 @@ pub struct RequestHead {
     pub accept: Option<String>,
     pub content_type: Option<String>,
     pub extracted: ExtractedHeaders,
+    /// The head or body needed framing leniency a strict peer rejects (bare LF, ...).
+    pub lenient: bool,
+    /// A header peers read differently was duplicated with differing values; the first
+    /// value is the one recorded (hyper's and starlette's reading).
+    pub ambiguous: bool,
 }
 
 impl RequestHead {
@@ -79,38 +87,107 @@ pub struct ResponseHead {
     /// Media type, lowercased, without parameters.
     pub media_type: Option<String>,
     pub extracted: ExtractedHeaders,
+    /// As [`RequestHead::lenient`]; leniency found later in the body is reported as
+    /// [`HttpEvent::Anomaly`] with the exchange.
+    pub lenient: bool,
+    /// As [`RequestHead::ambiguous`].
+    pub ambiguous: bool,
+    /// A second Content-Type with a different media type (the first is `media_type`): the
+    /// body is parsed by what it is.
+    pub other_media_type: Option<String>,
+}
+
+/// Records the first value of a header in `slot`; a later one is a duplicate (returned), and
+/// one with a different value makes the head ambiguous.
+fn note_first(
+    slot: &mut Option<String>,
+    ambiguous: &mut bool,
+    header: DuplicateHeader,
+    value: &[u8],
+) -> Option<DuplicateHeader> {
+    match slot {
+        None => {
+            *slot = Some(header_str(value));
+            None
+        }
+        Some(first) => {
+            if first.as_bytes() != value.trim_ascii() {
+                *ambiguous = true;
+            }
+            Some(header)
+        }
+    }
 }
 
 /// Records one request header in `head`: the generic ones and those `interest` names.
-fn note_request_header(head: &mut RequestHead, interest: &Interest, name: &str, value: &[u8]) {
-    let slot = if name.eq_ignore_ascii_case("host") {
-        &mut head.host
+/// Returns the header when it is a counted duplicate.
+fn note_request_header(
+    head: &mut RequestHead,
+    interest: &Interest,
+    name: &str,
+    value: &[u8],
+) -> Option<DuplicateHeader> {
+    let (slot, header) = if name.eq_ignore_ascii_case("host") {
+        (&mut head.host, DuplicateHeader::Host)
     } else if name.eq_ignore_ascii_case("accept") {
-        &mut head.accept
+        (&mut head.accept, DuplicateHeader::Accept)
     } else if name.eq_ignore_ascii_case("content-type") {
-        &mut head.content_type
+        (&mut head.content_type, DuplicateHeader::ContentType)
     } else {
-        return extract(interest.request_headers, name, value, &mut head.extracted);
+        return extract(
+            interest.request_headers,
+            name,
+            value,
+            &mut head.extracted,
+            &mut head.ambiguous,
+        );
     };
-    *slot = Some(header_str(value));
+    note_first(slot, &mut head.ambiguous, header, value)
 }
 
 /// Records one response header in `head`, as [`note_request_header`].
-fn note_response_header(head: &mut ResponseHead, interest: &Interest, name: &str, value: &[u8]) {
+fn note_response_header(
+    head: &mut ResponseHead,
+    interest: &Interest,
+    name: &str,
+    value: &[u8],
+) -> Option<DuplicateHeader> {
     if name.eq_ignore_ascii_case("content-type") {
-        head.media_type = Some(media_type(&header_str(value)));
+        let mt = media_type(&header_str(value));
+        match &head.media_type {
+            None => head.media_type = Some(mt),
+            Some(first) => {
+                if *first != mt {
+                    head.ambiguous = true;
+                    head.other_media_type.get_or_insert(mt);
+                }
+                return Some(DuplicateHeader::ContentType);
+            }
+        }
+        None
     } else {
-        extract(interest.response_headers, name, value, &mut head.extracted);
+        extract(
+            interest.response_headers,
+            name,
+            value,
+            &mut head.extracted,
+            &mut head.ambiguous,
+        )
     }
 }
 
-/// Stores `value` at the index of `name` in `names`, if it is there.
-fn extract(names: &[&str], name: &str, value: &[u8], into: &mut ExtractedHeaders) {
-    if let Some(i) = names.iter().position(|n| name.eq_ignore_ascii_case(n))
-        && let Some(slot) = into.get_mut(i)
-    {
-        *slot = Some(header_str(value));
-    }
+/// Stores `value` at the index of `name` in `names`, if it is there (the first value; a later
+/// one is a duplicate).
+fn extract(
+    names: &[&str],
+    name: &str,
+    value: &[u8],
+    into: &mut ExtractedHeaders,
+    ambiguous: &mut bool,
+) -> Option<DuplicateHeader> {
+    let i = names.iter().position(|n| name.eq_ignore_ascii_case(n))?;
+    let slot = into.get_mut(i)?;
+    note_first(slot, ambiguous, DuplicateHeader::of_extracted(name), value)
 }
 
 /// How a response body ended.
@@ -158,6 +235,23 @@ pub enum HttpEvent {
     /// The request will never be paired with a response (lost sync, pipelining cap): forget it.
     Abandoned {
         exchange: u64,
+        reason: AbandonReason,
+    },
+    /// Framing decoded leniently (or an ignored empty line); `exchange` is the kept response
+    /// it was found in, if any (request leniency is in [`RequestHead::lenient`]).
+    Anomaly {
+        exchange: Option<u64>,
+        reason: FramingAnomaly,
+    },
+    /// A header peers read differently appeared more than once in a head.
+    DuplicateHeader {
+        header: DuplicateHeader,
+    },
+    /// The body of a kept message could not be decoded: its answer cannot be seen (the
+    /// response then ends as [`BodyEnd::Aborted`], never as a complete empty stream).
+    Undecodable {
+        exchange: Option<u64>,
+        reason: UndecodableReason,
     },
     Error(HttpError),
 }
@@ -178,6 +272,10 @@ enum Sink {
     Discard,
     Json(Vec<u8>),
     Sse(Box<SseParser>),
+    /// Content-Types disagree (JSON and event stream): the first body byte decides.
+    Sniff,
+    /// The body's coding could not be decoded: skipped, and the body cannot end complete.
+    Undecodable,
 }
 
 /// Most bytes reserved ahead for the rest of a message or chunk the framing announces.
@@ -191,7 +289,7 @@ impl Sink {
     fn reserve_hint(&mut self, expected: u64, max_message: usize) {
         let expected = expected.min(MAX_RESERVE_HINT) as usize;
         match self {
-            Sink::Discard => {}
+            Sink::Discard | Sink::Sniff | Sink::Undecodable => {}
             Sink::Json(buf) => grow_for(buf, expected.min(max_message.saturating_sub(buf.len()))),
             Sink::Sse(parser) => parser.reserve_hint(expected),
         }
@@ -211,6 +309,8 @@ enum State {
     Body {
         framing: Framing,
         sink: Sink,
+        /// Decoders of the content and transfer codings (kept bodies only).
+        coding: Option<Box<BodyDecoder>>,
         exchange: Option<u64>,
         request: Option<RequestHead>,
         is_request: bool,
@@ -230,7 +330,12 @@ pub struct HalfParser {
     seen_http: bool,
     /// The half was seen from its first byte (the connection's SYN was captured).
     synchronised_start: bool,
+    /// Empty lines counted at the current message boundary (at most [`MAX_EMPTY_LINES`]).
+    empty_lines: u8,
 }
+
+/// Empty lines counted per message boundary; more are skipped uncounted.
+const MAX_EMPTY_LINES: u8 = 8;
 
 /// Give up on a direction that shows no HTTP message start within this many bytes.
 const MAX_RESYNC_SCAN: u64 = 256 * 1024;
@@ -257,6 +362,7 @@ impl HalfParser {
             resync_scanned: 0,
             seen_http: false,
             synchronised_start: synchronised,
+            empty_lines: 0,
         }
     }
 
@@ -358,27 +464,45 @@ impl Connection {
     pub fn on_gap(&mut self, half: usize, out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
         if let State::Body {
-            exchange: Some(ex),
-            is_request: false,
+            exchange,
+            is_request,
             ..
         } = self.halves[half].state
         {
-            out.push(HttpEvent::ResponseEnd {
-                exchange: ex,
-                end: BodyEnd::Aborted,
-            });
+            out.push(HttpEvent::Error(HttpError::TruncatedBody));
+            if let (Some(ex), false) = (exchange, is_request) {
+                out.push(HttpEvent::ResponseEnd {
+                    exchange: ex,
+                    end: BodyEnd::Aborted,
+                });
+            }
         }
         if Some(half) == self.client_half {
             // Requests may have been lost, so responses can no longer be paired by order.
-            for (exchange, _) in self.pending.drain(..) {
-                out.push(HttpEvent::Abandoned { exchange });
-            }
+            self.abandon_pending(AbandonReason::Gap, out);
         }
         if !self.halves[half].is_ignored() {
             self.halves[half].state = State::Resync;
             self.halves[half].head_buf.clear();
             self.halves[half].resync_scanned = 0;
         }
+    }
+
+    fn abandon_pending(&mut self, reason: AbandonReason, out: &mut Vec<HttpEvent>) {
+        for (exchange, _) in self.pending.drain(..) {
+            out.push(HttpEvent::Abandoned { exchange, reason });
+        }
+    }
+
+    /// Bytes at a message boundary of half `half` that cannot be framed: count `reason`,
+    /// abandon every pending exchange (pairing by order is lost) and resynchronise.
+    fn desync(&mut self, half: usize, reason: HttpError, out: &mut Vec<HttpEvent>) {
+        out.push(HttpEvent::Error(reason));
+        self.abandon_pending(AbandonReason::Desync, out);
+        let parser = &mut self.halves[half];
+        parser.state = State::Resync;
+        parser.head_buf.clear();
+        parser.resync_scanned = 0;
     }
 
     /// Half `half` ended. `fin` is a clean close by its sender; otherwise a reset, timeout or
@@ -388,7 +512,8 @@ impl Connection {
         let state = std::mem::replace(&mut self.halves[half].state, State::Ignored);
         if let State::Body {
             framing,
-            sink,
+            mut sink,
+            mut coding,
             exchange,
             request,
             is_request: false,
@@ -401,6 +526,9 @@ impl Connection {
                 BodyEnd::ServerClosed => BodyEnd::Aborted,
                 other => other,
             };
+            if end == BodyEnd::ServerClosed {
+                self.drain_coding(&mut coding, &mut sink, exchange, out);
+            }
             self.finish_body(sink, exchange, request, end, out);
         }
     }
@@ -423,11 +551,21 @@ impl Connection {
             path: path.to_string(),
             ..RequestHead::default()
         };
+        let mut ce = CodingList::default();
         for (name, value) in headers {
-            note_request_header(&mut head, &self.interest, name, value);
+            if name.eq_ignore_ascii_case("content-encoding") {
+                ce.add_header(value);
+            } else if let Some(header) = note_request_header(&mut head, &self.interest, name, value)
+            {
+                out.push(HttpEvent::DuplicateHeader { header });
+            }
         }
         self.halves[half].seen_http = true;
-        self.start_request(half, head, Framing::Delimited, out);
+        let codings = Codings {
+            content: ce,
+            transfer: CodingList::default(),
+        };
+        self.start_request(half, head, Framing::Delimited, codings, out);
     }
 
     /// A response head sent by half `half`, as [`on_request_head`](Self::on_request_head).
@@ -445,8 +583,15 @@ impl Connection {
             status,
             ..ResponseHead::default()
         };
+        let mut ce = CodingList::default();
         for (name, value) in headers {
-            note_response_header(&mut head, &self.interest, name, value);
+            if name.eq_ignore_ascii_case("content-encoding") {
+                ce.add_header(value);
+            } else if let Some(header) =
+                note_response_header(&mut head, &self.interest, name, value)
+            {
+                out.push(HttpEvent::DuplicateHeader { header });
+            }
         }
         self.halves[half].seen_http = true;
         let framing = if (100..200).contains(&status) {
@@ -454,7 +599,11 @@ impl Connection {
         } else {
             Framing::Delimited
         };
-        self.start_response(half, head, framing, status == 101, out);
+        let codings = Codings {
+            content: ce,
+            transfer: CodingList::default(),
+        };
+        self.start_response(half, head, framing, codings, status == 101, out);
     }
 
     /// Body bytes of the message open in half `half`, transfer coding already removed.
@@ -500,6 +649,7 @@ impl Connection {
             Some(pos) => {
                 parser.state = State::Idle;
                 parser.resync_scanned = 0;
+                parser.empty_lines = MAX_EMPTY_LINES;
                 if pos == 0 {
                     // Already at the start: parse now rather than report no progress.
                     return self.head(half, data, out);
@@ -516,11 +666,45 @@ impl Connection {
         }
     }
 
+    /// The connection carried HTTP: one of its directions parsed a message.
+    fn carried_http(&self) -> bool {
+        self.halves.iter().any(|h| h.seen_http)
+    }
+
     fn head(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
         let limits = self.limits;
+        let established = self.carried_http();
         let parser = &mut self.halves[half];
         let fresh = matches!(parser.state, State::Idle);
+        if fresh && matches!(data.first(), Some(b'\r' | b'\n')) {
+            // RFC 9112 §2.2: empty lines before a message are ignored (and counted).
+            let run = data
+                .iter()
+                .position(|b| !matches!(b, b'\r' | b'\n'))
+                .unwrap_or(data.len());
+            let lines = data.get(..run).unwrap_or_default();
+            for _ in lines.iter().filter(|b| **b == b'\n') {
+                if parser.empty_lines < MAX_EMPTY_LINES {
+                    parser.empty_lines += 1;
+                    out.push(HttpEvent::Anomaly {
+                        exchange: None,
+                        reason: FramingAnomaly::EmptyLineBetweenMessages,
+                    });
+                }
+            }
+            return run;
+        }
         if fresh && !looks_like_http_start(data) {
+            if established {
+                // An HTTP connection with something else where a message must start.
+                let reason = if data.starts_with(b"HTTP/") {
+                    HttpError::UnsupportedHttpVersion
+                } else {
+                    HttpError::NotHttp
+                };
+                self.desync(half, reason, out);
+                return self.resync(half, data, out);
+            }
             // Not HTTP at a message boundary: a TLS or other protocol flow.
             parser.state = State::Ignored;
             return data.len();
@@ -574,34 +758,97 @@ impl Connection {
                 );
                 if http_shaped {
                     parser.seen_http = true;
-                } else if parser.synchronised_start && !parser.seen_http {
+                } else if parser.synchronised_start && !parser.seen_http && !established {
                     // The first bytes of a connection seen from its SYN are not HTTP; decided
                     // the same way however the bytes were cut into segments.
                     parser.state = State::Ignored;
                     return data.len();
                 }
                 parser.state = State::Resync;
+                if established {
+                    // A message of an HTTP connection was lost: pairing by order is too.
+                    self.abandon_pending(AbandonReason::Desync, out);
+                }
                 // Skip one byte so resync looks for the next start past this one.
                 1.min(data.len())
             }
-            HeadParse::Request { head, len, framing } => {
-                self.halves[half].head_buf.clear();
-                self.halves[half].seen_http = true;
+            HeadParse::Rejected { reason, len, notes } => {
+                for e in notes.iter().flatten() {
+                    out.push(HttpEvent::Error(*e));
+                }
+                let parser = &mut self.halves[half];
+                parser.seen_http = true;
+                parser.head_buf.clear();
+                self.desync(half, reason, out);
+                // Resynchronise past the head: its body cannot be delimited.
+                len.saturating_sub(carried).max(1).min(data.len())
+            }
+            HeadParse::Request {
+                mut head,
+                len,
+                framing,
+                facts,
+            } => {
+                let parser = &mut self.halves[half];
+                parser.head_buf.clear();
+                parser.seen_http = true;
+                parser.empty_lines = 0;
                 let used = len - carried;
-                self.start_request(half, head, framing, out);
+                head.lenient |= facts.emit(out);
+                self.start_request(half, head, framing, facts.codings, out);
                 used
             }
             HeadParse::Response {
-                head,
+                mut head,
                 len,
                 framing,
                 switching,
+                facts,
             } => {
-                self.halves[half].head_buf.clear();
-                self.halves[half].seen_http = true;
+                let parser = &mut self.halves[half];
+                parser.head_buf.clear();
+                parser.seen_http = true;
+                parser.empty_lines = 0;
                 let used = len - carried;
-                self.start_response(half, head, framing, switching, out);
+                head.lenient |= facts.emit(out);
+                self.start_response(half, head, framing, facts.codings, switching, out);
                 used
+            }
+        }
+    }
+
+    /// The decoders for a kept body with `codings`, or why it cannot be decoded.
+    fn decoder_for(codings: &Codings) -> Result<Option<Box<BodyDecoder>>, UndecodableReason> {
+        if !codings.content.present && codings.transfer.is_empty() {
+            return Ok(None);
+        }
+        if codings.content.overflow || codings.transfer.overflow {
+            return Err(UndecodableReason::TooManyCodings);
+        }
+        let applied: Vec<Coding> = codings
+            .content
+            .iter()
+            .chain(codings.transfer.iter())
+            .collect();
+        let decoder = BodyDecoder::new(&applied)?;
+        Ok((!decoder.is_identity()).then(|| Box::new(decoder)))
+    }
+
+    /// `sink` with the decoders `codings` need: a body that cannot be decoded is skipped.
+    fn coded_sink(
+        sink: Sink,
+        codings: &Codings,
+        exchange: Option<u64>,
+        out: &mut Vec<HttpEvent>,
+    ) -> (Sink, Option<Box<BodyDecoder>>) {
+        if matches!(sink, Sink::Discard) {
+            return (sink, None);
+        }
+        match Self::decoder_for(codings) {
+            Ok(coding) => (sink, coding),
+            Err(reason) => {
+                out.push(HttpEvent::Undecodable { exchange, reason });
+                (Sink::Undecodable, None)
             }
         }
     }
@@ -611,6 +858,7 @@ impl Connection {
         half: usize,
         head: RequestHead,
         framing: Framing,
+        codings: Codings,
         out: &mut Vec<HttpEvent>,
     ) {
         self.client_half.get_or_insert(half);
@@ -625,14 +873,16 @@ impl Connection {
         if self.pending.len() >= self.limits.max_pending_requests {
             out.push(HttpEvent::Error(HttpError::TooManyPending));
             if let Some((exchange, _)) = self.pending.pop_front() {
-                out.push(HttpEvent::Abandoned { exchange });
+                out.push(HttpEvent::Abandoned {
+                    exchange,
+                    reason: AbandonReason::TooManyPending,
+                });
             }
         }
         self.pending.push_back((exchange, head.clone()));
-        let parser = &mut self.halves[half];
         match framing {
             Framing::None => {
-                parser.state = State::Idle;
+                self.halves[half].state = State::Idle;
                 if keep {
                     out.push(HttpEvent::Request {
                         exchange,
@@ -642,9 +892,11 @@ impl Connection {
                 }
             }
             framing => {
-                parser.state = State::Body {
+                let (sink, coding) = Self::coded_sink(sink, &codings, None, out);
+                self.halves[half].state = State::Body {
                     framing,
                     sink,
+                    coding,
                     exchange: keep.then_some(exchange),
                     request: keep.then_some(head),
                     is_request: true,
@@ -658,6 +910,7 @@ impl Connection {
         half: usize,
         head: ResponseHead,
         mut framing: Framing,
+        codings: Codings,
         switching: bool,
         out: &mut Vec<HttpEvent>,
     ) {
@@ -683,6 +936,7 @@ impl Connection {
                 State::Body {
                     framing,
                     sink: Sink::Discard,
+                    coding: None,
                     exchange: None,
                     request: None,
                     is_request: false,
@@ -698,32 +952,47 @@ impl Connection {
             framing = Framing::None;
         }
         let mcp = (self.interest.keeps)(&request);
-        let sink = match head.media_type.as_deref() {
-            Some("text/event-stream") if mcp => {
-                let max_event = self.limits.max_sse_event_bytes;
-                Sink::Sse(
-                    self.spare_sse
-                        .take()
-                        .unwrap_or_else(|| Box::new(SseParser::new(max_event))),
-                )
-            }
-            Some(mt) if mcp && is_json(mt) => {
-                Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
-            }
-            _ => Sink::Discard,
+        let is_sse = |mt: Option<&str>| mt == Some("text/event-stream");
+        let is_json_mt = |mt: Option<&str>| mt.is_some_and(is_json);
+        let first = head.media_type.as_deref();
+        let second = head.other_media_type.as_deref();
+        let sink = if mcp
+            && second.is_some()
+            && (is_sse(first) || is_sse(second))
+            && (is_json_mt(first) || is_json_mt(second))
+        {
+            // Peers disagree on which Content-Type counts: parse the body by what it is.
+            Sink::Sniff
+        } else if mcp && is_sse(first) {
+            let max_event = self.limits.max_sse_event_bytes;
+            Sink::Sse(
+                self.spare_sse
+                    .take()
+                    .unwrap_or_else(|| Box::new(SseParser::new(max_event))),
+            )
+        } else if mcp && is_json_mt(first) {
+            Sink::Json(json_buffer(&framing, self.limits.max_message_bytes))
+        } else {
+            Sink::Discard
         };
         if mcp {
             out.push(HttpEvent::ResponseHead { exchange, head });
         }
         let exchange = mcp.then_some(exchange);
         let request = mcp.then_some(request);
+        let (sink, coding) = if matches!(framing, Framing::None) {
+            (sink, None)
+        } else {
+            Self::coded_sink(sink, &codings, exchange, out)
+        };
         if matches!(framing, Framing::None) {
-            parser.state = State::Idle;
+            self.halves[half].state = State::Idle;
             self.finish_body(sink, exchange, request, BodyEnd::Complete, out);
         } else {
             self.halves[half].state = State::Body {
                 framing,
                 sink,
+                coding,
                 exchange,
                 request,
                 is_request: false,
@@ -732,70 +1001,75 @@ impl Connection {
     }
 
     fn body(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
-        let max_message = self.limits.max_message_bytes;
+        let limits = self.limits;
+        let max_message = limits.max_message_bytes;
         let State::Body {
             framing,
             sink,
+            coding,
             exchange,
-            ..
+            request,
+            is_request,
         } = &mut self.halves[half].state
         else {
             return 0;
         };
-        let exchange = *exchange;
-        let mut too_large = false;
-        let mut feed = |sink: &mut Sink, bytes: &[u8], out: &mut Vec<HttpEvent>| match sink {
-            Sink::Discard => {}
-            Sink::Json(buf) => {
-                if buf.len() + bytes.len() > max_message {
-                    too_large = true;
-                    *sink = Sink::Discard;
-                } else {
-                    buf.extend_from_slice(bytes);
-                }
-            }
-            Sink::Sse(parser) => {
-                let mut items = Vec::new();
-                let overflows = parser.overflows();
-                parser.push(bytes, &mut items);
-                if parser.overflows() > overflows {
-                    // An event beyond the size cap was dropped.
-                    too_large = true;
-                }
-                if let Some(ex) = exchange {
-                    out.extend(
-                        items
-                            .into_iter()
-                            .map(|item| HttpEvent::ResponseSse { exchange: ex, item }),
-                    );
-                }
-            }
+        let mut ctx = Feed {
+            limits,
+            exchange: if *is_request { None } else { *exchange },
+            too_large: false,
+            undecodable: None,
         };
         let progress = match framing {
             Framing::None => Ok((0, true)),
             Framing::Length(remaining) => {
                 let take = (*remaining).min(data.len() as u64) as usize;
-                feed(sink, &data[..take], out);
+                feed(coding, sink, &data[..take], &mut ctx, out);
                 *remaining -= take as u64;
                 Ok((take, *remaining == 0))
             }
             Framing::UntilClose | Framing::Delimited => {
-                feed(sink, data, out);
+                feed(coding, sink, data, &mut ctx, out);
                 Ok((data.len(), false))
             }
-            Framing::Chunked(decoder) => decoder
-                .push(data, &mut |bytes: &[u8]| feed(sink, bytes, out))
-                .map(|status| (status.consumed, status.done)),
+            Framing::Chunked(decoder) => {
+                let status = decoder
+                    .push(data, &mut |bytes: &[u8]| {
+                        feed(coding, sink, bytes, &mut ctx, out)
+                    })
+                    .map(|status| (status.consumed, status.done));
+                let anomalies = decoder.take_anomalies();
+                if anomalies != 0 {
+                    if let Some(head) = request.as_mut().filter(|_| *is_request) {
+                        head.lenient = true;
+                    }
+                    for reason in chunked::anomalies(anomalies) {
+                        out.push(HttpEvent::Anomaly {
+                            exchange: ctx.exchange,
+                            reason,
+                        });
+                    }
+                }
+                status
+            }
         };
-        if too_large {
+        if ctx.too_large {
             out.push(HttpEvent::Error(HttpError::MessageTooLarge));
+        }
+        if let Some(reason) = ctx.undecodable {
+            out.push(HttpEvent::Undecodable {
+                exchange: ctx.exchange,
+                reason,
+            });
         }
         let expected = match framing {
             Framing::Length(remaining) => *remaining,
             Framing::Chunked(decoder) => decoder.chunk_remaining(),
             Framing::None | Framing::UntilClose | Framing::Delimited => 0,
         };
-        sink.reserve_hint(expected, max_message);
+        if coding.is_none() {
+            sink.reserve_hint(expected, max_message);
+        }
         let (used, end) = match progress {
             Ok((used, true)) => (used, BodyEnd::Complete),
             Ok((used, false)) => return used,
@@ -813,18 +1087,50 @@ impl Connection {
         used
     }
 
+    /// The body ended: hands what its decoders still hold to the sink.
+    fn drain_coding(
+        &self,
+        coding: &mut Option<Box<BodyDecoder>>,
+        sink: &mut Sink,
+        exchange: Option<u64>,
+        out: &mut Vec<HttpEvent>,
+    ) {
+        let Some(mut decoder) = coding.take() else {
+            return;
+        };
+        let mut ctx = Feed {
+            limits: self.limits,
+            exchange,
+            too_large: false,
+            undecodable: None,
+        };
+        let result = decoder.finish(&mut |bytes: &[u8]| feed_sink(sink, bytes, &mut ctx, out));
+        if ctx.too_large {
+            out.push(HttpEvent::Error(HttpError::MessageTooLarge));
+        }
+        if let Err(reason) = result {
+            *sink = Sink::Undecodable;
+            out.push(HttpEvent::Undecodable { exchange, reason });
+        }
+    }
+
     /// Ends the body open in half `half` as `end`, leaving the half in state `next`: a request
     /// is emitted whole (when complete), a response's end is reported.
     fn end_body(&mut self, half: usize, end: BodyEnd, next: State, out: &mut Vec<HttpEvent>) {
         let state = std::mem::replace(&mut self.halves[half].state, next);
         if let State::Body {
-            sink,
+            mut sink,
+            mut coding,
             exchange,
             request,
             is_request,
             ..
         } = state
         {
+            if end == BodyEnd::Complete {
+                let feed_exchange = if is_request { None } else { exchange };
+                self.drain_coding(&mut coding, &mut sink, feed_exchange, out);
+            }
             if is_request {
                 if let (Some(ex), Some(head), BodyEnd::Complete) = (exchange, request, end) {
                     let body = match sink {
@@ -849,28 +1155,32 @@ impl Connection {
         sink: Sink,
         exchange: Option<u64>,
         request: Option<RequestHead>,
-        end: BodyEnd,
+        mut end: BodyEnd,
         out: &mut Vec<HttpEvent>,
     ) {
         let Some(ex) = exchange else { return };
         if request.is_none() {
             return;
         }
+        // A body read until the server closed is as complete as a framed one.
+        let complete = matches!(end, BodyEnd::Complete | BodyEnd::ServerClosed);
         match sink {
-            Sink::Json(body) if end == BodyEnd::Complete && !body.is_empty() => {
+            Sink::Json(body) if complete && !body.is_empty() => {
                 out.push(HttpEvent::ResponseJson { exchange: ex, body })
             }
             Sink::Sse(mut parser) => {
                 parser.recycle();
                 self.spare_sse = Some(parser);
             }
+            // Its answer could not be read: the body cannot count as an empty stream.
+            Sink::Undecodable if complete => end = BodyEnd::Aborted,
             _ => {}
         }
         out.push(HttpEvent::ResponseEnd { exchange: ex, end });
     }
 
-    /// Bytes held for messages in progress (heads, JSON bodies, SSE events) and the spare SSE
-    /// parser's buffers, for the pipeline's memory budget.
+    /// Bytes held for messages in progress (heads, JSON bodies, SSE events, decoders) and the
+    /// spare SSE parser's buffers, for the pipeline's memory budget.
     pub fn buffered_bytes(&self) -> usize {
         let spare = self.spare_sse.as_ref().map_or(0, |p| p.retained_bytes());
         spare
@@ -880,17 +1190,141 @@ impl Connection {
                 .map(|h| {
                     h.head_buf.len()
                         + match &h.state {
-                            State::Body {
-                                sink: Sink::Json(b),
-                                ..
-                            } => b.len(),
-                            State::Body {
-                                sink: Sink::Sse(p), ..
-                            } => p.buffered_bytes(),
+                            State::Body { sink, coding, .. } => {
+                                coding.as_ref().map_or(0, |c| c.memory())
+                                    + match sink {
+                                        Sink::Json(b) => b.len(),
+                                        Sink::Sse(p) => p.buffered_bytes(),
+                                        _ => 0,
+                                    }
+                            }
                             _ => 0,
                         }
                 })
                 .sum::<usize>()
+    }
+}
+
+/// What one feed of body bytes needs and reports.
+struct Feed {
+    limits: HttpLimits,
+    /// The kept response the bytes belong to (None for requests).
+    exchange: Option<u64>,
+    too_large: bool,
+    undecodable: Option<UndecodableReason>,
+}
+
+/// Passes body bytes through the decoders (if any) to the sink.
+fn feed(
+    coding: &mut Option<Box<BodyDecoder>>,
+    sink: &mut Sink,
+    bytes: &[u8],
+    ctx: &mut Feed,
+    out: &mut Vec<HttpEvent>,
+) {
+    let Some(decoder) = coding else {
+        return feed_sink(sink, bytes, ctx, out);
+    };
+    if matches!(sink, Sink::Discard | Sink::Undecodable) {
+        // Nothing will use the decoded bytes (e.g. over the size cap): do not decode them.
+        return;
+    }
+    let result = decoder.push(bytes, &mut |decoded: &[u8]| {
+        feed_sink(sink, decoded, ctx, out)
+    });
+    if let Err(reason) = result {
+        *coding = None;
+        *sink = Sink::Undecodable;
+        ctx.undecodable = Some(reason);
+    }
+}
+
+/// Hands decoded body bytes to the sink.
+fn feed_sink(sink: &mut Sink, bytes: &[u8], ctx: &mut Feed, out: &mut Vec<HttpEvent>) {
+    if let Sink::Sniff = sink {
+        let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
+            return;
+        };
+        *sink = if matches!(first, b'{' | b'[') {
+            Sink::Json(Vec::new())
+        } else {
+            Sink::Sse(Box::new(SseParser::new(ctx.limits.max_sse_event_bytes)))
+        };
+    }
+    match sink {
+        Sink::Discard | Sink::Sniff | Sink::Undecodable => {}
+        Sink::Json(buf) => {
+            if buf.len() + bytes.len() > ctx.limits.max_message_bytes {
+                ctx.too_large = true;
+                *sink = Sink::Discard;
+            } else {
+                buf.extend_from_slice(bytes);
+            }
+        }
+        Sink::Sse(parser) => {
+            let mut items = Vec::new();
+            let overflows = parser.overflows();
+            parser.push(bytes, &mut items);
+            if parser.overflows() > overflows {
+                // An event beyond the size cap was dropped.
+                ctx.too_large = true;
+            }
+            if let Some(ex) = ctx.exchange {
+                out.extend(
+                    items
+                        .into_iter()
+                        .map(|item| HttpEvent::ResponseSse { exchange: ex, item }),
+                );
+            }
+        }
+    }
+}
+
+/// The codings a body was encoded with, in the order applied: content codings first, then the
+/// transfer codings other than the final chunked.
+#[derive(Debug, Clone, Copy, Default)]
+struct Codings {
+    content: CodingList,
+    transfer: CodingList,
+}
+
+/// What the framing headers of one head said besides the framing itself.
+#[derive(Debug, Default)]
+struct HeadFacts {
+    codings: Codings,
+    /// Counted problems that do not stop the message (TE with CL, unknown coding, ...).
+    notes: [Option<HttpError>; 3],
+    /// Bits of [`DuplicateHeader`] seen more than once.
+    duplicates: u16,
+    bare_lf: bool,
+}
+
+impl HeadFacts {
+    fn note(&mut self, e: HttpError) {
+        if let Some(slot) = self.notes.iter_mut().find(|n| n.is_none()) {
+            *slot = Some(e);
+        }
+    }
+
+    /// Emits the counted facts; returns whether the head needed leniency.
+    fn emit(&self, out: &mut Vec<HttpEvent>) -> bool {
+        for e in self.notes.iter().flatten() {
+            out.push(HttpEvent::Error(*e));
+        }
+        if self.duplicates != 0 {
+            for &header in DuplicateHeader::ALL {
+                if self.duplicates & (1 << header as u16) != 0 {
+                    out.push(HttpEvent::DuplicateHeader { header });
+                }
+            }
+        }
+        if self.bare_lf {
+            out.push(HttpEvent::Anomaly {
+                exchange: None,
+                reason: FramingAnomaly::BareLf,
+            });
+        }
+        self.bare_lf
     }
 }
 
@@ -902,16 +1336,26 @@ enum HeadParse {
         in_headers: bool,
     },
     TooManyHeaders,
+    /// A head that parsed but whose body cannot be delimited (RFC 9112 §6.3: an invalid or
+    /// conflicting Content-Length, a request whose final transfer coding is not chunked).
+    Rejected {
+        reason: HttpError,
+        len: usize,
+        /// Problems counted on the way (Transfer-Encoding with Content-Length, ...).
+        notes: [Option<HttpError>; 3],
+    },
     Request {
         head: RequestHead,
         len: usize,
         framing: Framing,
+        facts: HeadFacts,
     },
     Response {
         head: ResponseHead,
         len: usize,
         framing: Framing,
         switching: bool,
+        facts: HeadFacts,
     },
 }
 
@@ -923,6 +1367,30 @@ fn header_error(e: httparse::Error) -> bool {
         e,
         httparse::Error::HeaderName | httparse::Error::HeaderValue
     )
+}
+
+/// Whether a line of the head `buf[..len]` ends in a bare LF. Checks the start line, the end
+/// of each header line (a few bytes after each value) and the final empty line, not every
+/// byte.
+fn head_has_bare_lf(buf: &[u8], len: usize, headers: &[httparse::Header<'_>]) -> bool {
+    let head = buf.get(..len).unwrap_or_default();
+    let bare_at = |lf: usize| lf == 0 || head.get(lf - 1) != Some(&b'\r');
+    if memchr::memchr(b'\n', head).is_some_and(bare_at) {
+        return true;
+    }
+    let base = head.as_ptr() as usize;
+    for h in headers {
+        let end = (h.value.as_ptr() as usize)
+            .wrapping_sub(base)
+            .saturating_add(h.value.len());
+        let Some(rest) = head.get(end..) else {
+            continue;
+        };
+        if memchr::memchr(b'\n', rest).is_some_and(|i| bare_at(end + i)) {
+            return true;
+        }
+    }
+    !head.ends_with(b"\r\n")
 }
 
 fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
@@ -945,16 +1413,29 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                     status,
                     ..Default::default()
                 };
-                let framing = framing_from(resp.headers, &mut |name, value| {
+                let (length, mut facts) = scan_headers(resp.headers, &mut |name, value| {
                     note_response_header(&mut head, interest, name, value)
                 });
-                let framing = framing.unwrap_or(Framing::UntilClose);
+                facts.bare_lf = head_has_bare_lf(buf, len, resp.headers);
                 let no_body = (100..200).contains(&status);
-                HeadParse::Response {
-                    head,
-                    len,
-                    framing: if no_body { Framing::None } else { framing },
-                    switching: status == 101,
+                let framing = if no_body {
+                    Ok(Framing::None)
+                } else {
+                    decide_framing(length, false, &mut facts)
+                };
+                match framing {
+                    Ok(framing) => HeadParse::Response {
+                        head,
+                        len,
+                        framing,
+                        switching: status == 101,
+                        facts,
+                    },
+                    Err(reason) => HeadParse::Rejected {
+                        reason,
+                        len,
+                        notes: facts.notes,
+                    },
                 }
             }
         }
@@ -973,51 +1454,147 @@ fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
                     path: req.path.unwrap_or("").to_string(),
                     ..Default::default()
                 };
-                let framing = framing_from(req.headers, &mut |name, value| {
+                let (length, mut facts) = scan_headers(req.headers, &mut |name, value| {
                     note_request_header(&mut head, interest, name, value)
                 });
-                HeadParse::Request {
-                    head,
-                    len,
-                    framing: framing.unwrap_or(Framing::None),
+                facts.bare_lf = head_has_bare_lf(buf, len, req.headers);
+                match decide_framing(length, true, &mut facts) {
+                    Ok(framing) => HeadParse::Request {
+                        head,
+                        len,
+                        framing,
+                        facts,
+                    },
+                    Err(reason) => HeadParse::Rejected {
+                        reason,
+                        len,
+                        notes: facts.notes,
+                    },
                 }
             }
         }
     }
 }
 
-/// Reads the framing headers, passing every header to `visit`. None: no framing header.
-fn framing_from(
+/// What the Content-Length headers of a head say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Length {
+    Absent,
+    Valid(u64),
+    /// Not one decimal number below 2^64, or a list of differing values.
+    Invalid,
+    /// Headers with different values.
+    Conflicting,
+}
+
+/// One Content-Length header value: `1*DIGIT`, or a list of identical ones (`4, 4`, which
+/// RFC 9110 §8.6 allows a recipient to accept).
+fn parse_content_length(value: &[u8]) -> Option<u64> {
+    let mut found: Option<u64> = None;
+    for member in value.split(|b| *b == b',') {
+        let member = member.trim_ascii();
+        if member.is_empty() || !member.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = member.iter().try_fold(0u64, |acc, d| {
+            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })?;
+        if found.is_some_and(|f| f != n) {
+            return None;
+        }
+        found = Some(n);
+    }
+    found
+}
+
+/// Reads the framing headers (Content-Length, every Transfer-Encoding, Content-Encoding),
+/// passing every other header to `visit`, which says when one is a counted duplicate.
+fn scan_headers(
     headers: &[httparse::Header<'_>],
-    visit: &mut dyn FnMut(&str, &[u8]),
-) -> Option<Framing> {
-    let mut chunked = false;
-    let mut length: Option<u64> = None;
+    visit: &mut dyn FnMut(&str, &[u8]) -> Option<DuplicateHeader>,
+) -> (Length, HeadFacts) {
+    let mut facts = HeadFacts::default();
+    let mut length = Length::Absent;
+    let mut seen = 0u16;
+    let mut note = |facts: &mut HeadFacts, h: DuplicateHeader| {
+        let bit = 1 << h as u16;
+        if seen & bit != 0 {
+            facts.duplicates |= bit;
+        }
+        seen |= bit;
+    };
     for h in headers {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked |= h
-                .value
-                .windows(7)
-                .any(|w| w.eq_ignore_ascii_case(b"chunked"));
+            note(&mut facts, DuplicateHeader::TransferEncoding);
+            facts.codings.transfer.add_header(h.value);
         } else if h.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse().ok());
-        } else {
-            visit(h.name, h.value);
+            note(&mut facts, DuplicateHeader::ContentLength);
+            length = match (length, parse_content_length(h.value)) {
+                (Length::Invalid, _) | (_, None) => Length::Invalid,
+                (Length::Absent, Some(n)) => Length::Valid(n),
+                (Length::Valid(a), Some(b)) if a == b => Length::Valid(a),
+                (Length::Valid(_) | Length::Conflicting, Some(_)) => Length::Conflicting,
+            };
+        } else if h.name.eq_ignore_ascii_case("content-encoding") {
+            note(&mut facts, DuplicateHeader::ContentEncoding);
+            facts.codings.content.add_header(h.value);
+        } else if let Some(dup) = visit(h.name, h.value) {
+            facts.duplicates |= 1 << dup as u16;
         }
     }
-    // RFC 9112 §6.3: chunked wins over Content-Length.
-    if chunked {
-        Some(Framing::Chunked(ChunkedDecoder::new()))
-    } else {
-        length.map(|n| {
-            if n == 0 {
-                Framing::None
-            } else {
-                Framing::Length(n)
+    (length, facts)
+}
+
+/// The body's framing by RFC 9112 §6.3, or why it cannot be delimited. The transfer codings
+/// left in `facts` are those to decode after de-chunking.
+fn decide_framing(
+    length: Length,
+    request: bool,
+    facts: &mut HeadFacts,
+) -> Result<Framing, HttpError> {
+    let te = facts.codings.transfer;
+    if te.present {
+        if length != Length::Absent {
+            // Transfer-Encoding overrides Content-Length.
+            facts.note(HttpError::TeWithContentLength);
+        }
+        if te.is_empty() || te.iter().any(|c| c == Coding::Unknown) {
+            facts.note(HttpError::UnknownTransferCoding);
+        }
+        let chunked = te.iter().filter(|c| *c == Coding::Chunked).count();
+        let final_chunked = chunked == 1 && te.last() == Some(Coding::Chunked) && !te.overflow;
+        if final_chunked {
+            let mut rest = CodingList::default();
+            for c in te
+                .iter()
+                .filter(|c| !matches!(c, Coding::Chunked | Coding::Identity))
+            {
+                rest.push(c);
             }
-        })
+            facts.codings.transfer = rest;
+            return Ok(Framing::Chunked(ChunkedDecoder::new()));
+        }
+        if request {
+            return Err(HttpError::ChunkedNotFinal);
+        }
+        if chunked > 0 {
+            facts.note(HttpError::ChunkedNotFinal);
+        }
+        let mut rest = CodingList::default();
+        rest.overflow = te.overflow;
+        for c in te.iter().filter(|c| *c != Coding::Identity) {
+            rest.push(c);
+        }
+        facts.codings.transfer = rest;
+        return Ok(Framing::UntilClose);
+    }
+    match length {
+        Length::Invalid => Err(HttpError::InvalidContentLength),
+        Length::Conflicting => Err(HttpError::ConflictingContentLength),
+        Length::Valid(0) => Ok(Framing::None),
+        Length::Valid(n) => Ok(Framing::Length(n)),
+        Length::Absent if request => Ok(Framing::None),
+        Length::Absent => Ok(Framing::UntilClose),
     }
 }
 

@@ -348,3 +348,64 @@ fn the_layer_above_names_the_headers_and_the_exchanges_it_keeps() {
         matches!(&out[1], HttpEvent::ResponseHead { head, .. } if head.extracted[0].as_deref() == Some("b7"))
     );
 }
+
+#[test]
+fn a_close_delimited_json_body_ends_at_the_fin_and_is_cut_at_a_gap() {
+    let resp = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}";
+    // Ended by the server's FIN: the body is emitted.
+    let mut conn = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    run(&mut conn, 0, INIT_REQ, &mut out);
+    run_split(&mut conn, 1, resp, 3, &mut out);
+    conn.on_close(1, BodyEnd::ServerClosed, &mut out);
+    assert!(
+        out.iter()
+            .any(|e| matches!(e, HttpEvent::ResponseJson { .. }))
+    );
+    assert!(out.iter().any(|e| matches!(
+        e,
+        HttpEvent::ResponseEnd {
+            end: BodyEnd::ServerClosed,
+            ..
+        }
+    )));
+    // Cut by a gap: counted, ended as aborted, no body.
+    let mut conn = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    run(&mut conn, 0, INIT_REQ, &mut out);
+    run(&mut conn, 1, &resp[..60], &mut out);
+    conn.on_gap(1, &mut out);
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, HttpEvent::ResponseJson { .. }))
+    );
+    assert!(out.contains(&HttpEvent::Error(HttpError::TruncatedBody)));
+    assert!(out.iter().any(|e| matches!(
+        e,
+        HttpEvent::ResponseEnd {
+            end: BodyEnd::Aborted,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn identical_content_lengths_are_fine_and_differing_ones_conflict() {
+    for (cl, ok) in [
+        ("Content-Length: 44\r\nContent-Length: 44\r\n", true),
+        ("Content-Length: 44, 44\r\n", true),
+        ("Content-Length: 44\r\nContent-Length: 45\r\n", false),
+        ("Content-Length: 44, 45\r\n", false),
+        ("Content-Length: +44\r\n", false),
+        ("Content-Length: 0x2c\r\n", false),
+    ] {
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n{cl}\r\n{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/x\"}}\n"
+        );
+        let mut conn = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+        let mut out = Vec::new();
+        run(&mut conn, 0, req.as_bytes(), &mut out);
+        let requested = out.iter().any(|e| matches!(e, HttpEvent::Request { .. }));
+        assert_eq!(requested, ok, "{cl:?}: {out:?}");
+    }
+}

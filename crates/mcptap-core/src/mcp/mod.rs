@@ -26,8 +26,8 @@ use crate::http::sse::SseItem;
 use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
 use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
-    Alert, AlertKind, EndReason, Event, Exchange, HandshakeDiff, Limit, Output, PathDiff,
-    SessionEnd, StreamEnd, Telemetry, Timestamp,
+    Alert, AlertKind, EndReason, Event, Exchange, FramingMode, HandshakeDiff, Limit, Output,
+    PathDiff, SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
@@ -150,10 +150,31 @@ impl<D: Detector> Tracker<D> {
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
-            HttpEvent::Abandoned { exchange } => {
+            HttpEvent::Abandoned { exchange, reason } => {
+                out.push(Output::Telemetry(Telemetry::ExchangeAbandoned { reason }));
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
                     self.forget_in_flight(ctx.server, &ex);
                 }
+            }
+            HttpEvent::Anomaly { exchange, reason } => {
+                out.push(Output::Telemetry(Telemetry::FramingAnomaly { reason }));
+                if let Some(ex) = exchange.and_then(|e| self.transactions.get_mut((ctx.flow, e)))
+                    && let Some(response) = ex.response.as_mut()
+                {
+                    response.lenient = true;
+                }
+            }
+            HttpEvent::DuplicateHeader { header } => {
+                out.push(Output::Telemetry(Telemetry::DuplicateHeader {
+                    server: ctx.server,
+                    header,
+                }));
+            }
+            HttpEvent::Undecodable { reason, .. } => {
+                out.push(Output::Telemetry(Telemetry::UndecodableBody {
+                    server: ctx.server,
+                    reason,
+                }));
             }
             HttpEvent::Error(e) => {
                 out.push(Output::Telemetry(Telemetry::HttpError { reason: e }));
@@ -461,6 +482,7 @@ impl<D: Detector> Tracker<D> {
         };
         let req_ts = ex.ts;
         let client = ex.client;
+        let (framing, ambiguous) = framing_of(ex);
         let accept = ex.head.accept.clone();
         let Some(request) = ex.requests.answer(idx) else {
             return;
@@ -487,7 +509,7 @@ impl<D: Detector> Tracker<D> {
                 error: error.as_ref(),
                 status,
             };
-            self.on_handshake(ts, origin, init_params.as_deref(), answer, out);
+            self.on_handshake(ts, origin, init_params.as_deref(), answer, framing, out);
         }
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
@@ -509,6 +531,8 @@ impl<D: Detector> Tracker<D> {
             answered: true,
             error_code: error.as_ref().map(|(c, _)| *c),
             empty_content,
+            framing,
+            ambiguous,
         }))));
         let Some(sid) = sid else { return };
         let key = (ctx.server, sid);
@@ -526,10 +550,11 @@ impl<D: Detector> Tracker<D> {
             on_other_stream: target != here && on_stream,
             streaming_negotiated: session.streaming_negotiated,
             accept: accept.as_deref(),
+            ambiguous,
         };
         let alert = self.detector.answer(&mut session.detection, &review);
         session.alerts += u32::from(alert.is_some());
-        push_alert(out, ts, &key, client, alert);
+        push_alert(out, ts, &key, client, framing, alert);
     }
 
     fn on_handshake(
@@ -538,6 +563,7 @@ impl<D: Detector> Tracker<D> {
         origin: &Origin,
         init_params: Option<&str>,
         answer: Answer<'_>,
+        framing: FramingMode,
         out: &mut Vec<Output>,
     ) {
         let params = match init_params.map(serde_json::from_str::<Value>) {
@@ -625,7 +651,7 @@ impl<D: Detector> Tracker<D> {
         session.alerts += u32::from(verdict.alert.is_some());
         let client = origin.client;
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
-        push_alert(out, ts, &key, client, verdict.alert);
+        push_alert(out, ts, &key, client, framing, verdict.alert);
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
         if !accepted && reinit {
@@ -710,6 +736,7 @@ impl<D: Detector> Tracker<D> {
         }
         let status = ex.response.as_ref().map_or(0, |r| r.status);
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
+        let (framing, ambiguous) = framing_of(&ex);
         let ended_by = match end {
             BodyEnd::Complete => Some(StreamEnd::FinalChunk),
             BodyEnd::ServerClosed => Some(StreamEnd::ServerClosed),
@@ -732,7 +759,7 @@ impl<D: Detector> Tracker<D> {
                     error: None,
                     status,
                 };
-                self.on_handshake(ts, origin, r.init_params.as_deref(), answer, out);
+                self.on_handshake(ts, origin, r.init_params.as_deref(), answer, framing, out);
             }
             let request_id = r.id.to_value();
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {
@@ -751,6 +778,8 @@ impl<D: Detector> Tracker<D> {
                 answered: false,
                 error_code: None,
                 empty_content: None,
+                framing,
+                ambiguous,
             }))));
             let session = ex
                 .session_id
@@ -776,6 +805,7 @@ impl<D: Detector> Tracker<D> {
                     server: ex.server,
                     client: ex.client,
                     kind,
+                    framing,
                 }))));
             }
         }
@@ -831,12 +861,21 @@ fn nesting_depth(json: &[u8]) -> usize {
     deepest
 }
 
-/// An alert of session `key`, as an event.
+/// How an exchange was framed (strict or lenient) and whether a header made it ambiguous.
+fn framing_of(ex: &ExchangeState) -> (FramingMode, bool) {
+    let response = ex.response.as_ref();
+    let lenient = ex.head.lenient || response.is_some_and(|r| r.lenient);
+    let ambiguous = ex.head.ambiguous || response.is_some_and(|r| r.ambiguous);
+    (FramingMode::of(lenient), ambiguous)
+}
+
+/// An alert of session `key` about an exchange framed `framing`, as an event.
 fn push_alert(
     out: &mut Vec<Output>,
     ts: Timestamp,
     key: &SessionKey,
     client: SocketAddr,
+    framing: FramingMode,
     alert: Option<AlertKind>,
 ) {
     if let Some(kind) = alert {
@@ -846,6 +885,7 @@ fn push_alert(
             server: key.0,
             client,
             kind,
+            framing,
         }))));
     }
 }

@@ -66,6 +66,9 @@ pub struct AnswerReview<'a> {
     pub streaming_negotiated: bool,
     /// The request's Accept header.
     pub accept: Option<&'a str>,
+    /// A duplicated header (Content-Type, ...) made the exchange ambiguous: peers disagree on
+    /// what the answer was, so it says nothing about the server's response mode.
+    pub ambiguous: bool,
 }
 
 /// A request whose exchange ended without its answer.
