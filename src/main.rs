@@ -195,6 +195,10 @@ struct LimitArgs {
     /// Window for linking a new session to a rejected/expired/deleted one, in seconds (0: off).
     #[arg(long, default_value_t = LimitSettings::default().lineage_window_secs)]
     lineage_window_secs: u64,
+    /// A packet stamped this far ahead of the packet clock is a clock jump: counted, and it
+    /// moves the clock only when several in a row agree, in seconds.
+    #[arg(long, default_value_t = LimitSettings::default().clock_jump_secs)]
+    clock_jump_secs: u64,
 }
 
 impl LimitArgs {
@@ -210,6 +214,7 @@ impl LimitArgs {
             flow_idle_timeout_secs: self.flow_idle_timeout_secs,
             session_idle_timeout_secs: self.session_idle_timeout_secs,
             lineage_window_secs: self.lineage_window_secs,
+            clock_jump_secs: self.clock_jump_secs,
         }
     }
 

@@ -176,3 +176,126 @@ fn lineage_links_a_reissued_session_id() {
         serde_json::json!(["tools.streaming"])
     );
 }
+
+/// Item 5: one packet stamped two hours ahead must not end every session as idle: it is
+/// counted and ignored by the clock, and the incident still alerts afterwards.
+#[test]
+fn one_far_future_timestamp_does_not_wipe_state() {
+    use mcptap_core::model::{Output, Telemetry};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("clock-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Json)
+        .tools_call("one", Answer::Sse)
+        .tools_call("two", Answer::Sse);
+    let mut later = Conversation::new("clock-s1");
+    later
+        .reinitialize(
+            mcp::NARROWED_CLIENT_CAPS,
+            r#"{"streaming":false}"#,
+            Answer::Json,
+        )
+        .tools_call("three", Answer::Json);
+    let mut sim = Sim::new(9);
+    let first = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![first]);
+    let mut frames = sim.frames().to_vec();
+    // A stray frame (a retransmitted ACK of another flow) stamped two hours ahead.
+    let mut stray = frames[0].clone();
+    stray.ts_nanos += 2 * 3600 * 1_000_000_000;
+    frames.push(stray);
+    // The reconnect comes 30 s later: within every timeout of the real clock.
+    let mut sim2 = Sim::new(10);
+    sim2.advance(30_000_000_000);
+    let second = sim2.connect(
+        Endpoint::new([127, 0, 0, 2], 40001),
+        server(),
+        later.take_writes(),
+    );
+    sim2.run(vec![second]);
+    frames.extend(sim2.frames().iter().cloned());
+    let limits = Limits {
+        flow_idle_timeout_ns: 60_000_000_000,
+        session: mcptap_core::limits::SessionLimits {
+            session_idle_timeout_ns: 600_000_000_000,
+            ..Default::default()
+        },
+        ..Limits::default()
+    };
+    let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(limits));
+    let jumps = outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::ClockJump {
+                    followed: false,
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!(jumps, 1);
+    let events = events_of(&outputs);
+    let kinds: Vec<&str> = alerts(&events)
+        .iter()
+        .filter_map(|a| a["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["capability_narrowing", "content_type_divergence"],
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["event"] == "session_end" && e["reason"] == "idle"),
+        "{events:?}"
+    );
+}
+
+/// Item 5: a real gap (a rotated set with an hour missing, a link quiet for a while) is
+/// followed once a few packets agree, so sessions still expire.
+#[test]
+fn the_clock_follows_a_jump_that_several_packets_agree_on() {
+    use mcptap_core::model::{Output, Telemetry};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("gap-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let mut sim = Sim::new(11);
+    let first = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![first]);
+    let mut later = Conversation::new("other-s1");
+    later.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    sim.advance(2 * 3600 * 1_000_000_000);
+    let second = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40002),
+        server(),
+        later.take_writes(),
+    );
+    sim.run(vec![second]);
+    let limits = Limits {
+        session: mcptap_core::limits::SessionLimits {
+            session_idle_timeout_ns: 600_000_000_000,
+            ..Default::default()
+        },
+        ..Limits::default()
+    };
+    let outputs = replay_frames(sim.linktype(), sim.frames(), Pipeline::new(limits));
+    let jumps: Vec<bool> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Telemetry(Telemetry::ClockJump { followed, .. }) => Some(*followed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jumps, vec![false, false, true]);
+    let events = events_of(&outputs);
+    assert!(
+        events.iter().any(|e| e["event"] == "session_end"
+            && e["session_id"] == "gap-s1"
+            && e["reason"] == "idle"),
+        "{events:?}"
+    );
+}

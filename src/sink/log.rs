@@ -155,6 +155,14 @@ pub fn log_telemetry(t: &Telemetry) {
         Telemetry::LimitHit { limit } => {
             tracing::debug!(target: "mcptap::limit", limit = limit.as_str(), "limit hit")
         }
+        Telemetry::ClockJump { ahead_ns, followed } => {
+            let ahead_secs = *ahead_ns as f64 / 1e9;
+            if *followed {
+                tracing::info!(target: "mcptap::clock", ahead_secs, "packet clock followed a jump several packets agree on")
+            } else {
+                tracing::warn!(target: "mcptap::clock", ahead_secs, "packet stamped far ahead of the packet clock: ignored for time-outs")
+            }
+        }
         _ => {}
     }
 }

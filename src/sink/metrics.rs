@@ -84,6 +84,7 @@ pub struct Metrics {
     http_responses: IntCounterVec,
     jsonrpc_parse_errors: IntCounterVec,
     limits_hit: IntCounterVec,
+    clock_jumps: IntCounterVec,
     sessions_active: IntGaugeVec,
     sessions_started: IntCounterVec,
     sessions_ended: IntCounterVec,
@@ -248,6 +249,12 @@ impl Metrics {
                 "mcptap_limits_hit_total",
                 "Inputs refused by a configured limit, by limit.",
                 &["limit"],
+            )?,
+            clock_jumps: counter_vec(
+                &r,
+                "mcptap_clock_jumps_total",
+                "Packets stamped more than clock_jump_secs ahead of the packet clock; followed=true when several in a row moved it.",
+                &["followed"],
             )?,
             sessions_active: gauge_vec(
                 &r,
@@ -555,6 +562,10 @@ impl Metrics {
                 self.sessions_active.with_label_values(&[&server]).inc();
             }
             Telemetry::LimitHit { limit } => self.limits_hit.with_label_values(&[limit]).inc(),
+            Telemetry::ClockJump { followed, .. } => self
+                .clock_jumps
+                .with_label_values(&[if *followed { "true" } else { "false" }])
+                .inc(),
             Telemetry::FramingAnomaly { reason } => self
                 .http_framing_anomalies
                 .with_label_values(&[reason])

@@ -24,6 +24,8 @@ pub struct Summary {
     pub sessions_ended: BTreeMap<&'static str, u64>,
     /// Bounds of the session layer that refused or cut something, by limit.
     pub limits_hit: BTreeMap<&'static str, u64>,
+    /// Packets stamped far ahead of the packet clock (ignored, or followed when several agree).
+    pub clock_jumps: u64,
     /// HTTP framing decoded leniently or ignored (bare LF, empty lines, ...).
     pub framing_anomalies: u64,
     /// Duplicated headers that peers read differently.
@@ -55,6 +57,7 @@ impl Summary {
             Output::Telemetry(Telemetry::LimitHit { limit }) => {
                 *self.limits_hit.entry(limit.as_str()).or_default() += 1
             }
+            Output::Telemetry(Telemetry::ClockJump { .. }) => self.clock_jumps += 1,
             Output::Telemetry(Telemetry::FramingAnomaly { .. }) => self.framing_anomalies += 1,
             Output::Telemetry(Telemetry::DuplicateHeader { .. }) => self.duplicate_headers += 1,
             Output::Telemetry(Telemetry::UndecodableBody { .. }) => self.undecodable_bodies += 1,
@@ -87,6 +90,7 @@ impl Summary {
         for (k, v) in &other.limits_hit {
             *self.limits_hit.entry(k).or_default() += v;
         }
+        self.clock_jumps += other.clock_jumps;
     }
 
     pub fn total_alerts(&self) -> u64 {
@@ -147,7 +151,12 @@ impl Summary {
             counts(&self.flows_evicted),
             counts(&self.sessions_ended)
         );
-        let _ = writeln!(s, "  limits hit: {}", counts(&self.limits_hit));
+        let _ = writeln!(
+            s,
+            "  limits hit: {}, clock jumps: {}",
+            counts(&self.limits_hit),
+            self.clock_jumps
+        );
         if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
             let _ = writeln!(
                 s,

@@ -32,6 +32,10 @@ pub struct Limits {
     /// Out-of-order bytes buffered per direction before a gap is declared.
     pub max_flow_buffer_bytes: usize,
     pub flow_idle_timeout_ns: i64,
+    /// A packet further than this ahead of the packet clock does not move it (counted as a
+    /// clock jump), unless a few packets in a row agree: one bad timestamp must not expire
+    /// every flow and session.
+    pub clock_jump_ns: i64,
     pub http: HttpLimits,
     pub session: SessionLimits,
 }
@@ -43,6 +47,7 @@ impl Default for Limits {
             memory_budget_bytes: 256 * 1024 * 1024,
             max_flow_buffer_bytes: 1024 * 1024,
             flow_idle_timeout_ns: 300 * NS_PER_SEC,
+            clock_jump_ns: 60 * NS_PER_SEC,
             http: HttpLimits::default(),
             session: SessionLimits::default(),
         }
@@ -123,6 +128,8 @@ pub struct LimitSettings {
     pub session_idle_timeout_secs: u64,
     /// 0 turns lineage off.
     pub lineage_window_secs: u64,
+    /// A packet this far ahead of the packet clock is a clock jump.
+    pub clock_jump_secs: u64,
 }
 
 impl Default for LimitSettings {
@@ -177,6 +184,7 @@ impl LimitSettings {
         }
         at_least("max_head_bytes", self.max_head_bytes, MIN_MESSAGE_BYTES)?;
         at_least("flow_idle_timeout_secs", self.flow_idle_timeout_secs, 1)?;
+        at_least("clock_jump_secs", self.clock_jump_secs, 1)?;
         at_least(
             "session_idle_timeout_secs",
             self.session_idle_timeout_secs,
@@ -197,6 +205,7 @@ impl TryFrom<LimitSettings> for Limits {
             memory_budget_bytes: s.memory_budget_bytes,
             max_flow_buffer_bytes: s.max_flow_buffer_bytes,
             flow_idle_timeout_ns: secs_to_ns(s.flow_idle_timeout_secs),
+            clock_jump_ns: secs_to_ns(s.clock_jump_secs),
             http: HttpLimits {
                 max_head_bytes: s.max_head_bytes,
                 max_message_bytes: s.max_message_bytes,
@@ -227,6 +236,7 @@ impl From<Limits> for LimitSettings {
             flow_idle_timeout_secs: ns_to_secs(l.flow_idle_timeout_ns),
             session_idle_timeout_secs: ns_to_secs(l.session.session_idle_timeout_ns),
             lineage_window_secs: ns_to_secs(l.session.lineage_window_ns),
+            clock_jump_secs: ns_to_secs(l.clock_jump_ns),
         }
     }
 }

@@ -651,6 +651,12 @@ pub enum Telemetry {
         server: SocketAddr,
         midstream: bool,
     },
+    /// A packet stamped more than `clock_jump_ns` ahead of the packet clock; it did not move
+    /// the clock (`followed`: false) or, several in a row agreeing, it did (`followed`: true).
+    ClockJump {
+        ahead_ns: i64,
+        followed: bool,
+    },
     /// A value the session layer refused or dropped at one of its bounds.
     LimitHit {
         limit: Limit,

@@ -230,6 +230,9 @@ impl StreamConsumer for HttpFeed<'_> {
     }
 }
 
+/// Packets in a row, all far ahead of the clock, that make it follow them.
+const JUMP_CONFIRMATIONS: u32 = 3;
+
 /// How often (in packet time) idle flows and sessions are swept.
 const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 
@@ -244,8 +247,11 @@ pub struct Pipeline {
     tracker: Tracker<Detectors>,
     stats: PacketStats,
     last_sweep: Timestamp,
-    /// Latest packet time seen; time never runs backwards for sweeps.
+    /// The packet clock: the latest packet time seen, never backwards, and not moved by a
+    /// lone far-future timestamp (see [`Pipeline::observe_time`]).
     now: Timestamp,
+    /// Packets in a row that jumped ahead of the clock, and the latest of their times.
+    jump_streak: (u32, Timestamp),
     http_events: Vec<HttpEvent>,
     /// Sum of `Flow::charged` over all flows.
     buffered: usize,
@@ -290,6 +296,7 @@ impl Pipeline {
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),
+            jump_streak: (0, Timestamp(i64::MIN)),
             http_events: Vec::new(),
             buffered: 0,
             usage,
@@ -400,14 +407,44 @@ impl Pipeline {
     ) {
         self.stats.packets += 1;
         self.stats.bytes += frame.len() as u64;
-        if ts > self.now {
-            self.now = ts;
-        }
+        self.observe_time(ts, out);
         match decode::decode(linktype, frame) {
             Decoded::Tcp(seg) => self.handle_segment(ts, &seg, out),
             Decoded::Skipped(reason) => self.stats.count_skip(reason),
         }
         self.sweep_if_due(out);
+    }
+
+    /// Moves the packet clock to `ts`. A time more than `clock_jump_ns` ahead is counted and
+    /// ignored, unless [`JUMP_CONFIRMATIONS`] packets in a row jump and agree among themselves
+    /// (a real gap in a rotated set of files, a link quiet for a while): then the clock follows.
+    fn observe_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
+        if ts <= self.now {
+            return;
+        }
+        let jump = self.limits.clock_jump_ns;
+        let ahead = ts.0.saturating_sub(self.now.0);
+        if self.now.0 == i64::MIN || ahead <= jump {
+            self.now = ts;
+            self.jump_streak = (0, Timestamp(i64::MIN));
+            return;
+        }
+        let (streak, latest) = self.jump_streak;
+        let agrees = streak == 0 || ts.0.abs_diff(latest.0) <= jump.unsigned_abs();
+        let streak = if agrees { streak + 1 } else { 1 };
+        let followed = streak >= JUMP_CONFIRMATIONS;
+        out.push(Output::Telemetry(Telemetry::ClockJump {
+            ahead_ns: ahead,
+            followed,
+        }));
+        if followed {
+            self.now = ts;
+            self.jump_streak = (0, Timestamp(i64::MIN));
+        } else if agrees {
+            self.jump_streak = (streak, ts.max(latest));
+        } else {
+            self.jump_streak = (streak, ts);
+        }
     }
 
     /// Sweeps idle flows and sessions once per [`SWEEP_INTERVAL_NS`] of packet time.
@@ -556,9 +593,7 @@ impl Pipeline {
         msg: HttpMessage<'_>,
         out: &mut Vec<Output>,
     ) {
-        if ts > self.now {
-            self.now = ts;
-        }
+        self.observe_time(ts, out);
         let key = FlowKey::of(client, server);
         let client_half = usize::from(client != key.0);
         let server_half = 1 - client_half;
