@@ -37,6 +37,26 @@ const KNOWN_METHODS: &[&str] = &[
     "roots/list",
 ];
 
+/// HTTP statuses that get their own `status` label value: the codes MCP servers, gateways and
+/// proxies answer with. Any other code is bucketed by its class (`1xx` … `5xx`) or `other`, so
+/// one server cannot mint 900 series.
+const KNOWN_STATUSES: &[u16] = &[
+    100, 101, 200, 201, 202, 204, 206, 301, 302, 303, 304, 307, 308, 400, 401, 403, 404, 405, 406,
+    408, 409, 410, 411, 412, 413, 414, 415, 421, 422, 426, 428, 429, 431, 500, 501, 502, 503, 504,
+];
+
+/// The `status` label of an HTTP response.
+pub fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
+    const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+    if KNOWN_STATUSES.contains(&status) {
+        return status.to_string().into();
+    }
+    match usize::from(status / 100).checked_sub(1) {
+        Some(class) => CLASSES.get(class).copied().unwrap_or("other").into(),
+        None => "other".into(),
+    }
+}
+
 fn method_label(method: &str) -> &str {
     KNOWN_METHODS
         .iter()
@@ -510,9 +530,9 @@ impl Metrics {
             }
             Telemetry::HttpResponse { server, status } => {
                 let server = self.server(*server);
-                let status = status.to_string();
+                let status = status_label(*status);
                 self.http_responses
-                    .with_label_values(&[&server, &status])
+                    .with_label_values(&[server.as_str(), &status])
                     .inc();
             }
             Telemetry::Request { server, method } => {
@@ -582,6 +602,40 @@ mod tests {
         assert!(
             !text.contains("incident-s1"),
             "session ids never become labels"
+        );
+    }
+
+    #[test]
+    fn unknown_statuses_are_bucketed_by_class() {
+        assert_eq!(status_label(200), "200");
+        assert_eq!(status_label(429), "429");
+        assert_eq!(status_label(299), "2xx");
+        assert_eq!(status_label(418), "4xx");
+        assert_eq!(status_label(599), "5xx");
+        assert_eq!(status_label(600), "other");
+        assert_eq!(status_label(999), "other");
+        assert_eq!(status_label(0), "other");
+        let m = metrics(8);
+        let server = SocketAddr::from(([10, 0, 0, 1], 8080));
+        for status in 100..=999u16 {
+            m.observe(&Output::Telemetry(Telemetry::HttpResponse {
+                server,
+                status,
+            }));
+        }
+        let text = m.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("mcptap_http_responses_total{"))
+            .count();
+        assert_eq!(series, KNOWN_STATUSES.len() + 6, "{text}");
+        assert!(
+            text.contains(
+                r#"mcptap_http_responses_total{server="10.0.0.1:8080",status="other"} 400"#
+            )
+        );
+        assert!(
+            text.contains(r#"mcptap_http_responses_total{server="10.0.0.1:8080",status="2xx"} 95"#)
         );
     }
 
