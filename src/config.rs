@@ -16,6 +16,12 @@ pub struct Config {
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
+    /// `[servers]`: known MCP server endpoints and their display names, "10.0.0.5:8080" =
+    /// "tools-gateway". Live capture shards their traffic by them (before anything learned from
+    /// SYN / SYN-ACK), and the `server` metric label shows the name. `metrics.server_names` is
+    /// an accepted alias; on a conflict this table wins.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub servers: BTreeMap<SocketAddr, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,7 +47,8 @@ pub struct MetricsConfig {
     pub listen: SocketAddr,
     /// Distinct `server` label values before new servers are counted as `other`.
     pub max_servers: usize,
-    /// Display names for servers: "10.0.0.5:8080" = "tools-gateway".
+    /// Alias of the top-level `[servers]` table (its older name); merged into it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub server_names: BTreeMap<SocketAddr, String>,
 }
 
@@ -143,6 +150,21 @@ impl Config {
         Ok(())
     }
 
+    /// Configured server endpoints and their names: `[servers]` and its alias
+    /// `metrics.server_names`, the former winning on a conflict.
+    pub fn server_names(&self) -> BTreeMap<SocketAddr, String> {
+        let mut names = self.metrics.server_names.clone();
+        names.extend(self.servers.iter().map(|(k, v)| (*k, v.clone())));
+        names
+    }
+
+    /// The effective configuration: the alias folded into `[servers]`.
+    pub fn effective(mut self) -> Config {
+        self.servers = self.server_names();
+        self.metrics.server_names.clear();
+        self
+    }
+
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }
@@ -167,6 +189,24 @@ mod tests {
         assert_eq!(cfg, Config::default());
         assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9917");
         assert_eq!(cfg.capture.buffer_bytes, 64 * 1024 * 1024);
+    }
+
+    #[test]
+    fn servers_table_and_its_metrics_alias_merge() {
+        let cfg: Config = toml::from_str(
+            "[servers]\n\"10.0.0.5:8080\" = \"gw\"\n\"10.0.0.6:64000\" = \"high\"\n[metrics.server_names]\n\"10.0.0.5:8080\" = \"old\"\n\"10.0.0.7:80\" = \"web\"\n",
+        )
+        .expect("config");
+        let names = cfg.server_names();
+        let get = |a: &str| names.get(&a.parse::<SocketAddr>().expect("addr")).cloned();
+        assert_eq!(get("10.0.0.5:8080").as_deref(), Some("gw"));
+        assert_eq!(get("10.0.0.6:64000").as_deref(), Some("high"));
+        assert_eq!(get("10.0.0.7:80").as_deref(), Some("web"));
+        let effective = cfg.effective();
+        assert!(effective.metrics.server_names.is_empty());
+        let again: Config = toml::from_str(&effective.to_toml()).expect("round trip");
+        assert_eq!(again.servers.len(), 3);
+        assert_eq!(again, effective);
     }
 
     #[test]

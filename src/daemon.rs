@@ -2,8 +2,8 @@
 //! the metrics endpoint and signal handling on a small tokio runtime.
 
 use crate::capture::{self, ReadSummary};
-use crate::config::{CaptureConfig, Config, MetricsConfig};
-use crate::live::{self, Batch, CaptureHealth};
+use crate::config::{CaptureConfig, Config};
+use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
 use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
@@ -14,6 +14,7 @@ use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
 use mcptap_core::usage::SharedUsage;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -211,12 +212,14 @@ pub struct WorkerReplay {
 
 /// Replays capture files through the daemon's worker path: packets sharded by server
 /// endpoint over `threads` pipeline workers with process-wide limits, exactly as `run` does
-/// with live traffic; events (in no fixed order across workers) to `events` or standard
-/// output. For testing the live path's limits on a capture.
+/// with live traffic (the same [`Dispatcher`], knowing the configured `servers`); events (in
+/// no fixed order across workers) to `events` or standard output. For testing the live path's
+/// sharding and limits on a capture.
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
     threads: usize,
+    servers: &[SocketAddr],
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
     let file = match events {
@@ -240,11 +243,12 @@ pub fn replay_through_workers(
         wall_clock_when_idle: false,
     };
     let threads = threads.max(1);
+    let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
     let (senders, workers) = pool.spawn(threads)?;
     let mut batches: Vec<Batch> = (0..threads).map(|_| Batch::default()).collect();
     let mut send_failed = false;
     let read = capture::read_captures(files, &mut |pkt| {
-        let w = live::shard_of(pkt.linktype, pkt.data, threads);
+        let w = dispatcher.worker_of(pkt.linktype, pkt.data);
         let (Some(batch), Some(tx)) = (batches.get_mut(w), senders.get(w)) else {
             return;
         };
@@ -292,14 +296,10 @@ fn capture_setup(c: &CaptureConfig) -> live::CaptureSetup {
 }
 
 /// The metrics sink's part of the config file.
-fn label_config(m: &MetricsConfig) -> LabelConfig {
+fn label_config(cfg: &Config) -> LabelConfig {
     LabelConfig {
-        server_names: m
-            .server_names
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect(),
-        max_servers: m.max_servers,
+        server_names: cfg.server_names().into_iter().collect(),
+        max_servers: cfg.metrics.max_servers,
     }
 }
 
@@ -346,8 +346,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(user) = &cfg.user {
         drop_privileges(user)?;
     }
-    let metrics =
-        Arc::new(Metrics::new(label_config(&cfg.metrics)).map_err(|e| format!("metrics: {e}"))?);
+    let metrics = Arc::new(Metrics::new(label_config(&cfg)).map_err(|e| format!("metrics: {e}"))?);
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
@@ -374,13 +373,37 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
     let mut threads = Vec::new();
+    let directory = ServerDirectory::new(cfg.server_names().into_keys());
     for oc in captures {
         tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, "capturing");
+        let dispatcher = Dispatcher::new(directory.clone(), n_workers);
         threads.push(
-            live::spawn(oc, senders.clone(), stop.clone(), health.clone(), {
-                let metrics = metrics.clone();
-                move |d: live::Drops| metrics.add_capture_drops(d.kernel, d.interface)
-            })
+            live::spawn(
+                oc,
+                senders.clone(),
+                dispatcher,
+                stop.clone(),
+                health.clone(),
+                {
+                    let metrics = metrics.clone();
+                    let mut reported = DirectoryStats::default();
+                    move |d: live::Drops, directory: DirectoryStats| {
+                        metrics.add_capture_drops(d.kernel, d.interface);
+                        let (now, before) = (directory, reported);
+                        metrics.add_server_directory(
+                            "learned_server",
+                            now.learned as i64 - before.learned as i64,
+                            now.learned_evicted.saturating_sub(before.learned_evicted),
+                        );
+                        metrics.add_server_directory(
+                            "pinned_flow",
+                            now.pinned as i64 - before.pinned as i64,
+                            now.pinned_evicted.saturating_sub(before.pinned_evicted),
+                        );
+                        reported = directory;
+                    }
+                },
+            )
             .map_err(|e| format!("cannot start capture thread: {e}"))?,
         );
     }

@@ -66,6 +66,10 @@ enum Command {
         /// across workers. For checking the live path's limits on a capture.
         #[arg(long, hide = true, value_name = "N")]
         worker_threads: Option<usize>,
+        /// With --worker-threads: a configured server endpoint (repeatable), as `[servers]`
+        /// gives `run`.
+        #[arg(long = "worker-server", hide = true, value_name = "IP:PORT")]
+        worker_servers: Vec<std::net::SocketAddr>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -236,6 +240,7 @@ fn main() -> ExitCode {
             events,
             fail_on_alert,
             worker_threads,
+            worker_servers,
             limits,
         } => {
             init_logging(
@@ -245,12 +250,17 @@ fn main() -> ExitCode {
             match (limits.limits(), worker_threads) {
                 (Err(e), _) => fail(&e),
                 (Ok(limits), None) => replay(&files, events.as_deref(), fail_on_alert, limits),
+                (Ok(_), Some(threads)) if threads > config::MAX_THREADS => fail(&format!(
+                    "--worker-threads must be at most {} (got {threads})",
+                    config::MAX_THREADS
+                )),
                 (Ok(limits), Some(threads)) => replay_through_workers(
                     &files,
                     events.as_deref(),
                     fail_on_alert,
                     limits,
                     threads,
+                    &worker_servers,
                 ),
             }
         }
@@ -270,7 +280,7 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(cfg) => {
-                print!("{}", cfg.to_toml());
+                print!("{}", cfg.effective().to_toml());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
@@ -375,9 +385,10 @@ fn replay_through_workers(
     fail_on_alert: bool,
     limits: Limits,
     threads: usize,
+    servers: &[std::net::SocketAddr],
 ) -> ExitCode {
     let started = Instant::now();
-    match mcptap::daemon::replay_through_workers(files, limits, threads, events) {
+    match mcptap::daemon::replay_through_workers(files, limits, threads, servers, events) {
         Ok(r) => {
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
@@ -418,6 +429,7 @@ mod tests {
         "metrics.listen",
         "metrics.max_servers",
         "metrics.server_names",
+        "servers",
         "events.stdout",
     ];
 
@@ -435,6 +447,9 @@ mod tests {
             ..Config::default()
         };
         cfg.events.file = Some("events.ndjson".into());
+        let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
+        cfg.servers.insert(server, "gw".into());
+        cfg.metrics.server_names.insert(server, "gw".into());
         cfg.limits.http.max_sse_event_bytes += 1;
         let toml::Value::Table(sections) = toml::Value::try_from(&cfg).expect("serialises") else {
             panic!("a config is a table");
@@ -442,6 +457,8 @@ mod tests {
         let mut keys = Vec::new();
         for (section, value) in sections {
             match value {
+                // Its keys are server endpoints, not settings.
+                toml::Value::Table(_) if section == "servers" => keys.push(section),
                 toml::Value::Table(t) => keys.extend(t.keys().map(|k| format!("{section}.{k}"))),
                 _ => keys.push(section),
             }

@@ -98,6 +98,8 @@ fn absurd_settings_are_refused_before_run() {
     );
     let e = one_error_line(&run(&["replay", "--max-head-bytes", "0", &fixture]));
     assert!(e.contains("limits.max_head_bytes"), "{e}");
+    let e = one_error_line(&run(&["replay", "--worker-threads", "100000", &fixture]));
+    assert!(e.contains("--worker-threads must be at most 1024"), "{e}");
 }
 
 /// Seconds beyond i64 nanoseconds saturate: the lineage window stays on (it used to wrap
@@ -283,6 +285,7 @@ fn worker_path_gives_the_events_of_one_pipeline() {
                 std::slice::from_ref(&path),
                 Limits::default(),
                 threads,
+                &[],
                 Some(events),
             )
             .expect("worker replay");

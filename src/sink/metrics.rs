@@ -114,6 +114,37 @@ pub struct Metrics {
     empty_tool_results: IntCounterVec,
     empty_tool_content: IntCounterVec,
     request_duration: HistogramVec,
+    server_directory: DirectoryMetrics,
+}
+
+/// The capture threads' server directories (live sharding by server endpoint).
+struct DirectoryMetrics {
+    entries: IntGaugeVec,
+    evictions: IntCounterVec,
+}
+
+impl DirectoryMetrics {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        let d = DirectoryMetrics {
+            entries: gauge_vec(
+                r,
+                "mcptap_server_directory_entries",
+                "Server endpoints learned from SYN/SYN-ACK and midstream flows pinned, held by the capture threads for sharding.",
+                &["kind"],
+            )?,
+            evictions: counter_vec(
+                r,
+                "mcptap_server_directory_evictions_total",
+                "Learned server endpoints and pinned midstream flows evicted from the capture threads' bounded sets.",
+                &["kind"],
+            )?,
+        };
+        for kind in ["learned_server", "pinned_flow"] {
+            d.entries.with_label_values(&[kind]);
+            d.evictions.with_label_values(&[kind]);
+        }
+        Ok(d)
+    }
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
@@ -320,6 +351,7 @@ impl Metrics {
                 &["server"],
             )?,
             request_duration,
+            server_directory: DirectoryMetrics::new(&r)?,
             servers: Mutex::new(ServerLabels {
                 names: labels.server_names,
                 seen: HashMap::new(),
@@ -412,6 +444,14 @@ impl Metrics {
                 .with_label_values(&[reason])
                 .inc_by(n.saturating_sub(*b));
         }
+    }
+
+    /// A capture thread's server directory, against its previous report: `kind` is
+    /// `learned_server` or `pinned_flow`; entries gained (or lost) and evictions since.
+    pub fn add_server_directory(&self, kind: &str, entries_delta: i64, evicted: u64) {
+        let d = &self.server_directory;
+        d.entries.with_label_values(&[kind]).add(entries_delta);
+        d.evictions.with_label_values(&[kind]).inc_by(evicted);
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
