@@ -47,6 +47,12 @@ pub struct MetricsConfig {
     pub listen: SocketAddr,
     /// Distinct `server` label values before new servers are counted as `other`.
     pub max_servers: usize,
+    /// Connections the endpoint serves at once; beyond, the one idle the longest is closed.
+    pub max_connections: usize,
+    /// Seconds allowed for a request head (also how long a connection may wait for one).
+    pub header_timeout_secs: u64,
+    /// Seconds without a byte read or written before a connection is closed.
+    pub idle_timeout_secs: u64,
     /// Alias of the top-level `[servers]` table (its older name); merged into it.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub server_names: BTreeMap<SocketAddr, String>,
@@ -95,6 +101,9 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9917)),
             max_servers: 64,
+            max_connections: 128,
+            header_timeout_secs: 10,
+            idle_timeout_secs: 30,
             server_names: BTreeMap::new(),
         }
     }
@@ -108,6 +117,9 @@ impl Default for LogConfig {
         }
     }
 }
+
+/// More metrics connections than this is a typo: each is a descriptor.
+pub const MAX_METRICS_CONNECTIONS: usize = 65_536;
 
 /// More pipeline workers than this is a typo, not a machine: each is a thread and a pipeline.
 pub const MAX_THREADS: usize = 1024;
@@ -143,6 +155,18 @@ impl Config {
         }
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());
+        }
+        if !(1..=MAX_METRICS_CONNECTIONS).contains(&self.metrics.max_connections) {
+            return Err(format!(
+                "metrics.max_connections must be between 1 and {MAX_METRICS_CONNECTIONS} (got {})",
+                self.metrics.max_connections
+            ));
+        }
+        if self.metrics.header_timeout_secs == 0 || self.metrics.idle_timeout_secs == 0 {
+            return Err(
+                "metrics.header_timeout_secs and metrics.idle_timeout_secs must be at least 1"
+                    .into(),
+            );
         }
         if self.capture.read_timeout_ms == 0 {
             return Err("capture.read_timeout_ms must be at least 1".into());

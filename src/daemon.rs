@@ -428,8 +428,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 let health = health.clone();
                 move || health.readiness(n_captures)
             }),
+            on_event: Box::new({
+                let metrics = metrics.clone();
+                move |e: server::ServerEvent| metrics.add_metrics_endpoint_error(e.as_str())
+            }),
         });
-        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        let limits = server::ServerLimits {
+            max_connections: cfg.metrics.max_connections,
+            header_timeout: Duration::from_secs(cfg.metrics.header_timeout_secs),
+            idle_timeout: Duration::from_secs(cfg.metrics.idle_timeout_secs),
+        };
+        let server = tokio::spawn(server::serve(listener, state, limits, shutdown_rx));
         tracing::info!(%listen, "metrics endpoint up");
         let failed = wait_for_stop(&reopen, &health).await?;
         let _ = shutdown_tx.send(true);

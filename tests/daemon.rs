@@ -71,6 +71,14 @@ fn absurd_settings_are_refused_before_run() {
     let cases = [
         ("[capture]\nthreads = 100000\n", "capture.threads"),
         (
+            "[metrics]\nmax_connections = 0\n",
+            "metrics.max_connections",
+        ),
+        (
+            "[metrics]\nheader_timeout_secs = 0\n",
+            "metrics.header_timeout_secs",
+        ),
+        (
             "[limits]\nmax_flows = 0\nmax_sessions = 0\nmemory_budget_bytes = 0\n",
             "limits.max_flows",
         ),

@@ -115,6 +115,7 @@ pub struct Metrics {
     empty_tool_content: IntCounterVec,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
+    metrics_endpoint_errors: IntCounterVec,
 }
 
 /// The capture threads' server directories (live sharding by server endpoint).
@@ -352,6 +353,12 @@ impl Metrics {
             )?,
             request_duration,
             server_directory: DirectoryMetrics::new(&r)?,
+            metrics_endpoint_errors: counter_vec(
+                &r,
+                "mcptap_metrics_endpoint_errors_total",
+                "What the metrics endpoint did to protect itself: accept failures at the descriptor limit (fd_limit) or otherwise (accept_error), connections closed at the connection cap (connection_limit) or by a timeout (timeout).",
+                &["reason"],
+            )?,
             servers: Mutex::new(ServerLabels {
                 names: labels.server_names,
                 seen: HashMap::new(),
@@ -361,6 +368,9 @@ impl Metrics {
         };
         for reason in ["idle", "flow_limit", "memory"] {
             m.flows_evicted.with_label_values(&[reason]);
+        }
+        for reason in ["fd_limit", "accept_error", "connection_limit", "timeout"] {
+            m.metrics_endpoint_errors.with_label_values(&[reason]);
         }
         for source in ["kernel", "interface"] {
             m.capture_drops.with_label_values(&[source]);
@@ -452,6 +462,14 @@ impl Metrics {
         let d = &self.server_directory;
         d.entries.with_label_values(&[kind]).add(entries_delta);
         d.evictions.with_label_values(&[kind]).inc_by(evicted);
+    }
+
+    /// The metrics endpoint protected itself (`reason`: fd_limit, accept_error,
+    /// connection_limit, timeout).
+    pub fn add_metrics_endpoint_error(&self, reason: &str) {
+        self.metrics_endpoint_errors
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
