@@ -362,6 +362,10 @@ fn replay(files: &[String], events: Option<&str>, fail_on_alert: bool, limits: L
     for t in &report.read.truncations {
         tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
     }
+    for r in &report.read.resyncs {
+        tracing::warn!("{}", r.describe());
+    }
+    summary.capture_bytes_skipped = report.read.skipped_bytes();
     for w in &report.read.warnings {
         tracing::warn!("{w}");
     }
@@ -393,8 +397,16 @@ fn replay_through_workers(
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
             }
-            eprintln!("{}", r.summary.render(&r.stats, started.elapsed()));
-            if fail_on_alert && r.summary.total_alerts() > 0 {
+            for resync in &r.read.resyncs {
+                tracing::warn!("{}", resync.describe());
+            }
+            for w in &r.read.warnings {
+                tracing::warn!("{w}");
+            }
+            let mut summary = r.summary;
+            summary.capture_bytes_skipped = r.read.skipped_bytes();
+            eprintln!("{}", summary.render(&r.stats, started.elapsed()));
+            if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)
             } else {
                 ExitCode::SUCCESS

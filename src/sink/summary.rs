@@ -22,6 +22,8 @@ pub struct Summary {
     pub flows_evicted: BTreeMap<&'static str, u64>,
     /// Sessions ended, by reason (`deleted`, `expired`, `idle`, `evicted`).
     pub sessions_ended: BTreeMap<&'static str, u64>,
+    /// Capture file bytes skipped over corrupt record lengths (set by the reader's report).
+    pub capture_bytes_skipped: u64,
 }
 
 impl Summary {
@@ -61,6 +63,7 @@ impl Summary {
         self.gap_bytes += other.gap_bytes;
         self.http_errors += other.http_errors;
         self.jsonrpc_errors += other.jsonrpc_errors;
+        self.capture_bytes_skipped += other.capture_bytes_skipped;
         for (k, v) in &other.flows_evicted {
             *self.flows_evicted.entry(k).or_default() += v;
         }
@@ -127,6 +130,13 @@ impl Summary {
             counts(&self.flows_evicted),
             counts(&self.sessions_ended)
         );
+        if self.capture_bytes_skipped > 0 {
+            let _ = writeln!(
+                s,
+                "  capture bytes skipped over corrupt record lengths: {}",
+                self.capture_bytes_skipped
+            );
+        }
         let _ = write!(
             s,
             "  elapsed: {:.3} s, {:.1} MB/s, {:.0} packets/s",
