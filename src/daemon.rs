@@ -351,7 +351,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
     let n_workers = match cfg.capture.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(crate::config::MAX_THREADS),
         n => n,
     };
     let sinks = Arc::new(Mutex::new(EventSinks {
