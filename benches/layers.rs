@@ -186,6 +186,102 @@ fn bench_decode(c: &mut Criterion) {
     g.finish();
 }
 
+/// The live capture thread's per-packet work besides copying: decode the headers, find the
+/// server endpoint (configured, learned from SYN/SYN-ACK, or pinned), hash it to a worker.
+/// `Throughput::Elements`: packets; ns/packet = 1e9 / the reported rate.
+fn bench_dispatch(c: &mut Criterion) {
+    use mcptap::live::{Dispatcher, ServerDirectory};
+    use mcptap_testkit::wire::tcp::SYN;
+    let mut rng = Rng(11);
+    // 1024 flows to 16 servers on high ports, clients on low ones: first the handshakes
+    // (SYN, SYN-ACK), then data and ACKs both ways, as a capture thread sees them.
+    let mut cap = Capture::default();
+    let mut buf = Vec::new();
+    let payload = vec![b'x'; 600];
+    let flows: Vec<(Endpoint, Endpoint)> = (0..1024u32)
+        .map(|i| {
+            let server =
+                Endpoint::loopback([127, 10, 0, (i % 16) as u8 + 1], 60_000 + (i % 16) as u16);
+            let client = Endpoint::loopback([127, 1, (i >> 8) as u8, i as u8], 1024 + i as u16);
+            (client, server)
+        })
+        .collect();
+    let header = |flags, i: u32, rng: &mut Rng| SegmentHeader {
+        ip_id: i as u16,
+        seq: rng.next_u64() as u32,
+        ack: rng.next_u64() as u32,
+        flags,
+        window: 502,
+        tsval: i,
+        tsecr: i,
+    };
+    for (i, (client, server)) in flows.iter().enumerate() {
+        let i = i as u32;
+        write_segment(
+            &mut buf,
+            &Link::default(),
+            client,
+            server,
+            &header(SYN, i, &mut rng),
+            |_| {},
+        );
+        cap.push(0, &buf);
+        write_segment(
+            &mut buf,
+            &Link::default(),
+            server,
+            client,
+            &header(SYN | ACK, i, &mut rng),
+            |_| {},
+        );
+        cap.push(0, &buf);
+    }
+    for round in 0..4u32 {
+        for (i, (client, server)) in flows.iter().enumerate() {
+            let i = i as u32 + round;
+            write_segment(
+                &mut buf,
+                &Link::default(),
+                client,
+                server,
+                &header(ACK | PSH, i, &mut rng),
+                |o| o.extend_from_slice(&payload),
+            );
+            cap.push(0, &buf);
+            write_segment(
+                &mut buf,
+                &Link::default(),
+                server,
+                client,
+                &header(ACK, i, &mut rng),
+                |_| {},
+            );
+            cap.push(0, &buf);
+        }
+    }
+    let packets = cap.index.len() as u64;
+    let mut g = group(c, "dispatch");
+    g.throughput(Throughput::Elements(packets));
+    for (name, configured) in [("learned_4_workers", false), ("configured_4_workers", true)] {
+        let servers: Vec<std::net::SocketAddr> = if configured {
+            flows.iter().map(|(_, s)| s.addr()).collect()
+        } else {
+            Vec::new()
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut d = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), 4);
+                let mut n = 0usize;
+                for (_, f) in cap.frames() {
+                    n += d.worker_of(dlt::EN10MB, black_box(f));
+                }
+                n
+            })
+        });
+    }
+    g.finish();
+}
+
 // ---------------------------------------------------------------- reassembly
 
 struct Count(u64);
@@ -506,6 +602,7 @@ fn bench_pipeline(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_decode,
+    bench_dispatch,
     bench_reassembly,
     bench_http,
     bench_sse,

@@ -19,6 +19,12 @@ pub struct Config {
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
+    /// `[servers]`: known MCP server endpoints and their display names, "10.0.0.5:8080" =
+    /// "tools-gateway". Live capture shards their traffic by them (before anything learned from
+    /// SYN / SYN-ACK), and the `server` metric label shows the name. `metrics.server_names` is
+    /// an accepted alias; on a conflict this table wins.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub servers: BTreeMap<SocketAddr, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,7 +50,14 @@ pub struct MetricsConfig {
     pub listen: SocketAddr,
     /// Distinct `server` label values before new servers are counted as `other`.
     pub max_servers: usize,
-    /// Display names for servers: "10.0.0.5:8080" = "tools-gateway".
+    /// Connections the endpoint serves at once; beyond, the one idle the longest is closed.
+    pub max_connections: usize,
+    /// Seconds allowed for a request head (also how long a connection may wait for one).
+    pub header_timeout_secs: u64,
+    /// Seconds without a byte read or written before a connection is closed.
+    pub idle_timeout_secs: u64,
+    /// Alias of the top-level `[servers]` table (its older name); merged into it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub server_names: BTreeMap<SocketAddr, String>,
 }
 
@@ -91,6 +104,9 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9917)),
             max_servers: 64,
+            max_connections: 128,
+            header_timeout_secs: 10,
+            idle_timeout_secs: 30,
             server_names: BTreeMap::new(),
         }
     }
@@ -104,6 +120,9 @@ impl Default for LogConfig {
         }
     }
 }
+
+/// More metrics connections than this is a typo: each is a descriptor.
+pub const MAX_METRICS_CONNECTIONS: usize = 65_536;
 
 /// More pipeline workers than this is a typo, not a machine: each is a thread and a pipeline.
 pub const MAX_THREADS: usize = 1024;
@@ -140,10 +159,37 @@ impl Config {
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());
         }
+        if !(1..=MAX_METRICS_CONNECTIONS).contains(&self.metrics.max_connections) {
+            return Err(format!(
+                "metrics.max_connections must be between 1 and {MAX_METRICS_CONNECTIONS} (got {})",
+                self.metrics.max_connections
+            ));
+        }
+        if self.metrics.header_timeout_secs == 0 || self.metrics.idle_timeout_secs == 0 {
+            return Err(
+                "metrics.header_timeout_secs and metrics.idle_timeout_secs must be at least 1"
+                    .into(),
+            );
+        }
         if self.capture.read_timeout_ms == 0 {
             return Err("capture.read_timeout_ms must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// Configured server endpoints and their names: `[servers]` and its alias
+    /// `metrics.server_names`, the former winning on a conflict.
+    pub fn server_names(&self) -> BTreeMap<SocketAddr, String> {
+        let mut names = self.metrics.server_names.clone();
+        names.extend(self.servers.iter().map(|(k, v)| (*k, v.clone())));
+        names
+    }
+
+    /// The effective configuration: the alias folded into `[servers]`.
+    pub fn effective(mut self) -> Config {
+        self.servers = self.server_names();
+        self.metrics.server_names.clear();
+        self
     }
 
     pub fn to_toml(&self) -> String {
@@ -170,6 +216,24 @@ mod tests {
         assert_eq!(cfg, Config::default());
         assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9917");
         assert_eq!(cfg.capture.buffer_bytes, 64 * 1024 * 1024);
+    }
+
+    #[test]
+    fn servers_table_and_its_metrics_alias_merge() {
+        let cfg: Config = toml::from_str(
+            "[servers]\n\"10.0.0.5:8080\" = \"gw\"\n\"10.0.0.6:64000\" = \"high\"\n[metrics.server_names]\n\"10.0.0.5:8080\" = \"old\"\n\"10.0.0.7:80\" = \"web\"\n",
+        )
+        .expect("config");
+        let names = cfg.server_names();
+        let get = |a: &str| names.get(&a.parse::<SocketAddr>().expect("addr")).cloned();
+        assert_eq!(get("10.0.0.5:8080").as_deref(), Some("gw"));
+        assert_eq!(get("10.0.0.6:64000").as_deref(), Some("high"));
+        assert_eq!(get("10.0.0.7:80").as_deref(), Some("web"));
+        let effective = cfg.effective();
+        assert!(effective.metrics.server_names.is_empty());
+        let again: Config = toml::from_str(&effective.to_toml()).expect("round trip");
+        assert_eq!(again.servers.len(), 3);
+        assert_eq!(again, effective);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! the metrics endpoint and signal handling on a small tokio runtime.
 
 use crate::capture::{self, ReadSummary};
-use crate::config::{CaptureConfig, Config, MetricsConfig};
-use crate::live::{self, Batch, CaptureHealth};
+use crate::config::{CaptureConfig, Config};
+use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
 use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
@@ -15,6 +15,7 @@ use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
 use mcptap_core::usage::SharedUsage;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -216,13 +217,15 @@ pub struct WorkerReplay {
 
 /// Replays capture files through the daemon's worker path: packets sharded by server
 /// endpoint over `threads` pipeline workers with process-wide limits, exactly as `run` does
-/// with live traffic; events (in no fixed order across workers) to `events` or standard
-/// output. For testing the live path's limits on a capture.
+/// with live traffic (the same [`Dispatcher`], knowing the configured `servers`); events (in
+/// no fixed order across workers) to `events` or standard output. For testing the live path's
+/// sharding and limits on a capture.
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
     detectors: Detectors,
     threads: usize,
+    servers: &[SocketAddr],
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
     let file = match events {
@@ -248,11 +251,12 @@ pub fn replay_through_workers(
         queue_batches: 4,
     };
     let threads = threads.max(1);
+    let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
     let (senders, workers) = pool.spawn(threads)?;
     let mut batches: Vec<Batch> = (0..threads).map(|_| Batch::default()).collect();
     let mut send_failed = false;
     let read = capture::read_captures(files, &mut |pkt| {
-        let w = live::shard_of(pkt.linktype, pkt.data, threads);
+        let w = dispatcher.worker_of(pkt.linktype, pkt.data);
         let (Some(batch), Some(tx)) = (batches.get_mut(w), senders.get(w)) else {
             return;
         };
@@ -300,14 +304,10 @@ fn capture_setup(c: &CaptureConfig) -> live::CaptureSetup {
 }
 
 /// The metrics sink's part of the config file.
-fn label_config(m: &MetricsConfig) -> LabelConfig {
+fn label_config(cfg: &Config) -> LabelConfig {
     LabelConfig {
-        server_names: m
-            .server_names
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect(),
-        max_servers: m.max_servers,
+        server_names: cfg.server_names().into_iter().collect(),
+        max_servers: cfg.metrics.max_servers,
     }
 }
 
@@ -354,13 +354,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(user) = &cfg.user {
         drop_privileges(user)?;
     }
-    let metrics =
-        Arc::new(Metrics::new(label_config(&cfg.metrics)).map_err(|e| format!("metrics: {e}"))?);
+    let metrics = Arc::new(Metrics::new(label_config(&cfg)).map_err(|e| format!("metrics: {e}"))?);
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
     let n_workers = match cfg.capture.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(crate::config::MAX_THREADS),
         n => n,
     };
     let sinks = Arc::new(Mutex::new(EventSinks {
@@ -384,13 +385,37 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
     let mut threads = Vec::new();
+    let directory = ServerDirectory::new(cfg.server_names().into_keys());
     for oc in captures {
         tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, "capturing");
+        let dispatcher = Dispatcher::new(directory.clone(), n_workers);
         threads.push(
-            live::spawn(oc, senders.clone(), stop.clone(), health.clone(), {
-                let metrics = metrics.clone();
-                move |d: live::Drops| metrics.add_capture_drops(d.kernel, d.interface)
-            })
+            live::spawn(
+                oc,
+                senders.clone(),
+                dispatcher,
+                stop.clone(),
+                health.clone(),
+                {
+                    let metrics = metrics.clone();
+                    let mut reported = DirectoryStats::default();
+                    move |d: live::Drops, directory: DirectoryStats| {
+                        metrics.add_capture_drops(d.kernel, d.interface);
+                        let (now, before) = (directory, reported);
+                        metrics.add_server_directory(
+                            "learned_server",
+                            now.learned as i64 - before.learned as i64,
+                            now.learned_evicted.saturating_sub(before.learned_evicted),
+                        );
+                        metrics.add_server_directory(
+                            "pinned_flow",
+                            now.pinned as i64 - before.pinned as i64,
+                            now.pinned_evicted.saturating_sub(before.pinned_evicted),
+                        );
+                        reported = directory;
+                    }
+                },
+            )
             .map_err(|e| format!("cannot start capture thread: {e}"))?,
         );
     }
@@ -415,8 +440,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 let health = health.clone();
                 move || health.readiness(n_captures)
             }),
+            on_event: Box::new({
+                let metrics = metrics.clone();
+                move |e: server::ServerEvent| metrics.add_metrics_endpoint_error(e.as_str())
+            }),
         });
-        let server = tokio::spawn(server::serve(listener, state, shutdown_rx));
+        let limits = server::ServerLimits {
+            max_connections: cfg.metrics.max_connections,
+            header_timeout: Duration::from_secs(cfg.metrics.header_timeout_secs),
+            idle_timeout: Duration::from_secs(cfg.metrics.idle_timeout_secs),
+        };
+        let server = tokio::spawn(server::serve(listener, state, limits, shutdown_rx));
         tracing::info!(%listen, "metrics endpoint up");
         let failed = wait_for_stop(&reopen, &health).await?;
         let _ = shutdown_tx.send(true);

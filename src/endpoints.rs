@@ -114,6 +114,11 @@ pub fn inventory(paths: &[String], local_macs: &[[u8; 6]]) -> Result<Inventory, 
         inv.first_problem
             .get_or_insert_with(|| format!("{} truncated at byte {}", t.path, t.offset));
     }
+    if let Some(r) = read.resyncs.first() {
+        // Skipped bytes are frames nobody checked.
+        inv.unchecked_frames += 1;
+        inv.first_problem.get_or_insert_with(|| r.describe());
+    }
     Ok(inv)
 }
 

@@ -2,9 +2,11 @@
 //! the same sans-IO pipeline that `replay` uses. It knows neither the config file nor the
 //! sinks: the daemon hands it a [`CaptureSetup`] and a callback for pcap's drop counts.
 
-use mcptap_core::decode::{self, Decoded};
+use mcptap_core::decode::{self, Decoded, TcpFlags};
 use nix::poll::{PollFd, PollFlags, poll};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -183,35 +185,249 @@ fn send(tx: &SyncSender<Batch>, batch: &mut Batch, linktype: u32) -> bool {
 }
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
-/// Which pipeline worker a frame belongs to. All flows to one server endpoint meet in the
-/// same worker (so its sessions, which span connections, stay whole), and both directions of a
-/// flow do too. The server side is taken to be the endpoint with the lower port: clients use
-/// ephemeral ports.
-pub fn shard_of(linktype: u32, frame: &[u8], workers: usize) -> usize {
+/// A bounded map in two generations: a hit in the old generation moves the entry to the young
+/// one; when the young one is full it becomes the old one and the old one is dropped (counted).
+/// So entries used within the last `cap` insertions stay, at O(1) per operation, and the map
+/// never holds more than `2 * cap` entries.
+#[derive(Debug, Clone)]
+struct Generations<K, V> {
+    young: HashMap<K, V, foldhash::fast::RandomState>,
+    old: HashMap<K, V, foldhash::fast::RandomState>,
+    cap: usize,
+    evicted: u64,
+}
+
+impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
+    fn new(cap: usize) -> Self {
+        Generations {
+            young: HashMap::default(),
+            old: HashMap::default(),
+            cap: cap.max(1),
+            evicted: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.young.is_empty() && self.old.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+
+    fn get(&mut self, k: &K) -> Option<V> {
+        if let Some(v) = self.young.get(k) {
+            return Some(*v);
+        }
+        let v = self.old.remove(k)?;
+        self.insert(*k, v);
+        Some(v)
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        if self.young.len() >= self.cap && !self.young.contains_key(&k) {
+            self.old.remove(&k);
+            self.evicted += self.old.len() as u64;
+            std::mem::swap(&mut self.young, &mut self.old);
+            self.young.clear();
+        }
+        self.young.insert(k, v);
+    }
+
+    fn remove(&mut self, k: &K) {
+        self.young.remove(k);
+        self.old.remove(k);
+    }
+}
+
+/// Learned server endpoints kept per generation (the directory holds at most twice as many).
+pub const LEARNED_SERVERS: usize = 4096;
+/// Flows first seen midstream, with no known server, kept per generation.
+pub const PINNED_FLOWS: usize = 65_536;
+
+/// What a [`ServerDirectory`] holds and has evicted, for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectoryStats {
+    /// Server endpoints learned from SYN / SYN-ACK and still held.
+    pub learned: usize,
+    /// Learned server endpoints evicted (unused for the longest).
+    pub learned_evicted: u64,
+    /// Flows first seen midstream with no known server, pinned to their fallback endpoint.
+    pub pinned: usize,
+    /// Pinned flows evicted.
+    pub pinned_evicted: u64,
+}
+
+/// Which endpoint of a TCP segment is the server, from TCP header flags and ports only (the
+/// capture thread parses no payload):
+///
+/// 1. a configured server endpoint (`[servers]`), either side;
+/// 2. a SYN's destination, a SYN-ACK's source — learned into a bounded set;
+/// 3. a learned endpoint, either side;
+/// 4. else (a flow never seen from its start, to no known server) the endpoint with the lower
+///    port, the lower address on equal ports — pinned for the rest of the flow, so that a
+///    server learned later does not move a flow already under way to another worker.
+///
+/// Every frame of a flow, in both directions, gets the same answer, and so does every flow to
+/// one server once its server is known. This is the first stage of a later two-stage sharding
+/// (flows by their symmetric 5-tuple, MCP state by server and client identity): it answers the
+/// server identity of a frame.
+#[derive(Debug, Clone)]
+pub struct ServerDirectory {
+    configured: HashSet<SocketAddr, foldhash::fast::RandomState>,
+    learned: Generations<SocketAddr, ()>,
+    pinned: Generations<(SocketAddr, SocketAddr), SocketAddr>,
+}
+
+impl Default for ServerDirectory {
+    fn default() -> Self {
+        Self::new([])
+    }
+}
+
+/// The endpoint a flow nobody saw start is attributed to: the lower port (clients usually use
+/// ephemeral ports), the lower address on equal ports. Symmetric in its arguments.
+fn lower_port(a: SocketAddr, b: SocketAddr) -> SocketAddr {
+    match a.port().cmp(&b.port()) {
+        std::cmp::Ordering::Less => a,
+        std::cmp::Ordering::Greater => b,
+        std::cmp::Ordering::Equal => a.min(b),
+    }
+}
+
+impl ServerDirectory {
+    /// A directory that knows `configured` server endpoints and learns the rest.
+    pub fn new(configured: impl IntoIterator<Item = SocketAddr>) -> Self {
+        Self::with_capacity(configured, LEARNED_SERVERS, PINNED_FLOWS)
+    }
+
+    /// As [`ServerDirectory::new`], with the generation sizes given (tests).
+    pub fn with_capacity(
+        configured: impl IntoIterator<Item = SocketAddr>,
+        learned: usize,
+        pinned: usize,
+    ) -> Self {
+        ServerDirectory {
+            configured: configured.into_iter().collect(),
+            learned: Generations::new(learned),
+            pinned: Generations::new(pinned),
+        }
+    }
+
+    /// The server endpoint of a segment from `src` to `dst` with `flags`.
+    pub fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
+        if !self.configured.is_empty() {
+            if self.configured.contains(&dst) {
+                return dst;
+            }
+            if self.configured.contains(&src) {
+                return src;
+            }
+        }
+        let flow = (src.min(dst), src.max(dst));
+        if flags.syn {
+            let server = if flags.ack { src } else { dst };
+            self.learned.insert(server, ());
+            if !self.pinned.is_empty() {
+                // A new connection on the 5-tuple: its server is known now.
+                self.pinned.remove(&flow);
+            }
+            return server;
+        }
+        if !self.pinned.is_empty()
+            && let Some(server) = self.pinned.get(&flow)
+        {
+            return server;
+        }
+        match (
+            self.learned.get(&dst).is_some(),
+            self.learned.get(&src).is_some(),
+        ) {
+            (true, false) => dst,
+            (false, true) => src,
+            (true, true) => lower_port(src, dst),
+            (false, false) => {
+                let server = lower_port(src, dst);
+                self.pinned.insert(flow, server);
+                server
+            }
+        }
+    }
+
+    pub fn stats(&self) -> DirectoryStats {
+        DirectoryStats {
+            learned: self.learned.len(),
+            learned_evicted: self.learned.evicted,
+            pinned: self.pinned.len(),
+            pinned_evicted: self.pinned.evicted,
+        }
+    }
+}
+
+/// The worker of a server endpoint: every flow to one server meets in one worker, so its
+/// sessions, which span connections, stay whole. The same for every capture thread and replay.
+pub fn worker_of_server(server: SocketAddr, workers: usize) -> usize {
     if workers <= 1 {
         return 0;
     }
-    let Decoded::Tcp(seg) = decode::decode(linktype, frame) else {
-        return 0;
-    };
-    let server = match seg.src.port().cmp(&seg.dst.port()) {
-        std::cmp::Ordering::Less => seg.src,
-        std::cmp::Ordering::Greater => seg.dst,
-        std::cmp::Ordering::Equal => seg.src.min(seg.dst),
-    };
     let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(server);
     (h % workers as u64) as usize
 }
 
+/// Which pipeline worker a frame goes to: decodes the link, IP and TCP headers only (no
+/// payload), asks its [`ServerDirectory`] for the server endpoint and hashes that. One per
+/// capture thread; `replay --worker-threads` uses the same.
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    directory: ServerDirectory,
+    workers: usize,
+}
+
+impl Dispatcher {
+    pub fn new(directory: ServerDirectory, workers: usize) -> Self {
+        Dispatcher {
+            directory,
+            workers: workers.max(1),
+        }
+    }
+
+    /// The server endpoint of a frame, `None` for what is not TCP (it goes to worker 0).
+    pub fn server_of(&mut self, linktype: u32, frame: &[u8]) -> Option<SocketAddr> {
+        let Decoded::Tcp(seg) = decode::decode(linktype, frame) else {
+            return None;
+        };
+        Some(self.directory.server_of(seg.src, seg.dst, seg.flags))
+    }
+
+    /// The worker of a frame.
+    pub fn worker_of(&mut self, linktype: u32, frame: &[u8]) -> usize {
+        if self.workers <= 1 {
+            return 0;
+        }
+        self.server_of(linktype, frame)
+            .map_or(0, |s| worker_of_server(s, self.workers))
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    pub fn stats(&self) -> DirectoryStats {
+        self.directory.stats()
+    }
+}
+
 /// Runs one capture handle on its own thread until `stop` is set. The thread only reads and
-/// dispatches to the workers; all parsing happens there. `on_drops` hears pcap's drop counts
+/// dispatches to the workers (`dispatcher`, one per capture thread, sized to `workers`); all
+/// parsing happens there. `on_drops` hears pcap's drop counts and the dispatcher's directory
 /// about once a second and at the end.
 pub fn spawn(
     mut oc: OpenCapture,
     workers: Vec<SyncSender<Batch>>,
+    mut dispatcher: Dispatcher,
     stop: Arc<AtomicBool>,
     health: Arc<CaptureHealth>,
-    mut on_drops: impl FnMut(Drops) + Send + 'static,
+    mut on_drops: impl FnMut(Drops, DirectoryStats) + Send + 'static,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("capture-{}", oc.interface))
@@ -236,7 +452,7 @@ pub fn spawn(
                         Ok(p) => {
                             let ts = p.header.ts.tv_sec.saturating_mul(1_000_000_000)
                                 + p.header.ts.tv_usec.saturating_mul(1000);
-                            let w = shard_of(linktype, p.data, workers.len());
+                            let w = dispatcher.worker_of(linktype, p.data);
                             let (Some(batch), Some(tx)) = (batches.get_mut(w), workers.get(w))
                             else {
                                 continue;
@@ -267,10 +483,13 @@ pub fn spawn(
                     last_stats = Instant::now();
                     if let Ok(s) = oc.cap.stats() {
                         received.delta(s.received);
-                        on_drops(Drops {
-                            kernel: kernel.delta(s.dropped),
-                            interface: iface.delta(s.if_dropped),
-                        });
+                        on_drops(
+                            Drops {
+                                kernel: kernel.delta(s.dropped),
+                                interface: iface.delta(s.if_dropped),
+                            },
+                            dispatcher.stats(),
+                        );
                     }
                 }
                 // libpcap's own timeout never fires on an idle TPACKET_V3 socket, so wait here.
@@ -284,10 +503,13 @@ pub fn spawn(
             }
             if let Ok(s) = oc.cap.stats() {
                 received.delta(s.received);
-                on_drops(Drops {
-                    kernel: kernel.delta(s.dropped),
-                    interface: iface.delta(s.if_dropped),
-                });
+                on_drops(
+                    Drops {
+                        kernel: kernel.delta(s.dropped),
+                        interface: iface.delta(s.if_dropped),
+                    },
+                    dispatcher.stats(),
+                );
             }
             tracing::info!(
                 interface = %oc.interface,
@@ -314,23 +536,121 @@ mod tests {
         assert_eq!(c.total(), 10 + 5 + u64::from(u32::MAX - 16) + 5);
     }
 
+    fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), syn: bool, ack: bool) -> Vec<u8> {
+        let mut v = Vec::new();
+        let b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4(src.0, dst.0, 64)
+            .tcp(src.1, dst.1, 1, 100);
+        let b = if syn { b.syn() } else { b };
+        let b = if ack { b.ack(1) } else { b };
+        b.write(&mut v, if syn { b"" } else { b"x" })
+            .expect("frame");
+        v
+    }
+
+    fn addr(e: ([u8; 4], u16)) -> SocketAddr {
+        SocketAddr::from(e)
+    }
+
     #[test]
     fn both_directions_and_all_clients_of_a_server_share_a_worker() {
-        let frame = |src: ([u8; 4], u16), dst: ([u8; 4], u16)| {
-            let mut v = Vec::new();
-            etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
-                .ipv4(src.0, dst.0, 64)
-                .tcp(src.1, dst.1, 1, 100)
-                .write(&mut v, b"x")
-                .expect("frame");
-            v
-        };
         let server = ([10, 0, 0, 1], 8080);
-        let w = shard_of(1, &frame(([10, 0, 0, 2], 40000), server), 8);
-        assert_eq!(shard_of(1, &frame(server, ([10, 0, 0, 2], 40000)), 8), w);
-        assert_eq!(shard_of(1, &frame(([10, 9, 9, 9], 51234), server), 8), w);
-        assert_eq!(shard_of(1, &frame(([10, 0, 0, 2], 40000), server), 1), 0);
-        assert_eq!(shard_of(1, b"junk", 8), 0);
+        let mut d = Dispatcher::new(ServerDirectory::default(), 8);
+        let w = d.worker_of(1, &frame(([10, 0, 0, 2], 40000), server, false, true));
+        assert_eq!(w, worker_of_server(addr(server), 8));
+        assert_eq!(
+            d.worker_of(1, &frame(server, ([10, 0, 0, 2], 40000), false, true)),
+            w
+        );
+        assert_eq!(
+            d.worker_of(1, &frame(([10, 9, 9, 9], 51234), server, false, true)),
+            w
+        );
+        assert_eq!(d.worker_of(1, b"junk"), 0);
+        let mut one = Dispatcher::new(ServerDirectory::default(), 1);
+        assert_eq!(
+            one.worker_of(1, &frame(([10, 0, 0, 2], 40000), server, false, true)),
+            0
+        );
+    }
+
+    #[test]
+    fn a_server_on_a_high_port_is_learned_from_syn_and_syn_ack() {
+        let server = ([10, 0, 0, 1], 64000);
+        let (c1, c2) = (([10, 0, 0, 2], 1024), ([10, 0, 0, 3], 1025));
+        let no = TcpFlags::default();
+        let ack = TcpFlags { ack: true, ..no };
+        let syn = TcpFlags { syn: true, ..no };
+        let syn_ack = TcpFlags {
+            syn: true,
+            ack: true,
+            ..no
+        };
+        let mut d = ServerDirectory::default();
+        assert_eq!(d.server_of(addr(c1), addr(server), syn), addr(server));
+        assert_eq!(d.server_of(addr(server), addr(c1), syn_ack), addr(server));
+        for (src, dst) in [(c1, server), (server, c1), (c2, server), (server, c2)] {
+            assert_eq!(d.server_of(addr(src), addr(dst), ack), addr(server));
+        }
+        // Only a SYN-ACK seen (the capture started between SYN and SYN-ACK): still learned.
+        let other = ([10, 0, 0, 9], 50000);
+        let mut d = ServerDirectory::default();
+        assert_eq!(d.server_of(addr(other), addr(c1), syn_ack), addr(other));
+        assert_eq!(d.server_of(addr(c1), addr(other), ack), addr(other));
+        assert_eq!(d.stats().learned, 1);
+    }
+
+    #[test]
+    fn configured_servers_win_and_midstream_flows_stay_where_they_started() {
+        let server = addr(([10, 0, 0, 1], 64000));
+        let client = addr(([10, 0, 0, 2], 1024));
+        let ack = TcpFlags {
+            ack: true,
+            ..TcpFlags::default()
+        };
+        let syn = TcpFlags {
+            syn: true,
+            ..TcpFlags::default()
+        };
+        let mut d = ServerDirectory::new([server]);
+        assert_eq!(d.server_of(client, server, ack), server);
+        assert_eq!(d.server_of(server, client, ack), server);
+        // Nobody saw this flow start and nothing is configured: the lower port, pinned.
+        let mut d = ServerDirectory::default();
+        assert_eq!(d.server_of(server, client, ack), client);
+        // A second connection's SYN teaches the server...
+        let client2 = addr(([10, 0, 0, 3], 40000));
+        assert_eq!(d.server_of(client2, server, syn), server);
+        assert_eq!(d.server_of(client2, server, ack), server);
+        // ...but the flow under way keeps its worker.
+        assert_eq!(d.server_of(client, server, ack), client);
+        assert_eq!(d.stats().pinned, 1);
+        // Until that 5-tuple starts a new connection.
+        assert_eq!(d.server_of(client, server, syn), server);
+        assert_eq!(d.server_of(server, client, ack), server);
+    }
+
+    #[test]
+    fn learned_servers_are_bounded_and_evictions_counted() {
+        let syn = TcpFlags {
+            syn: true,
+            ..TcpFlags::default()
+        };
+        let client = addr(([10, 0, 0, 2], 40000));
+        let mut d = ServerDirectory::with_capacity([], 4, 4);
+        let busy = addr(([10, 1, 0, 0], 9000));
+        d.server_of(client, busy, syn);
+        for port in 1..=100u16 {
+            d.server_of(client, addr(([10, 0, 1, 1], port)), syn);
+            // A server in use stays known.
+            assert_eq!(
+                d.server_of(addr(([10, 0, 0, 7], 1)), busy, TcpFlags::default()),
+                busy
+            );
+        }
+        let s = d.stats();
+        assert!(s.learned <= 8, "{s:?}");
+        assert!(s.learned_evicted >= 90, "{s:?}");
     }
 
     #[test]

@@ -71,6 +71,10 @@ enum Command {
         /// `detect.errors_decide_mode`).
         #[arg(long)]
         errors_decide_mode: bool,
+        /// With --worker-threads: a configured server endpoint (repeatable), as `[servers]`
+        /// gives `run`.
+        #[arg(long = "worker-server", hide = true, value_name = "IP:PORT")]
+        worker_servers: Vec<std::net::SocketAddr>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -247,6 +251,7 @@ fn main() -> ExitCode {
             fail_on_alert,
             worker_threads,
             errors_decide_mode,
+            worker_servers,
             limits,
         } => {
             let detectors = Detectors { errors_decide_mode };
@@ -259,12 +264,17 @@ fn main() -> ExitCode {
                 (Ok(limits), None) => {
                     replay(&files, events.as_deref(), fail_on_alert, limits, detectors)
                 }
+                (Ok(_), Some(threads)) if threads > config::MAX_THREADS => fail(&format!(
+                    "--worker-threads must be at most {} (got {threads})",
+                    config::MAX_THREADS
+                )),
                 (Ok(limits), Some(threads)) => replay_through_workers(
                     &files,
                     events.as_deref(),
                     fail_on_alert,
                     (limits, detectors),
                     threads,
+                    &worker_servers,
                 ),
             }
         }
@@ -284,7 +294,7 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(cfg) => {
-                print!("{}", cfg.to_toml());
+                print!("{}", cfg.effective().to_toml());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
@@ -372,6 +382,10 @@ fn replay(
     for t in &report.read.truncations {
         tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
     }
+    for r in &report.read.resyncs {
+        tracing::warn!("{}", r.describe());
+    }
+    summary.capture_bytes_skipped = report.read.skipped_bytes();
     for w in &report.read.warnings {
         tracing::warn!("{w}");
     }
@@ -395,15 +409,25 @@ fn replay_through_workers(
     fail_on_alert: bool,
     (limits, detectors): (Limits, Detectors),
     threads: usize,
+    servers: &[std::net::SocketAddr],
 ) -> ExitCode {
     let started = Instant::now();
-    match mcptap::daemon::replay_through_workers(files, limits, detectors, threads, events) {
+    match mcptap::daemon::replay_through_workers(files, limits, detectors, threads, servers, events)
+    {
         Ok(r) => {
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
             }
-            eprintln!("{}", r.summary.render(&r.stats, started.elapsed()));
-            if fail_on_alert && r.summary.total_alerts() > 0 {
+            for resync in &r.read.resyncs {
+                tracing::warn!("{}", resync.describe());
+            }
+            for w in &r.read.warnings {
+                tracing::warn!("{w}");
+            }
+            let mut summary = r.summary;
+            summary.capture_bytes_skipped = r.read.skipped_bytes();
+            eprintln!("{}", summary.render(&r.stats, started.elapsed()));
+            if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)
             } else {
                 ExitCode::SUCCESS
@@ -437,7 +461,11 @@ mod tests {
         "capture.threads",
         "metrics.listen",
         "metrics.max_servers",
+        "metrics.max_connections",
+        "metrics.header_timeout_secs",
+        "metrics.idle_timeout_secs",
         "metrics.server_names",
+        "servers",
         "events.stdout",
     ];
 
@@ -456,6 +484,9 @@ mod tests {
             ..Config::default()
         };
         cfg.events.file = Some("events.ndjson".into());
+        let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
+        cfg.servers.insert(server, "gw".into());
+        cfg.metrics.server_names.insert(server, "gw".into());
         cfg.limits.http.max_sse_event_bytes += 1;
         let toml::Value::Table(sections) = toml::Value::try_from(&cfg).expect("serialises") else {
             panic!("a config is a table");
@@ -463,6 +494,8 @@ mod tests {
         let mut keys = Vec::new();
         for (section, value) in sections {
             match value {
+                // Its keys are server endpoints, not settings.
+                toml::Value::Table(_) if section == "servers" => keys.push(section),
                 toml::Value::Table(t) => keys.extend(t.keys().map(|k| format!("{section}.{k}"))),
                 _ => keys.push(section),
             }

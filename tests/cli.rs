@@ -179,27 +179,98 @@ fn garbage_after_a_valid_header_does_not_panic() {
     assert!(matches!(out.status.code(), Some(0) | Some(2)), "{stderr}");
 }
 
+/// A record claiming more than the file holds costs no big buffer: within the snaplen it is
+/// a file cut short (a truncation); beyond it, a corrupt length whose rest is skipped.
 #[test]
-fn a_record_claiming_more_than_the_file_holds_is_a_truncation_not_a_big_buffer() {
+fn a_record_claiming_more_than_the_file_holds_costs_no_big_buffer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("liar.pcap");
-    let mut bytes = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
-    bytes.extend_from_slice(&[0; 8]);
-    bytes.extend_from_slice(&65535u32.to_le_bytes());
-    bytes.extend_from_slice(&1u32.to_le_bytes());
-    bytes.extend_from_slice(&[0; 8]);
-    bytes.extend_from_slice(&250_000_000u32.to_le_bytes());
-    bytes.extend_from_slice(&250_000_000u32.to_le_bytes());
-    bytes.extend_from_slice(&[0xab; 16]);
-    std::fs::write(&path, &bytes).expect("write");
-    let out = bin()
-        .args(["replay", path.to_str().expect("utf8")])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (caplen, expect) in [
+        (60_000u32, "offset=24"),
+        (
+            250_000_000,
+            "corrupt record length at byte 24: no plausible record after it",
+        ),
+    ] {
+        let mut bytes = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+        bytes.extend_from_slice(&[0; 8]);
+        bytes.extend_from_slice(&65535u32.to_le_bytes());
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        bytes.extend_from_slice(&caplen.to_le_bytes());
+        bytes.extend_from_slice(&caplen.to_le_bytes());
+        bytes.extend_from_slice(&[0xab; 16]);
+        std::fs::write(&path, &bytes).expect("write");
+        let out = bin()
+            .args(["replay", path.to_str().expect("utf8")])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expect), "{caplen}: {stderr}");
+        assert_eq!(stderr.contains("truncated"), caplen == 60_000, "{stderr}");
+    }
+}
+
+/// A corrupt record length mid-file (issue 11): the file is read on from the next plausible
+/// record, exit 0, a warning names the file and both byte offsets, the summary counts the
+/// skipped bytes; through a pipe the same. A bogus record spliced between two real ones is
+/// all that is skipped, so the events are the intact file's.
+#[test]
+fn corrupt_record_length_mid_file_is_resynchronised() {
+    let intact = std::fs::read(fixture("incident.pcap")).expect("fixture");
+    // Walk the records to the middle one (little-endian µs pcap, 16-byte record headers).
+    let mut at = 24usize;
+    let mut starts = Vec::new();
+    while at + 16 <= intact.len() {
+        starts.push(at);
+        let caplen = u32::from_le_bytes(intact[at + 8..at + 12].try_into().expect("4 bytes"));
+        at += 16 + caplen as usize;
+    }
+    let splice = starts[starts.len() / 2];
+    let mut bogus = intact[splice..splice + 16].to_vec();
+    bogus[8..12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    bogus.extend(std::iter::repeat_n(0xee, 100));
+    let mut corrupt = intact[..splice].to_vec();
+    corrupt.extend_from_slice(&bogus);
+    corrupt.extend_from_slice(&intact[splice..]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("corrupt.pcap");
+    std::fs::write(&path, &corrupt).expect("write");
+    let path = path.to_str().expect("utf-8");
+
+    let want = run(&["replay", &fixture("incident.pcap")]);
+    let got = run(&["replay", path]);
+    assert!(got.status.success(), "{got:?}");
+    assert_eq!(got.stdout, want.stdout, "the events of the intact file");
+    let stderr = String::from_utf8_lossy(&got.stderr);
+    let line = format!(
+        "{path}: corrupt record length at byte {splice}: resynchronised at byte {}, 116 bytes skipped",
+        splice + 116
+    );
+    assert!(stderr.contains(&line), "{stderr}");
     assert!(
-        stderr.contains("truncated") && stderr.contains("offset=24"),
+        stderr.contains("capture bytes skipped over corrupt record lengths: 116"),
         "{stderr}"
+    );
+    assert!(!stderr.contains("truncated"), "{stderr}");
+
+    let mut child = bin()
+        .args(["replay", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || stdin.write_all(&corrupt));
+    let piped = child.wait_with_output().expect("wait");
+    writer.join().expect("writer").expect("write");
+    assert!(piped.status.success(), "{piped:?}");
+    assert_eq!(piped.stdout, want.stdout);
+    assert!(
+        String::from_utf8_lossy(&piped.stderr).contains("<stdin>: corrupt record length at byte"),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
     );
 }

@@ -71,6 +71,14 @@ fn absurd_settings_are_refused_before_run() {
     let cases = [
         ("[capture]\nthreads = 100000\n", "capture.threads"),
         (
+            "[metrics]\nmax_connections = 0\n",
+            "metrics.max_connections",
+        ),
+        (
+            "[metrics]\nheader_timeout_secs = 0\n",
+            "metrics.header_timeout_secs",
+        ),
+        (
             "[limits]\nmax_flows = 0\nmax_sessions = 0\nmemory_budget_bytes = 0\n",
             "limits.max_flows",
         ),
@@ -98,6 +106,8 @@ fn absurd_settings_are_refused_before_run() {
     );
     let e = one_error_line(&run(&["replay", "--max-head-bytes", "0", &fixture]));
     assert!(e.contains("limits.max_head_bytes"), "{e}");
+    let e = one_error_line(&run(&["replay", "--worker-threads", "100000", &fixture]));
+    assert!(e.contains("--worker-threads must be at most 1024"), "{e}");
 }
 
 /// Seconds beyond i64 nanoseconds saturate: the lineage window stays on (it used to wrap
@@ -284,6 +294,7 @@ fn worker_path_gives_the_events_of_one_pipeline() {
                 Limits::default(),
                 Default::default(),
                 threads,
+                &[],
                 Some(events),
             )
             .expect("worker replay");
@@ -297,4 +308,111 @@ fn worker_path_gives_the_events_of_one_pipeline() {
             assert_eq!(got, want, "{name} with {threads} workers");
         }
     }
+}
+
+/// Live equals replay with two workers when the server's port is above its clients' (issue 11:
+/// the incident with the server on a high port and clients on 1024 gave 0 alerts with
+/// `--threads 2`). Real connections on lo: 127.0.0.2:<high> serves, 127.0.0.3:<low> connects.
+#[test]
+fn live_two_workers_see_the_incident_on_a_high_server_port() {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    use mcptap_testkit::tcp::Piece;
+    use std::io::{Read, Write};
+    if !is_root() {
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.2:0").expect("bind server");
+    let server_port = server.local_addr().expect("addr").port();
+    if server_port < 10_000 {
+        return;
+    }
+    let port = free_port();
+    let child = bin()
+        .args([
+            "run",
+            "-i",
+            "lo",
+            "-f",
+            &format!("tcp and host 127.0.0.2 and port {server_port}"),
+            "--threads",
+            "2",
+            "--events-stdout",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut talk = Conversation::new("live-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    let second = talk.take_writes();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Client ports below the server's; the first free pair from 1024 up.
+    let mut client_port = 1024u16;
+    for writes in [first, second] {
+        let client = loop {
+            let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+            let bound = sock.bind(std::net::SocketAddr::from(([127, 0, 0, 3], client_port)));
+            client_port += 1;
+            if bound.is_ok() {
+                let to = std::net::SocketAddr::from(([127, 0, 0, 2], server_port));
+                break rt.block_on(sock.connect(to)).expect("connect");
+            }
+        };
+        let mut client = client.into_std().expect("std stream");
+        client.set_nonblocking(false).expect("blocking");
+        let (mut srv, _) = server.accept().expect("accept");
+        for w in writes {
+            let bytes: Vec<u8> = w
+                .pieces
+                .iter()
+                .flat_map(|p| match p {
+                    Piece::Bytes(b) => b.clone(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            let (from, to) = if w.from_client {
+                (&mut client, &mut srv)
+            } else {
+                (&mut srv, &mut client)
+            };
+            from.write_all(&bytes).expect("write");
+            let mut got = vec![0; bytes.len()];
+            to.read_exact(&mut got).expect("read");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(srv);
+        drop(client);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let alerts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(r#""event":"alert""#))
+        .collect();
+    assert_eq!(alerts.len(), 2, "{stdout}");
+    assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
+    assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
 }

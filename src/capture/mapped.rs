@@ -156,6 +156,12 @@ impl MappedReader {
         }
         let data = self.map.as_ref()?.get(self.pos..self.end)?;
         let (rest, block) = parse(data).ok()?;
+        if let Format::Legacy { header, .. } = &self.format
+            && block.caplen > super::pcap_caplen_limit(header.snaplen)
+        {
+            // A corrupt length: the general path resynchronises.
+            return None;
+        }
         let used = data.len() - rest.len();
         self.pos += used;
         self.consumed += used;

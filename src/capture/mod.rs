@@ -113,6 +113,36 @@ pub struct Truncation {
     pub offset: u64,
 }
 
+/// A corrupt record length with data after it: the bytes from `offset` to `resumed_at` (the
+/// next plausible record, or the end of the file) were skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resync {
+    pub path: String,
+    /// Byte offset of the record with the corrupt length.
+    pub offset: u64,
+    /// Byte offset where reading resumed; `None`: no plausible record after it, the rest of
+    /// the file was skipped.
+    pub resumed_at: Option<u64>,
+    /// Bytes skipped.
+    pub skipped: u64,
+}
+
+impl Resync {
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        match self.resumed_at {
+            Some(at) => format!(
+                "{}: corrupt record length at byte {}: resynchronised at byte {at}, {} bytes skipped",
+                self.path, self.offset, self.skipped
+            ),
+            None => format!(
+                "{}: corrupt record length at byte {}: no plausible record after it, the last {} bytes skipped",
+                self.path, self.offset, self.skipped
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct ReadSummary {
     /// Number of inputs read (including empty ones).
@@ -122,7 +152,16 @@ pub struct ReadSummary {
     /// Captured bytes delivered (sum of `RawPacket::data` lengths).
     pub bytes: u64,
     pub truncations: Vec<Truncation>,
+    /// Corrupt record lengths skipped over (the file was read on after them).
+    pub resyncs: Vec<Resync>,
     pub warnings: Vec<String>,
+}
+
+impl ReadSummary {
+    /// Bytes skipped over corrupt record lengths, in every file.
+    pub fn skipped_bytes(&self) -> u64 {
+        self.resyncs.iter().map(|r| r.skipped).sum()
+    }
 }
 
 /// Reads every packet of every file, calling `on_packet` for each, in
@@ -413,6 +452,34 @@ struct LegacyInfo {
     nanos: bool,
     big_endian: bool,
     record_header: usize,
+    snaplen: u32,
+}
+
+/// The largest caplen a classic pcap record of a file with `snaplen` can plausibly have:
+/// libpcap never captures more than the snaplen, but some writers put a small snaplen in the
+/// header (so up to 256 KiB is tolerated); 0 means no limit. A caplen above it is a corrupt
+/// length: the reader skips to the next plausible record instead of trusting it.
+pub(super) fn pcap_caplen_limit(snaplen: u32) -> u32 {
+    if snaplen == 0 {
+        u32::MAX
+    } else {
+        snaplen.max(262_144)
+    }
+}
+
+/// Longest gap between the timestamps of a corrupt record's neighbours for a candidate record
+/// to be taken as the next one.
+const RESYNC_MAX_TS_GAP_SECS: i64 = 86_400;
+
+/// pcapng block types a resynchronisation may land on.
+const PCAPNG_KNOWN_BLOCKS: [u32; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x0A, 0x0BAD, 0x4000_0BAD];
+
+/// What scanning at one position found.
+enum Candidate {
+    Yes,
+    No,
+    /// Not decidable with the buffered bytes: this many are needed from the position.
+    NeedMore(usize),
 }
 
 impl LegacyInfo {
@@ -512,6 +579,7 @@ struct FileReader {
     capacity: usize,
     max_record: usize,
     truncated_at: Option<u64>,
+    resyncs: Vec<Resync>,
     empty: bool,
     /// Length of a regular file, which bounds how large a record can be.
     file_len: Option<u64>,
@@ -555,6 +623,7 @@ impl FileReader {
             capacity: limits.initial,
             max_record: limits.max_record,
             truncated_at: None,
+            resyncs: Vec::new(),
             empty: false,
             file_len,
         };
@@ -650,6 +719,14 @@ impl FileReader {
                 return Ok(false);
             };
             let offset = reader.consumed() as u64;
+            if self.state.corrupt_length(reader.data(), self.max_record) {
+                self.resync(offset)?;
+                stalled = 0;
+                continue;
+            }
+            let Some(reader) = self.reader.as_mut().map(Reader::iter) else {
+                return Ok(false);
+            };
             let mut used = 0;
             let step = match reader.next() {
                 Ok((len, block)) => {
@@ -725,6 +802,92 @@ impl FileReader {
                 }
             }
         }
+    }
+
+    /// The record at `offset` has a corrupt length: skips to the next plausible record (or the
+    /// end of the file), recording what was skipped. Works on the buffered bytes and refills,
+    /// so mapped files and streams skip the same bytes.
+    fn resync(&mut self, offset: u64) -> Result<(), CaptureError> {
+        let step = match self.state.format {
+            Format::Ng(_) => 4,
+            Format::Legacy(_) => 1,
+        };
+        let mut skipped = 0u64;
+        // The corrupt record's own position is not a candidate.
+        let mut start = step;
+        let mut stalled = 0u32;
+        while let Some(reader) = self.reader.as_mut().map(Reader::iter) {
+            let exhausted = reader.reader_exhausted();
+            let data = reader.data();
+            let mut i = start.min(data.len());
+            start = 0;
+            let mut need = None;
+            let mut found = false;
+            while i < data.len() {
+                match self.state.candidate(
+                    data.get(i..).unwrap_or_default(),
+                    exhausted,
+                    self.max_record,
+                ) {
+                    Candidate::Yes => {
+                        found = true;
+                        break;
+                    }
+                    Candidate::NeedMore(n) => {
+                        need = Some(n);
+                        break;
+                    }
+                    Candidate::No => i += step,
+                }
+            }
+            let i = i.min(data.len());
+            reader.consume_noshift(i);
+            skipped += i as u64;
+            if found {
+                self.record_resync(offset, Some(offset + skipped), skipped);
+                return Ok(());
+            }
+            if exhausted && need.is_none() {
+                // Nothing plausible up to the end of the file.
+                self.record_resync(offset, None, skipped);
+                return Ok(());
+            }
+            let want = need.unwrap_or(0);
+            if want >= self.capacity {
+                let grown = want
+                    .saturating_add(1)
+                    .max(self.capacity.saturating_mul(2))
+                    .min(self.max_record.saturating_add(64));
+                reader.grow(grown);
+                self.capacity = grown;
+            }
+            let before = reader.data().len();
+            if reader.refill().is_err() {
+                return Err(self.read_error(offset + skipped));
+            }
+            let Some(reader) = self.reader.as_mut().map(Reader::iter) else {
+                break;
+            };
+            if reader.data().len() <= before && !reader.reader_exhausted() {
+                stalled += 1;
+                if stalled > 3 {
+                    return Err(self.corrupt(offset + skipped, "reader made no progress"));
+                }
+            } else {
+                stalled = 0;
+            }
+        }
+        self.record_resync(offset, None, skipped);
+        Ok(())
+    }
+
+    fn record_resync(&mut self, offset: u64, resumed_at: Option<u64>, skipped: u64) {
+        self.resyncs.push(Resync {
+            path: self.state.name.clone(),
+            offset,
+            resumed_at,
+            skipped,
+        });
     }
 
     /// Before a refill: make sure the pending record can fit in the buffer,
@@ -806,6 +969,7 @@ impl FileReader {
                 offset,
             });
         }
+        summary.resyncs.extend(self.resyncs.iter().cloned());
         summary.warnings.extend(self.state.warnings.iter().cloned());
         if self.state.bad_interface > 0 {
             summary.warnings.push(format!(
@@ -913,6 +1077,115 @@ impl State {
         }
     }
 
+    /// Whether the record at `data[0]` has a length no sane writer produces (a pcap caplen
+    /// above the snaplen, a pcapng block longer than any record may be). Decided from the
+    /// record header alone, so the mapped and streaming paths agree at every window size.
+    fn corrupt_length(&self, data: &[u8], max_record: usize) -> bool {
+        match &self.format {
+            Format::Legacy(None) => false,
+            Format::Legacy(Some(info)) => u32_at(data, 8, info.big_endian)
+                .is_some_and(|caplen| caplen > pcap_caplen_limit(info.snaplen)),
+            Format::Ng(ng) => {
+                data.get(..4) != Some(&PCAPNG_MAGIC[..])
+                    && u32_at(data, 4, ng.big_endian).is_some_and(|len| len as usize > max_record)
+            }
+        }
+    }
+
+    /// A classic pcap record header that could be the next record: its caplen, or `None`.
+    fn plausible_pcap_header(&self, info: &LegacyInfo, h: &[u8]) -> Option<u32> {
+        let be = info.big_endian;
+        let (sec, frac) = (u32_at(h, 0, be)?, u32_at(h, 4, be)?);
+        let (caplen, origlen) = (u32_at(h, 8, be)?, u32_at(h, 12, be)?);
+        let frac_limit = if info.nanos { 1_000_000_000 } else { 1_000_000 };
+        let near = self.last_ts == 0
+            || (i64::from(sec) - self.last_ts.div_euclid(NANOS_PER_SEC)).abs()
+                <= RESYNC_MAX_TS_GAP_SECS;
+        (frac < frac_limit
+            && caplen <= pcap_caplen_limit(info.snaplen)
+            && caplen <= origlen
+            && near)
+            .then_some(caplen)
+    }
+
+    /// Whether `data` (from a scanned position to the end of the buffered bytes) starts with a
+    /// plausible record: pcap, a header with a near timestamp and caplen within the snaplen and
+    /// the original length, followed by another such header or the end of the file; pcapng, a
+    /// known block type whose leading and trailing lengths match.
+    fn candidate(&self, data: &[u8], exhausted: bool, max_record: usize) -> Candidate {
+        let undecided = |n: usize| {
+            if exhausted {
+                Candidate::No
+            } else {
+                Candidate::NeedMore(n)
+            }
+        };
+        match &self.format {
+            Format::Legacy(None) => Candidate::No,
+            Format::Legacy(Some(info)) => {
+                let hl = info.record_header;
+                if data.len() < hl {
+                    return undecided(hl);
+                }
+                let Some(caplen) = self.plausible_pcap_header(info, data) else {
+                    return Candidate::No;
+                };
+                let end = hl.saturating_add(caplen as usize);
+                if end > max_record {
+                    return Candidate::No;
+                }
+                match data.get(end..) {
+                    None => undecided(end.saturating_add(hl)),
+                    Some(rest) if rest.len() < hl => {
+                        if exhausted {
+                            // The record ends the file, or a cut header follows it.
+                            Candidate::Yes
+                        } else {
+                            Candidate::NeedMore(end + hl)
+                        }
+                    }
+                    Some(rest) => match self.plausible_pcap_header(info, rest) {
+                        Some(_) => Candidate::Yes,
+                        None => Candidate::No,
+                    },
+                }
+            }
+            Format::Ng(ng) => {
+                if data.len() < 12 {
+                    return undecided(12);
+                }
+                let (big_endian, min) = if data.get(..4) == Some(&PCAPNG_MAGIC[..]) {
+                    match data.get(8..12) {
+                        Some([0x1a, 0x2b, 0x3c, 0x4d]) => (true, PCAPNG_SHB_MIN_LEN),
+                        Some([0x4d, 0x3c, 0x2b, 0x1a]) => (false, PCAPNG_SHB_MIN_LEN),
+                        _ => return Candidate::No,
+                    }
+                } else {
+                    let known = u32_at(data, 0, ng.big_endian)
+                        .is_some_and(|t| PCAPNG_KNOWN_BLOCKS.contains(&t));
+                    if !known {
+                        return Candidate::No;
+                    }
+                    (ng.big_endian, 12)
+                };
+                let Some(len) = u32_at(data, 4, big_endian).map(|l| l as usize) else {
+                    return Candidate::No;
+                };
+                if len < min || !len.is_multiple_of(4) || len > max_record {
+                    return Candidate::No;
+                }
+                if data.len() < len {
+                    return undecided(len);
+                }
+                if u32_at(data, len - 4, big_endian) == Some(len as u32) {
+                    Candidate::Yes
+                } else {
+                    Candidate::No
+                }
+            }
+        }
+    }
+
     /// Handles one block; `Ok(true)` if a packet was delivered.
     fn handle(
         &mut self,
@@ -926,6 +1199,7 @@ impl State {
                     nanos: h.is_nanosecond_precision(),
                     big_endian: h.is_bigendian(),
                     record_header: if h.is_modified_format() { 24 } else { 16 },
+                    snaplen: h.snaplen,
                 }));
                 Ok(false)
             }
@@ -1491,7 +1765,9 @@ mod tests {
         records.push((2, 0, &pad, pad.len() as u32));
         records.push((3, 0, &small, 100));
         records.push((4, 0, &over, over.len() as u32));
-        let bytes = pcap(false, false, 1, &records);
+        let mut bytes = pcap(false, false, 1, &records);
+        // Records above any snaplen are corrupt lengths unless the header sets none (0).
+        bytes[16..20].copy_from_slice(&0u32.to_le_bytes());
         let limits = || Limits {
             initial: 4 * mib,
             max_record: 5 * mib,
@@ -1856,6 +2132,131 @@ mod tests {
             res.unwrap_err().to_string(),
             "huge.pcap: record at byte 24 is 5016 bytes, over the 4096-byte limit"
         );
+    }
+
+    /// Packets, truncations and resyncs, or the error: both paths must agree on all of it.
+    type ResyncOutcome = (Vec<Pkt>, Result<(Vec<Truncation>, Vec<Resync>), String>);
+
+    fn resync_outcome(
+        (got, res): (Vec<Pkt>, Result<ReadSummary, CaptureError>),
+        name: &str,
+    ) -> ResyncOutcome {
+        let res = res
+            .map(|s| {
+                let mut t = s.truncations;
+                t.iter_mut().for_each(|t| t.path = "c".into());
+                let mut r = s.resyncs;
+                r.iter_mut().for_each(|r| r.path = "c".into());
+                (t, r)
+            })
+            .map_err(|e| e.to_string().replacen(name, "c", 1));
+        (got, res)
+    }
+
+    /// Reads `bytes` streamed and mapped at several window sizes; every way gives the same.
+    fn read_every_way(dir: &Path, name: &str, bytes: &[u8]) -> ResyncOutcome {
+        let streamed = resync_outcome(run_inputs(vec![trickle("c", bytes.to_vec())], tiny()), "c");
+        for window in [1, 64, 4096, 1 << 20] {
+            let limits = Limits {
+                initial: window,
+                max_record: 1 << 20,
+            };
+            let input = mapped(dir, name, bytes);
+            let via_map = resync_outcome(run_inputs(vec![input], limits), name);
+            assert_eq!(via_map, streamed, "{name}, window {window}");
+        }
+        streamed
+    }
+
+    /// A classic pcap of four records whose second has caplen 0x7fffffff: its offset, the
+    /// third's, and the bytes.
+    fn pcap_with_corrupt_caplen() -> (u64, u64, Vec<u8>) {
+        let a = frame(1, 60);
+        let records: Vec<(u32, u32, &[u8], u32)> =
+            (0..4).map(|i| (100 + i, 5, &a[..], 60)).collect();
+        let mut bytes = pcap(false, false, 1, &records);
+        let second = 24 + 16 + 60;
+        bytes[second + 8..second + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        (second as u64, (second + 16 + 60) as u64, bytes)
+    }
+
+    #[test]
+    fn corrupt_pcap_caplen_mid_file_is_skipped_to_the_next_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bad_at, next_at, bytes) = pcap_with_corrupt_caplen();
+        let (got, res) = read_every_way(dir.path(), "caplen.pcap", &bytes);
+        let (truncations, resyncs) = res.expect("read on");
+        assert!(truncations.is_empty());
+        assert_eq!(
+            resyncs,
+            vec![Resync {
+                path: "c".into(),
+                offset: bad_at,
+                resumed_at: Some(next_at),
+                skipped: next_at - bad_at,
+            }]
+        );
+        let secs: Vec<i64> = got.iter().map(|p| p.ts / NANOS_PER_SEC).collect();
+        assert_eq!(secs, vec![100, 102, 103]);
+        assert!(resyncs[0].describe().contains("resynchronised at byte"));
+    }
+
+    #[test]
+    fn corrupt_pcapng_block_length_mid_file_is_skipped_to_the_next_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = frame(1, 40);
+        let mut ng = Ng::default();
+        ng.section(ByteOrder::Little, SHB_OPTIONS)
+            .interface(1, 0, &idb_options(None, None))
+            .enhanced_packet(0, 1, &a, 40, EPB_OPTIONS);
+        let bad_at = ng.len();
+        ng.enhanced_packet(0, 2, &a, 40, EPB_OPTIONS);
+        let next_at = ng.len();
+        ng.enhanced_packet(0, 3, &a, 40, EPB_OPTIONS)
+            .enhanced_packet(0, 4, &a, 40, EPB_OPTIONS);
+        let mut bytes = ng.bytes();
+        // A 4 GB block length.
+        bytes[bad_at + 4..bad_at + 8].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+        let (got, res) = read_every_way(dir.path(), "len.pcapng", &bytes);
+        let (truncations, resyncs) = res.expect("read on");
+        assert!(truncations.is_empty());
+        assert_eq!(
+            resyncs,
+            vec![Resync {
+                path: "c".into(),
+                offset: bad_at as u64,
+                resumed_at: Some(next_at as u64),
+                skipped: (next_at - bad_at) as u64,
+            }]
+        );
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn corrupt_length_with_nothing_plausible_after_it_skips_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bad_at, _, mut bytes) = pcap_with_corrupt_caplen();
+        // Garbage after the corrupt record: nothing that parses as a record.
+        bytes.truncate(bad_at as usize + 16);
+        bytes.extend(std::iter::repeat_n(0xee, 300));
+        let (got, res) = read_every_way(dir.path(), "tail.pcap", &bytes);
+        let (truncations, resyncs) = res.expect("read on");
+        assert!(truncations.is_empty());
+        assert_eq!(got.len(), 1);
+        assert_eq!(resyncs.len(), 1);
+        assert_eq!(resyncs[0].resumed_at, None);
+        assert_eq!(resyncs[0].skipped, bytes.len() as u64 - bad_at);
+        assert!(resyncs[0].describe().contains("no plausible record"));
+    }
+
+    /// Cut anywhere, a capture with a corrupt length reads the same streamed and mapped.
+    #[test]
+    fn corrupt_lengths_read_alike_mapped_and_streamed_at_every_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, _, bytes) = pcap_with_corrupt_caplen();
+        for cut in 0..=bytes.len() {
+            let _ = read_every_way(dir.path(), &format!("cut-{cut}.pcap"), &bytes[..cut]);
+        }
     }
 
     #[test]

@@ -37,6 +37,26 @@ const KNOWN_METHODS: &[&str] = &[
     "roots/list",
 ];
 
+/// HTTP statuses that get their own `status` label value: the codes MCP servers, gateways and
+/// proxies answer with. Any other code is bucketed by its class (`1xx` … `5xx`) or `other`, so
+/// one server cannot mint 900 series.
+const KNOWN_STATUSES: &[u16] = &[
+    100, 101, 200, 201, 202, 204, 206, 301, 302, 303, 304, 307, 308, 400, 401, 403, 404, 405, 406,
+    408, 409, 410, 411, 412, 413, 414, 415, 421, 422, 426, 428, 429, 431, 500, 501, 502, 503, 504,
+];
+
+/// The `status` label of an HTTP response.
+pub fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
+    const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+    if KNOWN_STATUSES.contains(&status) {
+        return status.to_string().into();
+    }
+    match usize::from(status / 100).checked_sub(1) {
+        Some(class) => CLASSES.get(class).copied().unwrap_or("other").into(),
+        None => "other".into(),
+    }
+}
+
 fn method_label(method: &str) -> &str {
     KNOWN_METHODS
         .iter()
@@ -99,6 +119,38 @@ pub struct Metrics {
     empty_tool_results: IntCounterVec,
     empty_tool_content: IntCounterVec,
     request_duration: HistogramVec,
+    server_directory: DirectoryMetrics,
+    metrics_endpoint_errors: IntCounterVec,
+}
+
+/// The capture threads' server directories (live sharding by server endpoint).
+struct DirectoryMetrics {
+    entries: IntGaugeVec,
+    evictions: IntCounterVec,
+}
+
+impl DirectoryMetrics {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        let d = DirectoryMetrics {
+            entries: gauge_vec(
+                r,
+                "mcptap_server_directory_entries",
+                "Server endpoints learned from SYN/SYN-ACK and midstream flows pinned, held by the capture threads for sharding.",
+                &["kind"],
+            )?,
+            evictions: counter_vec(
+                r,
+                "mcptap_server_directory_evictions_total",
+                "Learned server endpoints and pinned midstream flows evicted from the capture threads' bounded sets.",
+                &["kind"],
+            )?,
+        };
+        for kind in ["learned_server", "pinned_flow"] {
+            d.entries.with_label_values(&[kind]);
+            d.evictions.with_label_values(&[kind]);
+        }
+        Ok(d)
+    }
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
@@ -335,6 +387,13 @@ impl Metrics {
                 &["server"],
             )?,
             request_duration,
+            server_directory: DirectoryMetrics::new(&r)?,
+            metrics_endpoint_errors: counter_vec(
+                &r,
+                "mcptap_metrics_endpoint_errors_total",
+                "What the metrics endpoint did to protect itself: accept failures at the descriptor limit (fd_limit) or otherwise (accept_error), connections closed at the connection cap (connection_limit) or by a timeout (timeout).",
+                &["reason"],
+            )?,
             servers: Mutex::new(ServerLabels {
                 names: labels.server_names,
                 seen: HashMap::new(),
@@ -344,6 +403,9 @@ impl Metrics {
         };
         for reason in ["idle", "flow_limit", "memory"] {
             m.flows_evicted.with_label_values(&[reason]);
+        }
+        for reason in ["fd_limit", "accept_error", "connection_limit", "timeout"] {
+            m.metrics_endpoint_errors.with_label_values(&[reason]);
         }
         for source in ["kernel", "interface"] {
             m.capture_drops.with_label_values(&[source]);
@@ -424,6 +486,22 @@ impl Metrics {
                 .with_label_values(&[reason])
                 .inc_by(n.saturating_sub(*b));
         }
+    }
+
+    /// A capture thread's server directory, against its previous report: `kind` is
+    /// `learned_server` or `pinned_flow`; entries gained (or lost) and evictions since.
+    pub fn add_server_directory(&self, kind: &str, entries_delta: i64, evicted: u64) {
+        let d = &self.server_directory;
+        d.entries.with_label_values(&[kind]).add(entries_delta);
+        d.evictions.with_label_values(&[kind]).inc_by(evicted);
+    }
+
+    /// The metrics endpoint protected itself (`reason`: fd_limit, accept_error,
+    /// connection_limit, timeout).
+    pub fn add_metrics_endpoint_error(&self, reason: &str) {
+        self.metrics_endpoint_errors
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
@@ -542,9 +620,9 @@ impl Metrics {
             }
             Telemetry::HttpResponse { server, status } => {
                 let server = self.server(*server);
-                let status = status.to_string();
+                let status = status_label(*status);
                 self.http_responses
-                    .with_label_values(&[&server, &status])
+                    .with_label_values(&[server.as_str(), &status])
                     .inc();
             }
             Telemetry::Request { server, method } => {
@@ -641,6 +719,40 @@ mod tests {
         assert!(
             !text.contains("incident-s1"),
             "session ids never become labels"
+        );
+    }
+
+    #[test]
+    fn unknown_statuses_are_bucketed_by_class() {
+        assert_eq!(status_label(200), "200");
+        assert_eq!(status_label(429), "429");
+        assert_eq!(status_label(299), "2xx");
+        assert_eq!(status_label(418), "4xx");
+        assert_eq!(status_label(599), "5xx");
+        assert_eq!(status_label(600), "other");
+        assert_eq!(status_label(999), "other");
+        assert_eq!(status_label(0), "other");
+        let m = metrics(8);
+        let server = SocketAddr::from(([10, 0, 0, 1], 8080));
+        for status in 100..=999u16 {
+            m.observe(&Output::Telemetry(Telemetry::HttpResponse {
+                server,
+                status,
+            }));
+        }
+        let text = m.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("mcptap_http_responses_total{"))
+            .count();
+        assert_eq!(series, KNOWN_STATUSES.len() + 6, "{text}");
+        assert!(
+            text.contains(
+                r#"mcptap_http_responses_total{server="10.0.0.1:8080",status="other"} 400"#
+            )
+        );
+        assert!(
+            text.contains(r#"mcptap_http_responses_total{server="10.0.0.1:8080",status="2xx"} 95"#)
         );
     }
 

@@ -32,6 +32,8 @@ pub struct Summary {
     pub duplicate_headers: u64,
     /// Kept bodies whose coding could not be decoded.
     pub undecodable_bodies: u64,
+    /// Capture file bytes skipped over corrupt record lengths (set by the reader's report).
+    pub capture_bytes_skipped: u64,
 }
 
 impl Summary {
@@ -81,6 +83,7 @@ impl Summary {
         self.framing_anomalies += other.framing_anomalies;
         self.duplicate_headers += other.duplicate_headers;
         self.undecodable_bodies += other.undecodable_bodies;
+        self.capture_bytes_skipped += other.capture_bytes_skipped;
         for (k, v) in &other.flows_evicted {
             *self.flows_evicted.entry(k).or_default() += v;
         }
@@ -162,6 +165,13 @@ impl Summary {
                 s,
                 "  http framing anomalies: {}, duplicate headers: {}, undecodable bodies: {}",
                 self.framing_anomalies, self.duplicate_headers, self.undecodable_bodies
+            );
+        }
+        if self.capture_bytes_skipped > 0 {
+            let _ = writeln!(
+                s,
+                "  capture bytes skipped over corrupt record lengths: {}",
+                self.capture_bytes_skipped
             );
         }
         let _ = write!(

@@ -1,0 +1,273 @@
+//! Live sharding by server endpoint (`live::Dispatcher`, also behind `replay --worker-threads`):
+//! whatever the port layout, N pipeline workers give the events one pipeline gives — servers
+//! on ports above their clients', equal ports, servers on 64000 with clients on 1024, flows
+//! first seen midstream, configured servers.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use mcptap_core::model::Output;
+use mcptap_core::pipeline::Limits;
+use mcptap_testkit::capture::Frame;
+use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+use mcptap_testkit::segment::Segment;
+use mcptap_testkit::sim::Sim;
+use mcptap_testkit::tcp::Endpoint;
+use mcptap_testkit::{Link, pcap_bytes};
+
+/// One port layout: the server endpoint and the client endpoint of connection `i`.
+struct Layout {
+    name: &'static str,
+    server: Endpoint,
+    client: fn(u8) -> Endpoint,
+}
+
+fn layouts() -> Vec<Layout> {
+    vec![
+        Layout {
+            name: "server on 8080, ephemeral clients",
+            server: Endpoint::new([10, 0, 0, 1], 8080),
+            client: |i| Endpoint::new([10, 0, 1, i], 40000 + u16::from(i)),
+        },
+        Layout {
+            name: "server on 64000, clients on 1024",
+            server: Endpoint::new([10, 0, 0, 1], 64000),
+            client: |i| Endpoint::new([10, 0, 1, i], 1024 + u16::from(i)),
+        },
+        Layout {
+            name: "server port above its clients' (source NAT)",
+            server: Endpoint::new([10, 0, 0, 1], 50000),
+            client: |i| Endpoint::new([10, 0, 1, 1], 40000 + u16::from(i)),
+        },
+        Layout {
+            name: "equal ports",
+            server: Endpoint::new([10, 0, 0, 9], 5000),
+            client: |i| Endpoint::new([10, 0, 1, i], 5000),
+        },
+        Layout {
+            name: "equal ports, server address above its clients'",
+            server: Endpoint::new([10, 9, 0, 9], 5000),
+            client: |i| Endpoint::new([10, 0, 1, i], 5000),
+        },
+    ]
+}
+
+/// Frames of the connections, run one after the other, with the clock starting `offset_ns`
+/// after the simulation's start; with `midstream`, the first connection's SYN and SYN-ACK are
+/// not captured (mcptap started while it was open).
+fn frames(
+    seed: u64,
+    offset_ns: i64,
+    conns: Vec<(Endpoint, Endpoint, Vec<mcptap_testkit::tcp::AppWrite>, bool)>,
+    midstream: bool,
+) -> Vec<Frame> {
+    let mut sim = Sim::new(seed).with_step(1_000_000);
+    sim.advance(offset_ns);
+    let mut first = None;
+    for (client, server, writes, server_closes) in conns {
+        first.get_or_insert((client.addr(), server.addr()));
+        let mut conn = sim.connect(client, server, writes);
+        if server_closes {
+            conn = conn.server_closes();
+        }
+        sim.run(vec![conn]);
+    }
+    sim.frames()
+        .iter()
+        .filter(|f| {
+            let Some(seg) = Segment::decode(f.ts_nanos, sim.linktype(), &f.data) else {
+                return true;
+            };
+            let of_first = first
+                .is_some_and(|(c, s)| (seg.src, seg.dst) == (c, s) || (seg.src, seg.dst) == (s, c));
+            !(midstream && of_first && seg.flags.syn)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The incident: SSE session, a 502 and a close, reconnect from another client endpoint,
+/// re-initialize narrowed on the same session, `tools/call` answered JSON: 2 alerts.
+fn incident(
+    l: &Layout,
+    sid: &str,
+    c1: u8,
+    c2: u8,
+) -> Vec<(Endpoint, Endpoint, Vec<mcptap_testkit::tcp::AppWrite>, bool)> {
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    vec![
+        ((l.client)(c1), l.server, first, true),
+        ((l.client)(c2), l.server, talk.take_writes(), false),
+    ]
+}
+
+/// A long session on one connection.
+fn long_session(sid: &str, calls: usize, answer: Answer) -> Vec<mcptap_testkit::tcp::AppWrite> {
+    let mut talk = Conversation::new(sid);
+    let tools = match answer {
+        Answer::Sse => r#"{"streaming":true}"#,
+        Answer::Json => r#"{"streaming":false}"#,
+    };
+    talk.initialize(FULL_CLIENT_CAPS, tools, answer)
+        .initialized();
+    for i in 0..calls {
+        talk.tools_call(&format!("r{i}"), answer);
+    }
+    // Its end counts the session's handshakes and requests: a session split over two
+    // workers shows.
+    talk.delete();
+    talk.take_writes()
+}
+
+/// The capture of a layout: a session on a connection first seen midstream (before any SYN to
+/// its server), the incident starting while it is under way, and a short healthy session.
+/// With `split_midstream_session`, also a session that starts on a midstream connection and
+/// goes on over a new one: only configured servers can keep that one whole.
+fn capture(l: &Layout, split_midstream_session: bool) -> Vec<u8> {
+    let mut all = frames(
+        1,
+        0,
+        vec![(
+            (l.client)(10),
+            l.server,
+            long_session("s-mid", 30, Answer::Sse),
+            false,
+        )],
+        true,
+    );
+    all.extend(frames(2, 20_000_000, incident(l, "s-inc", 20, 21), false));
+    all.extend(frames(
+        3,
+        40_000_000,
+        vec![(
+            (l.client)(30),
+            l.server,
+            long_session("s-ok", 2, Answer::Json),
+            false,
+        )],
+        false,
+    ));
+    if split_midstream_session {
+        let mut inc = incident(l, "s-split", 40, 41);
+        let tail = inc.pop().expect("second connection");
+        all.extend(frames(4, 5_000_000, inc, true));
+        all.extend(frames(5, 200_000_000, vec![tail], false));
+    }
+    all.sort_by_key(|f| f.ts_nanos);
+    pcap_bytes(Link::default().linktype(), &all)
+}
+
+fn events_of_one_pipeline(path: &str) -> Vec<String> {
+    let (outputs, _) =
+        mcptap::replay::replay_collect(&[path.to_string()], Limits::default()).expect("replay");
+    let mut v: Vec<String> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(serde_json::to_string(e).expect("json")),
+            Output::Telemetry(_) => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn alerts(events: &[String]) -> usize {
+    events
+        .iter()
+        .filter(|e| e.contains(r#""event":"alert""#))
+        .count()
+}
+
+fn events_of_workers(
+    path: &str,
+    threads: usize,
+    servers: &[SocketAddr],
+    dir: &Path,
+) -> Vec<String> {
+    let out = dir.join(format!("w{threads}.ndjson"));
+    let out = out.to_str().expect("utf-8");
+    let _ = std::fs::remove_file(out);
+    let r = mcptap::daemon::replay_through_workers(
+        &[path.to_string()],
+        Limits::default(),
+        Default::default(),
+        threads,
+        servers,
+        Some(out),
+    )
+    .expect("worker replay");
+    assert!(r.read.truncations.is_empty());
+    let mut v: Vec<String> = std::fs::read_to_string(out)
+        .expect("events")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn workers_equal_one_pipeline_for_every_port_layout() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for l in layouts() {
+        for configured in [false, true] {
+            let path = dir.path().join("capture.pcap");
+            std::fs::write(&path, capture(&l, configured)).expect("write");
+            let path = path.to_str().expect("utf-8");
+            let want = events_of_one_pipeline(path);
+            let expected_alerts = if configured { 4 } else { 2 };
+            assert_eq!(alerts(&want), expected_alerts, "{}: {want:#?}", l.name);
+            let servers = if configured {
+                vec![l.server.addr()]
+            } else {
+                Vec::new()
+            };
+            for threads in [1, 2, 4] {
+                let got = events_of_workers(path, threads, &servers, dir.path());
+                assert_eq!(
+                    got, want,
+                    "{} (configured: {configured}) with {threads} workers",
+                    l.name
+                );
+            }
+        }
+    }
+}
+
+/// The regression of issue 11: the incident with its server on port 64000 and clients on
+/// 1024 raised its 2 alerts with one worker and none with two.
+#[test]
+fn the_incident_on_port_64000_alerts_with_two_workers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let l = &layouts()[1];
+    let mut frames_ = frames(2, 0, incident(l, "s-inc", 1, 4), false);
+    frames_.sort_by_key(|f| f.ts_nanos);
+    let path = dir.path().join("incident-64000.pcap");
+    std::fs::write(&path, pcap_bytes(Link::default().linktype(), &frames_)).expect("write");
+    let path = path.to_str().expect("utf-8");
+    let got = events_of_workers(path, 2, &[], dir.path());
+    let kinds: Vec<&String> = got
+        .iter()
+        .filter(|e| e.contains(r#""event":"alert""#))
+        .collect();
+    assert_eq!(kinds.len(), 2, "{got:#?}");
+    assert!(kinds.iter().any(|e| e.contains("capability_narrowing")));
+    assert!(kinds.iter().any(|e| e.contains("content_type_divergence")));
+    // The same through the command line (the hidden flag).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
+        .args(["replay", "--worker-threads", "2", path])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches(r#""event":"alert""#).count(), 2, "{stdout}");
+}
