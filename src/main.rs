@@ -389,6 +389,7 @@ fn replay(
     for w in &report.read.warnings {
         tracing::warn!("{w}");
     }
+    warn_snaplen_cuts(&report.read);
     if let Some(e) = write_error.or(flushed.err())
         && e.kind() != io::ErrorKind::BrokenPipe
     {
@@ -418,6 +419,7 @@ fn replay_through_workers(
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
             }
+            warn_snaplen_cuts(&r.read);
             for resync in &r.read.resyncs {
                 tracing::warn!("{}", resync.describe());
             }
@@ -434,6 +436,18 @@ fn replay_through_workers(
             }
         }
         Err(e) => fail(&e),
+    }
+}
+
+/// One warning per file whose packets the capture's snaplen cut short.
+fn warn_snaplen_cuts(read: &mcptap::capture::ReadSummary) {
+    for cut in &read.snaplen_cuts {
+        tracing::warn!(
+            file = %cut.path,
+            packets = cut.packets,
+            snaplen = cut.caplen,
+            "packets cut short by the capture's snaplen: what they carried is lost (counted as gaps); capture with `tcpdump -s 0`"
+        );
     }
 }
 

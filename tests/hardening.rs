@@ -299,3 +299,68 @@ fn the_clock_follows_a_jump_that_several_packets_agree_on() {
         "{events:?}"
     );
 }
+
+/// Item 3: a capture taken with a small snaplen cuts bodies short. The cut bytes are gaps
+/// (HTTP resynchronises at the next message), the cut segments are counted, and the replay
+/// warns once per file with the snaplen and the advice.
+#[test]
+fn snaplen_cuts_are_gaps_counted_and_warned_about() {
+    use mcptap_testkit::capture::{PcapHeader, PcapWriter};
+    let mut talk = Conversation::new("snap-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Json);
+    for i in 0..3 {
+        talk.tools_call(&"x".repeat(3000 + i), Answer::Json);
+    }
+    let mut sim = Sim::new(12).with_segment_sizes(vec![1400]);
+    let conn = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![conn]);
+    let snaplen = 200u32;
+    let mut w = PcapWriter::new(
+        Vec::new(),
+        PcapHeader {
+            snaplen,
+            ..PcapHeader::nanos(sim.linktype())
+        },
+    )
+    .expect("header");
+    let mut cut = 0;
+    for f in sim.frames() {
+        let keep = f.data.len().min(snaplen as usize);
+        cut += usize::from(keep < f.data.len());
+        let secs = (f.ts_nanos / 1_000_000_000) as u32;
+        let nanos = (f.ts_nanos % 1_000_000_000) as u32;
+        let orig_len = u32::try_from(f.data.len()).expect("frame length");
+        w.write_record(secs, nanos, &f.data[..keep], orig_len)
+            .expect("record");
+    }
+    assert!(cut > 3);
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("snaplen.pcap");
+    std::fs::write(&path, w.into_inner()).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
+        .arg("replay")
+        .arg(&path)
+        .output()
+        .expect("replay");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("cut short by the capture's snaplen").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("snaplen=200") && stderr.contains("tcpdump -s 0"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("segments cut by the snaplen: {cut}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("gaps: 0 "), "{stderr}");
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(alerts(&events).is_empty(), "{events:?}");
+}

@@ -154,7 +154,36 @@ pub struct ReadSummary {
     pub truncations: Vec<Truncation>,
     /// Corrupt record lengths skipped over (the file was read on after them).
     pub resyncs: Vec<Resync>,
+    /// Files with packets cut short by the capture's snaplen (captured < on the wire).
+    pub snaplen_cuts: Vec<SnaplenCut>,
     pub warnings: Vec<String>,
+}
+
+/// Packets of one file captured shorter than they were on the wire: what is cut from a body is
+/// lost (the pipeline treats it as a gap) and the file's snaplen is too small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnaplenCut {
+    pub path: String,
+    pub packets: u64,
+    /// The largest captured length among the cut packets: about the capture's snaplen.
+    pub caplen: u32,
+}
+
+/// Cut packets of one file, while reading.
+#[derive(Debug, Default, Clone, Copy)]
+struct CutCount {
+    packets: u64,
+    caplen: u32,
+}
+
+impl CutCount {
+    fn note(&mut self, p: &RawPacket<'_>) {
+        let caplen = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
+        if caplen < p.orig_len {
+            self.packets += 1;
+            self.caplen = self.caplen.max(caplen);
+        }
+    }
 }
 
 impl ReadSummary {
@@ -287,29 +316,42 @@ fn read_inputs(
     for input in inputs {
         files.push(FileReader::open(input, limits)?);
     }
+    let mut cuts = vec![CutCount::default(); files.len()];
     let mut deliver = |p: RawPacket<'_>| {
         summary.packets += 1;
         summary.bytes += p.data.len() as u64;
         on_packet(p);
     };
     let result = if files.len() == 1 {
-        read_single(&mut files, &mut deliver)
+        read_single(&mut files, &mut cuts, &mut deliver)
     } else {
-        read_merged(&mut files, &mut deliver)
+        read_merged(&mut files, &mut cuts, &mut deliver)
     };
     result?;
-    for file in &files {
+    for (file, cut) in files.iter().zip(&cuts) {
         file.report(&mut summary);
+        if cut.packets > 0 {
+            summary.snaplen_cuts.push(SnaplenCut {
+                path: file.state.name.clone(),
+                packets: cut.packets,
+                caplen: cut.caplen,
+            });
+        }
     }
     Ok(summary)
 }
 
 fn read_single(
     files: &mut [FileReader],
+    cuts: &mut [CutCount],
     deliver: &mut dyn FnMut(RawPacket<'_>),
 ) -> Result<(), CaptureError> {
-    for file in files {
-        while file.next_packet(deliver)? {}
+    for (file, cut) in files.iter_mut().zip(cuts) {
+        let mut counted = |p: RawPacket<'_>| {
+            cut.note(&p);
+            deliver(p)
+        };
+        while file.next_packet(&mut counted)? {}
     }
     Ok(())
 }
@@ -334,6 +376,7 @@ fn fetch(file: &mut FileReader, slot: &mut Pending) -> Result<bool, CaptureError
 
 fn read_merged(
     files: &mut [FileReader],
+    cuts: &mut [CutCount],
     deliver: &mut dyn FnMut(RawPacket<'_>),
 ) -> Result<(), CaptureError> {
     let mut slots: Vec<Pending> = Vec::with_capacity(files.len());
@@ -368,12 +411,16 @@ fn read_merged(
         let (Some(file), Some(slot)) = (files.get_mut(i), slots.get_mut(i)) else {
             continue;
         };
-        deliver(RawPacket {
+        let packet = RawPacket {
             ts_nanos: slot.ts_nanos,
             linktype: slot.linktype,
             data: &slot.data,
             orig_len: slot.orig_len,
-        });
+        };
+        if let Some(cut) = cuts.get_mut(i) {
+            cut.note(&packet);
+        }
+        deliver(packet);
         if fetch(file, slot)? {
             heap.push(Reverse((slot.ts_nanos, rank, i)));
         }

@@ -105,6 +105,7 @@ pub struct Metrics {
     jsonrpc_parse_errors: IntCounterVec,
     limits_hit: IntCounterVec,
     clock_jumps: IntCounterVec,
+    segments_truncated: IntCounter,
     sessions_active: IntGaugeVec,
     sessions_started: IntCounterVec,
     sessions_ended: IntCounterVec,
@@ -302,6 +303,11 @@ impl Metrics {
                 "Inputs refused by a configured limit, by limit.",
                 &["limit"],
             )?,
+            segments_truncated: counter(
+                &r,
+                "mcptap_segments_truncated_total",
+                "TCP segments the capture's snaplen cut short; their missing bytes are counted as gaps (reason snaplen).",
+            )?,
             clock_jumps: counter_vec(
                 &r,
                 "mcptap_clock_jumps_total",
@@ -481,6 +487,10 @@ impl Metrics {
         self.packets
             .inc_by(now.packets.saturating_sub(before.packets));
         self.bytes.inc_by(now.bytes.saturating_sub(before.bytes));
+        self.segments_truncated.inc_by(
+            now.truncated_segments
+                .saturating_sub(before.truncated_segments),
+        );
         for ((reason, n), (_, b)) in now.skipped().iter().zip(before.skipped().iter()) {
             self.packets_skipped
                 .with_label_values(&[reason])

@@ -156,9 +156,10 @@ impl Summary {
         );
         let _ = writeln!(
             s,
-            "  limits hit: {}, clock jumps: {}",
+            "  limits hit: {}, clock jumps: {}, segments cut by the snaplen: {}",
             counts(&self.limits_hit),
-            self.clock_jumps
+            self.clock_jumps,
+            stats.truncated_segments
         );
         if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
             let _ = writeln!(

@@ -43,6 +43,9 @@ pub struct TcpSegment<'a> {
     /// TCP payload as captured: bounded by the IP length (so link padding is
     /// excluded) and possibly shorter than sent if the frame was truncated.
     pub payload: &'a [u8],
+    /// The frame was cut short (a snaplen): the IP header claims more than was captured, so
+    /// bytes after `payload` were sent but are missing.
+    pub truncated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,6 +316,7 @@ fn plain_ipv4_tcp(packet: &[u8]) -> Option<TcpSegment<'_>> {
             rst: flags & 0x04 != 0,
         },
         payload,
+        truncated: false,
     })
 }
 
@@ -350,6 +354,7 @@ fn decode_ip_general(packet: &[u8]) -> Decoded<'_> {
             rst: tcp.rst(),
         },
         payload: tcp.payload(),
+        truncated: payload.incomplete,
     })
 }
 
@@ -777,9 +782,11 @@ mod tests {
         let cut = &frame[..frame.len() - 5];
         let seg = expect_tcp(decode(dlt::EN10MB, cut));
         assert_eq!(seg.payload, &PAYLOAD[..PAYLOAD.len() - 5]);
+        assert!(seg.truncated);
         // header complete, payload entirely missing
         let seg = expect_tcp(decode(dlt::EN10MB, &frame[..14 + 40]));
-        assert!(seg.payload.is_empty());
+        assert!(seg.payload.is_empty() && seg.truncated);
+        assert!(!expect_tcp(decode(dlt::EN10MB, &frame)).truncated);
     }
 
     #[test]

@@ -478,6 +478,8 @@ label_enum! {
         Closed => "closed",
         /// The flow timed out with a hole still open.
         Timeout => "timeout",
+        /// The capture's snaplen cut a packet short: its tail was sent, never captured.
+        Snaplen => "snaplen",
     }
 }
 

@@ -51,6 +51,8 @@ pub struct PacketStats {
     pub skipped_not_tcp: u64,
     pub skipped_ip_fragment: u64,
     pub skipped_malformed: u64,
+    /// TCP segments the capture's snaplen cut short (their missing bytes become a gap).
+    pub truncated_segments: u64,
 }
 
 impl PacketStats {
@@ -74,6 +76,7 @@ impl PacketStats {
         self.skipped_not_tcp += other.skipped_not_tcp;
         self.skipped_ip_fragment += other.skipped_ip_fragment;
         self.skipped_malformed += other.skipped_malformed;
+        self.truncated_segments += other.truncated_segments;
     }
 
     /// (reason label, count) pairs for metrics and the summary.
@@ -409,7 +412,10 @@ impl Pipeline {
         self.stats.bytes += frame.len() as u64;
         self.observe_time(ts, out);
         match decode::decode(linktype, frame) {
-            Decoded::Tcp(seg) => self.handle_segment(ts, &seg, out),
+            Decoded::Tcp(seg) => {
+                self.stats.truncated_segments += u64::from(seg.truncated);
+                self.handle_segment(ts, &seg, out)
+            }
             Decoded::Skipped(reason) => self.stats.count_skip(reason),
         }
         self.sweep_if_due(out);
@@ -493,7 +499,11 @@ impl Pipeline {
                 half,
                 events: &mut events,
             };
-            stream.push(seg.seq, seg.payload, seg.flags.fin, &mut feed, &mut report);
+            if seg.truncated {
+                stream.push_cut(seg.seq, seg.payload, seg.flags.fin, &mut feed, &mut report);
+            } else {
+                stream.push(seg.seq, seg.payload, seg.flags.fin, &mut feed, &mut report);
+            }
             if stream.is_finished() && !seg.flags.rst {
                 flow.http.on_close(half, BodyEnd::ServerClosed, &mut events);
             }

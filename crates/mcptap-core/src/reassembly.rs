@@ -39,6 +39,10 @@ pub struct Reassembler {
     /// Stream offset of the FIN, once seen.
     fin_at: Option<u64>,
     finished: bool,
+    /// Where a segment cut short by the capture ended: the bytes from here to the next
+    /// segment were sent but never captured, so the next segment beyond it opens a gap at once
+    /// instead of waiting in the buffer.
+    cut_at: Option<u64>,
 }
 
 impl Reassembler {
@@ -51,6 +55,7 @@ impl Reassembler {
             max_buffered,
             fin_at: None,
             finished: false,
+            cut_at: None,
         }
     }
 
@@ -98,6 +103,25 @@ impl Reassembler {
         self.check_fin();
     }
 
+    /// Pushes a segment the capture cut short (snaplen): what follows its captured bytes is
+    /// lost, and the next segment after them is delivered behind a gap.
+    pub fn push_cut(
+        &mut self,
+        seq: u32,
+        payload: &[u8],
+        fin: bool,
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        let next = *self.next_seq.get_or_insert(seq);
+        let rel = i64::from(seq.wrapping_sub(next) as i32);
+        let end = self.offset as i64 + rel + payload.len() as i64;
+        self.push(seq, payload, fin, consumer, report);
+        if end >= 0 {
+            self.cut_at = Some(end as u64);
+        }
+    }
+
     fn accept(
         &mut self,
         start: i64,
@@ -105,6 +129,17 @@ impl Reassembler {
         consumer: &mut dyn StreamConsumer,
         report: &mut PushReport,
     ) {
+        if let Some(cut) = self.cut_at
+            && cut == self.offset
+            && start > cut as i64
+        {
+            self.cut_at = None;
+            let len = start as u64 - cut;
+            consumer.on_gap(len);
+            report.gaps.push((GapReason::Snaplen, len));
+            self.advance(len);
+            self.drain(consumer, report);
+        }
         let end = start + payload.len() as i64;
         let cur = self.offset as i64;
         if end <= cur {
@@ -272,6 +307,20 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_segment_cut_by_the_snaplen_opens_a_gap_at_the_next_one() {
+        let mut r = Reassembler::new(1 << 20);
+        r.on_syn(99);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        // 10 bytes sent, 4 captured; the next segment starts where the 10 ended.
+        r.push_cut(100, b"abcd", false, &mut c, &mut rep);
+        r.push(110, b"XYZ", false, &mut c, &mut rep);
+        assert_eq!(c.bytes, b"abcd??????XYZ");
+        assert_eq!(rep.gaps, vec![(GapReason::Snaplen, 6)]);
+        assert_eq!(r.buffered_bytes(), 0);
+    }
 
     #[derive(Default)]
     struct Collect {
