@@ -364,3 +364,70 @@ fn snaplen_cuts_are_gaps_counted_and_warned_about() {
         .collect();
     assert!(alerts(&events).is_empty(), "{events:?}");
 }
+
+/// Item 4: what is not HTTP/1.1 on a monitored port is counted per connection with its
+/// server and reason, and a switched protocol's frames raise no HTTP parse errors.
+#[test]
+fn connections_that_are_not_http_1_1_are_counted_with_their_reason() {
+    use mcptap_core::model::{Output, Telemetry};
+    use mcptap_core::pipeline::Limits;
+    let tls_hello: Vec<u8> = [&[0x16, 0x03, 0x01, 0x00, 0x40][..], &[0x01; 64][..]].concat();
+    let server_hello: Vec<u8> = [&[0x16, 0x03, 0x03, 0x00, 0x10][..], &[0x02; 16][..]].concat();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00".to_vec();
+    let upgrade = |to: &str| {
+        format!("GET /mcp HTTP/1.1\r\nHost: mcp.internal\r\nConnection: Upgrade\r\nUpgrade: {to}\r\n\r\n")
+            .into_bytes()
+    };
+    let switching = |to: &str| {
+        format!("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {to}\r\n\r\n")
+            .into_bytes()
+    };
+    let frames_after = b"\x81\x05hello\x82\x03abc".to_vec();
+    let cases: Vec<(Vec<u8>, Vec<u8>, &str)> = vec![
+        (tls_hello, server_hello, "tls"),
+        (
+            preface,
+            b"\x00\x00\x00\x04\x01\x00\x00\x00\x00".to_vec(),
+            "h2c",
+        ),
+        (upgrade("h2c"), switching("h2c"), "h2c"),
+        (
+            upgrade("websocket"),
+            [switching("websocket"), frames_after.clone()].concat(),
+            "websocket",
+        ),
+    ];
+    for (i, (from_client, from_server, want)) in cases.into_iter().enumerate() {
+        let mut talk = Conversation::new("nothttp");
+        talk.exchange(from_client, from_server);
+        talk.exchange(frames_after.clone(), frames_after.clone());
+        let mut sim = Sim::new(20 + i as u64);
+        let port = 9000 + i as u16;
+        let conn = sim.connect(
+            client(),
+            Endpoint::new([127, 0, 0, 3], port),
+            talk.take_writes(),
+        );
+        sim.run(vec![conn]);
+        let outputs = sim.outputs(Limits::default());
+        let found: Vec<(String, &str)> = outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Telemetry(Telemetry::UndecodableFlow { server, reason }) => {
+                    Some((server.to_string(), reason.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            found,
+            vec![(format!("127.0.0.3:{port}"), want)],
+            "case {want}"
+        );
+        let http_errors: Vec<&Output> = outputs
+            .iter()
+            .filter(|o| matches!(o, Output::Telemetry(Telemetry::HttpError { .. })))
+            .collect();
+        assert!(http_errors.is_empty(), "case {want}: {http_errors:?}");
+    }
+}

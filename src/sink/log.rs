@@ -103,22 +103,40 @@ pub fn log_event(ev: &Event) {
     }
 }
 
-/// Servers already warned about undecodable bodies (one WARN per server), bounded.
-static UNDECODABLE_WARNED: std::sync::Mutex<std::collections::BTreeSet<std::net::SocketAddr>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-/// Most servers remembered for the once-per-server warning; beyond, no more warnings.
+/// What a server was already warned about (one WARN per server and blind spot), bounded.
+type Warned = std::collections::BTreeSet<(std::net::SocketAddr, &'static str)>;
+static WARNED: std::sync::Mutex<Warned> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// Most (server, blind spot) pairs remembered for the once-per-server warnings; beyond, no more
+/// warnings (the counters go on).
 const MAX_WARNED_SERVERS: usize = 1024;
+
+/// Whether `server` gets its first warning about `what` now.
+fn first_warning(server: std::net::SocketAddr, what: &'static str) -> bool {
+    let Ok(mut warned) = WARNED.lock() else {
+        return false;
+    };
+    warned.len() < MAX_WARNED_SERVERS && warned.insert((server, what))
+}
 
 /// Whether `server` gets its first warning about undecodable bodies now.
 fn first_undecodable_warning(server: std::net::SocketAddr) -> bool {
-    let Ok(mut warned) = UNDECODABLE_WARNED.lock() else {
-        return false;
-    };
-    warned.len() < MAX_WARNED_SERVERS && warned.insert(server)
+    first_warning(server, "undecodable_body")
 }
 
 pub fn log_telemetry(t: &Telemetry) {
     match t {
+        Telemetry::UndecodableFlow { server, reason } => {
+            if first_warning(*server, reason.as_str()) {
+                tracing::warn!(
+                    target: "mcptap_core::http",
+                    server = %server,
+                    reason = reason.as_str(),
+                    "connections to this server are not HTTP/1.1 and are not decoded (capture the plaintext leg; counted in mcptap_undecodable_flows_total; warned once per server)"
+                )
+            } else {
+                tracing::debug!(target: "mcptap_core::http", server = %server, reason = reason.as_str(), "undecodable connection")
+            }
+        }
         Telemetry::UndecodableBody { server, reason } => {
             if first_undecodable_warning(*server) {
                 tracing::warn!(

@@ -101,6 +101,7 @@ pub struct Metrics {
     http_exchanges_abandoned: IntCounterVec,
     duplicate_headers: IntCounterVec,
     undecodable_bodies: IntCounterVec,
+    undecodable_flows: IntCounterVec,
     http_responses: IntCounterVec,
     jsonrpc_parse_errors: IntCounterVec,
     limits_hit: IntCounterVec,
@@ -283,6 +284,12 @@ impl Metrics {
                 &r,
                 "mcptap_undecodable_bodies_total",
                 "MCP bodies whose content or transfer coding could not be decoded, by reason.",
+                &["server", "reason"],
+            )?,
+            undecodable_flows: counter_vec(
+                &r,
+                "mcptap_undecodable_flows_total",
+                "Connections that carry something other than HTTP/1.1 (tls, h2c, websocket, upgrade, not_http): not decoded.",
                 &["server", "reason"],
             )?,
             http_responses: counter_vec(
@@ -666,6 +673,12 @@ impl Metrics {
                 let server = self.server(*server);
                 self.duplicate_headers
                     .with_label_values(&[server.as_str(), header.as_str()])
+                    .inc();
+            }
+            Telemetry::UndecodableFlow { server, reason } => {
+                let server = self.server(*server);
+                self.undecodable_flows
+                    .with_label_values(&[server.as_str(), reason.as_str()])
                     .inc();
             }
             Telemetry::UndecodableBody { server, reason } => {

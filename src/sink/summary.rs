@@ -26,6 +26,8 @@ pub struct Summary {
     pub limits_hit: BTreeMap<&'static str, u64>,
     /// Packets stamped far ahead of the packet clock (ignored, or followed when several agree).
     pub clock_jumps: u64,
+    /// Connections not decoded because they carry something else than HTTP/1.1, by reason.
+    pub undecodable_flows: BTreeMap<&'static str, u64>,
     /// HTTP framing decoded leniently or ignored (bare LF, empty lines, ...).
     pub framing_anomalies: u64,
     /// Duplicated headers that peers read differently.
@@ -60,6 +62,9 @@ impl Summary {
                 *self.limits_hit.entry(limit.as_str()).or_default() += 1
             }
             Output::Telemetry(Telemetry::ClockJump { .. }) => self.clock_jumps += 1,
+            Output::Telemetry(Telemetry::UndecodableFlow { reason, .. }) => {
+                *self.undecodable_flows.entry(reason.as_str()).or_default() += 1
+            }
             Output::Telemetry(Telemetry::FramingAnomaly { .. }) => self.framing_anomalies += 1,
             Output::Telemetry(Telemetry::DuplicateHeader { .. }) => self.duplicate_headers += 1,
             Output::Telemetry(Telemetry::UndecodableBody { .. }) => self.undecodable_bodies += 1,
@@ -94,6 +99,9 @@ impl Summary {
             *self.limits_hit.entry(k).or_default() += v;
         }
         self.clock_jumps += other.clock_jumps;
+        for (k, v) in &other.undecodable_flows {
+            *self.undecodable_flows.entry(k).or_default() += v;
+        }
     }
 
     pub fn total_alerts(&self) -> u64 {
@@ -160,6 +168,11 @@ impl Summary {
             counts(&self.limits_hit),
             self.clock_jumps,
             stats.truncated_segments
+        );
+        let _ = writeln!(
+            s,
+            "  connections not decoded (not HTTP/1.1): {}",
+            counts(&self.undecodable_flows)
         );
         if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
             let _ = writeln!(

@@ -602,6 +602,23 @@ label_enum! {
 }
 
 label_enum! {
+    /// Why a connection is not decoded: it does not carry HTTP/1.1 (any more).
+    UndecodableFlowReason {
+        /// A TLS record: capture the plaintext leg (behind the TLS terminator).
+        Tls => "tls",
+        /// HTTP/2 cleartext: the prior-knowledge preface, or an `Upgrade: h2c` switched to.
+        H2c => "h2c",
+        /// A WebSocket the connection switched to (`101 Switching Protocols`).
+        Websocket => "websocket",
+        /// Another protocol a `101 Switching Protocols` switched to.
+        Upgrade => "upgrade",
+        /// Bytes that are no HTTP message, from the first byte (or none found while
+        /// resynchronising a connection picked up midstream).
+        NotHttp => "not_http",
+    }
+}
+
+label_enum! {
     /// A bound of the session layer that refused or dropped something.
     Limit {
         /// A session id that is empty, too long or not visible ASCII.
@@ -658,6 +675,12 @@ pub enum Telemetry {
     ClockJump {
         ahead_ns: i64,
         followed: bool,
+    },
+    /// A connection mcptap does not decode (TLS, HTTP/2, a switched protocol, not HTTP): what
+    /// it carries is not seen. Once per connection.
+    UndecodableFlow {
+        server: SocketAddr,
+        reason: UndecodableFlowReason,
     },
     /// A value the session layer refused or dropped at one of its bounds.
     LimitHit {

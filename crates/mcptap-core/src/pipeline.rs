@@ -139,6 +139,8 @@ struct Flow {
     last_seen: Timestamp,
     /// Buffered bytes last charged to the pipeline's memory account.
     charged: usize,
+    /// The half whose SYN opened the flow: the client's, before any HTTP says so.
+    syn_half: Option<u8>,
 }
 
 /// What one tracked flow costs besides its buffers: the boxed struct (plus allocator
@@ -171,6 +173,18 @@ impl Flow {
         self.streams[0].buffered_bytes()
             + self.streams[1].buffered_bytes()
             + self.http.buffered_bytes()
+    }
+
+    /// The server of a connection that showed undecodable bytes in half `half`: the side the
+    /// SYN or the first request did not come from; failing both, the receiver of those bytes
+    /// (a TLS ClientHello goes to the server).
+    fn server_seen_from(&self, half: usize) -> SocketAddr {
+        let client = self
+            .http
+            .client_half()
+            .or(self.syn_half.map(usize::from))
+            .unwrap_or(half);
+        if client == 0 { self.key.1 } else { self.key.0 }
     }
 
     fn ctx(&self) -> Option<FlowCtx> {
@@ -471,7 +485,8 @@ impl Pipeline {
             if seg.flags.rst || !opens {
                 return;
             }
-            self.open_flow(key, ts, seg.flags.syn && !seg.flags.ack, out);
+            let syn = seg.flags.syn && !seg.flags.ack;
+            self.open_flow(key, ts, syn.then_some(half as u8), out);
             return self.handle_segment(ts, seg, out);
         };
         flow.last_seen = ts;
@@ -513,8 +528,9 @@ impl Pipeline {
         self.buffered = self.buffered + now_buffered - flow.charged;
         flow.charged = now_buffered;
         let ctx = flow.ctx();
+        let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
         let both_done = flow.streams.iter().all(Reassembler::is_finished);
-        self.deliver(ctx, ts, &mut events, out);
+        self.deliver(ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         if seg.flags.rst {
             self.remove_flow(key, Removal::Rst, out);
@@ -525,13 +541,15 @@ impl Pipeline {
     }
 
     /// Starts tracking the connection `key`, making room for it first.
+    /// `syn_half`: the flow was seen from its SYN, sent by this half (the client).
     fn open_flow(
         &mut self,
         key: FlowKey,
         ts: Timestamp,
-        synchronised: bool,
+        syn_half: Option<u8>,
         out: &mut Vec<Output>,
     ) {
+        let synchronised = syn_half.is_some();
         self.make_room(out);
         let flow = Box::new(Flow {
             id: self.next_flow_id,
@@ -543,6 +561,7 @@ impl Pipeline {
             http: Connection::new(synchronised, self.limits.http, crate::mcp::HTTP_INTEREST),
             last_seen: ts,
             charged: 0,
+            syn_half,
         });
         self.eviction_queue.push_back(QueuedFlow {
             key,
@@ -611,7 +630,7 @@ impl Pipeline {
             if matches!(msg, HttpMessage::Closed) {
                 return;
             }
-            self.open_flow(key, ts, true, out);
+            self.open_flow(key, ts, Some(client_half as u8), out);
         }
         let Some(flow) = self.flows.get_mut(&key) else {
             return;
@@ -638,7 +657,8 @@ impl Pipeline {
         self.buffered = self.buffered + now_buffered - flow.charged;
         flow.charged = now_buffered;
         let ctx = flow.ctx();
-        self.deliver(ctx, ts, &mut events, out);
+        let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
+        self.deliver(ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         if matches!(msg, HttpMessage::Closed) {
             self.remove_flow(key, Removal::Fin, out);
@@ -647,9 +667,12 @@ impl Pipeline {
         self.sweep_if_due(out);
     }
 
+    /// Hands HTTP events to the session layer. `server_seen_from[half]` names the server of a
+    /// connection reported undecodable from that half, known before any request is.
     fn deliver(
         &mut self,
         ctx: Option<FlowCtx>,
+        server_seen_from: [SocketAddr; 2],
         ts: Timestamp,
         events: &mut Vec<HttpEvent>,
         out: &mut Vec<Output>,
@@ -658,6 +681,13 @@ impl Pipeline {
             match (ctx, ev) {
                 (_, HttpEvent::Error(e)) => {
                     out.push(Output::Telemetry(Telemetry::HttpError { reason: e }))
+                }
+                (_, HttpEvent::NotDecodable { half, reason }) => {
+                    let server = server_seen_from[half.min(1)];
+                    out.push(Output::Telemetry(Telemetry::UndecodableFlow {
+                        server,
+                        reason,
+                    }))
                 }
                 (Some(ctx), ev) => self.tracker.on_http(ctx, ts, ev, out),
                 (None, _) => {}
@@ -688,8 +718,9 @@ impl Pipeline {
             flow.http.on_close(half, end, &mut events);
         }
         let ctx = flow.ctx();
+        let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
         let ts = self.now;
-        self.deliver(ctx, ts, &mut events, out);
+        self.deliver(ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         self.tracker.on_flow_closed(flow.id);
         let telemetry = match why {

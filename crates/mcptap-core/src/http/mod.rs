@@ -13,7 +13,9 @@ pub mod coding;
 pub mod sse;
 
 use crate::http::sse::{SseItem, SseParser};
-pub use crate::model::{AbandonReason, DuplicateHeader, FramingAnomaly, UndecodableReason};
+pub use crate::model::{
+    AbandonReason, DuplicateHeader, FramingAnomaly, UndecodableFlowReason, UndecodableReason,
+};
 use buffer::grow_for;
 use chunked::ChunkedDecoder;
 use coding::{BodyDecoder, Coding, CodingList};
@@ -61,6 +63,8 @@ pub struct RequestHead {
     pub host: Option<String>,
     pub accept: Option<String>,
     pub content_type: Option<String>,
+    /// The `Upgrade` header: what a `101 Switching Protocols` answer switches to.
+    pub upgrade: Option<String>,
     pub extracted: ExtractedHeaders,
     /// The head or body needed framing leniency a strict peer rejects (bare LF, ...).
     pub lenient: bool,
@@ -133,6 +137,8 @@ fn note_request_header(
         (&mut head.accept, DuplicateHeader::Accept)
     } else if name.eq_ignore_ascii_case("content-type") {
         (&mut head.content_type, DuplicateHeader::ContentType)
+    } else if name.eq_ignore_ascii_case("upgrade") {
+        (&mut head.upgrade, DuplicateHeader::Other)
     } else {
         return extract(
             interest.request_headers,
@@ -252,6 +258,13 @@ pub enum HttpEvent {
     Undecodable {
         exchange: Option<u64>,
         reason: UndecodableReason,
+    },
+    /// The connection carries something other than HTTP/1.1 (TLS, HTTP/2, a protocol switched
+    /// to): it is not decoded from here on. Reported once per connection; `half` is the
+    /// direction whose bytes showed it.
+    NotDecodable {
+        half: usize,
+        reason: UndecodableFlowReason,
     },
     Error(HttpError),
 }
@@ -383,6 +396,8 @@ pub struct Connection {
     interest: Interest,
     /// The SSE parser of the previous event-stream response, kept for the next one.
     spare_sse: Option<Box<SseParser>>,
+    /// [`HttpEvent::NotDecodable`] was reported for this connection.
+    undecodable_reported: bool,
 }
 
 /// Most a body buffer is sized up front: a Content-Length is only a claim, and thousands of
@@ -435,6 +450,16 @@ impl Connection {
             limits,
             interest,
             spare_sse: None,
+            undecodable_reported: false,
+        }
+    }
+
+    /// Half `half` is given up on: it is not HTTP/1.1 (reported once per connection).
+    fn give_up(&mut self, half: usize, reason: UndecodableFlowReason, out: &mut Vec<HttpEvent>) {
+        self.halves[half].state = State::Ignored;
+        if !self.undecodable_reported {
+            self.undecodable_reported = true;
+            out.push(HttpEvent::NotDecodable { half, reason });
         }
     }
 
@@ -659,7 +684,7 @@ impl Connection {
             None => {
                 parser.resync_scanned += data.len() as u64;
                 if parser.resync_scanned > MAX_RESYNC_SCAN && !parser.seen_http {
-                    parser.state = State::Ignored;
+                    self.give_up(half, UndecodableFlowReason::NotHttp, out);
                 }
                 data.len()
             }
@@ -706,7 +731,7 @@ impl Connection {
                 return self.resync(half, data, out);
             }
             // Not HTTP at a message boundary: a TLS or other protocol flow.
-            parser.state = State::Ignored;
+            self.give_up(half, classify_non_http(data), out);
             return data.len();
         }
         // Zero-copy when the whole head is in this segment; otherwise accumulate.
@@ -761,7 +786,7 @@ impl Connection {
                 } else if parser.synchronised_start && !parser.seen_http && !established {
                     // The first bytes of a connection seen from its SYN are not HTTP; decided
                     // the same way however the bytes were cut into segments.
-                    parser.state = State::Ignored;
+                    self.give_up(half, classify_non_http(data), out);
                     return data.len();
                 }
                 parser.state = State::Resync;
@@ -923,11 +948,15 @@ impl Connection {
         } else {
             self.pending.pop_front()
         };
-        let parser = &mut self.halves[half];
         if switching {
-            parser.state = State::Ignored;
+            let to = matched.as_ref().and_then(|(_, r)| r.upgrade.as_deref());
+            self.give_up(half, switched_to(to), out);
+            if let Some(client) = self.client_half.filter(|c| *c != half) {
+                self.halves[client].state = State::Ignored;
+            }
             return;
         }
+        let parser = &mut self.halves[half];
         let Some((exchange, request)) = matched else {
             out.push(HttpEvent::Error(HttpError::UnmatchedResponse));
             parser.state = if matches!(framing, Framing::None) {
@@ -1595,6 +1624,30 @@ fn decide_framing(
         Length::Valid(n) => Ok(Framing::Length(n)),
         Length::Absent if request => Ok(Framing::None),
         Length::Absent => Ok(Framing::UntilClose),
+    }
+}
+
+/// What a connection whose first bytes are not HTTP/1.1 carries, as far as they tell.
+fn classify_non_http(data: &[u8]) -> UndecodableFlowReason {
+    const TLS_RECORD_TYPES: std::ops::RangeInclusive<u8> = 0x14..=0x17;
+    match data {
+        [t, 0x03, v, ..] if TLS_RECORD_TYPES.contains(t) && *v <= 0x04 => {
+            UndecodableFlowReason::Tls
+        }
+        _ if data.starts_with(b"PRI * HTTP/2") => UndecodableFlowReason::H2c,
+        _ => UndecodableFlowReason::NotHttp,
+    }
+}
+
+/// What a `101 Switching Protocols` switched to, by the request's `Upgrade` header.
+fn switched_to(upgrade: Option<&str>) -> UndecodableFlowReason {
+    let upgrade = upgrade.unwrap_or_default().to_ascii_lowercase();
+    if upgrade.contains("h2c") {
+        UndecodableFlowReason::H2c
+    } else if upgrade.contains("websocket") {
+        UndecodableFlowReason::Websocket
+    } else {
+        UndecodableFlowReason::Upgrade
     }
 }
 

@@ -179,6 +179,8 @@ impl<D: Detector> Tracker<D> {
             HttpEvent::Error(e) => {
                 out.push(Output::Telemetry(Telemetry::HttpError { reason: e }));
             }
+            // The pipeline reports these (it knows the server before any request does).
+            HttpEvent::NotDecodable { .. } => {}
         }
     }
 
