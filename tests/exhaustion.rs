@@ -160,3 +160,33 @@ fn a_huge_batch_is_matched_in_linear_time() {
     assert!(elapsed < Duration::from_secs(30), "{elapsed:?}: {stderr}");
     assert!(stderr.contains(&format!("{} exchanges", n + 1)), "{stderr}");
 }
+
+/// Item 13: pipelined requests never answered hold their heads (60 KB paths here) in the
+/// HTTP layer and in the session layer's open exchanges: both count against the budget.
+#[test]
+fn unanswered_pipelined_heads_are_charged_to_the_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = format!("/mcp?{}", "p".repeat(60_000));
+    let mut sim = Sim::new(6);
+    let mut conns = Vec::new();
+    for c in 0..8u16 {
+        let mut talk = Conversation::new(&format!("heads-{c}"));
+        for _ in 0..150 {
+            let get = format!(
+                "GET {path} HTTP/1.1\r\nHost: mcp.internal\r\nAccept: text/event-stream\r\nMcp-Session-Id: heads-{c}\r\n\r\n"
+            );
+            talk.exchange(get.into_bytes(), Vec::new());
+        }
+        conns.push(sim.connect(
+            Endpoint::new([127, 0, 0, 2], 42000 + c),
+            Endpoint::new([127, 0, 0, 3], 8080),
+            talk.take_writes(),
+        ));
+    }
+    sim.run(conns);
+    let capture = dir.path().join("heads.pcap");
+    sim.write_pcap(&capture).expect("write capture");
+    let (rss, _, stderr) = replay_bounded(&capture);
+    assert_within_budget(rss, "72 MB of pipelined request heads");
+    assert!(stderr.contains("flows evicted: memory="), "{stderr}");
+}

@@ -390,7 +390,7 @@ pub struct Connection {
     halves: [HalfParser; 2],
     /// Which half (0 or 1) carries requests, once seen.
     client_half: Option<usize>,
-    pending: VecDeque<(u64, RequestHead)>,
+    pending: PendingRequests,
     next_exchange: u64,
     limits: HttpLimits,
     interest: Interest,
@@ -398,6 +398,48 @@ pub struct Connection {
     spare_sse: Option<Box<SseParser>>,
     /// [`HttpEvent::NotDecodable`] was reported for this connection.
     undecodable_reported: bool,
+}
+
+/// Requests awaiting their response, in order, with the bytes their heads hold: pipelined
+/// requests with long paths must count against the memory budget like any buffer.
+#[derive(Debug, Default)]
+struct PendingRequests {
+    queue: VecDeque<(u64, RequestHead)>,
+    bytes: usize,
+}
+
+/// Bytes a queued request head holds: its strings and its queue slot.
+fn head_bytes(head: &RequestHead) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    std::mem::size_of::<(u64, RequestHead)>()
+        + head.method.len()
+        + head.path.len()
+        + text(&head.host)
+        + text(&head.accept)
+        + text(&head.content_type)
+        + text(&head.upgrade)
+        + head.extracted.iter().map(text).sum::<usize>()
+}
+
+impl PendingRequests {
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn front(&self) -> Option<&(u64, RequestHead)> {
+        self.queue.front()
+    }
+
+    fn push_back(&mut self, entry: (u64, RequestHead)) {
+        self.bytes += head_bytes(&entry.1);
+        self.queue.push_back(entry);
+    }
+
+    fn pop_front(&mut self) -> Option<(u64, RequestHead)> {
+        let entry = self.queue.pop_front()?;
+        self.bytes -= head_bytes(&entry.1).min(self.bytes);
+        Some(entry)
+    }
 }
 
 /// Most a body buffer is sized up front: a Content-Length is only a claim, and thousands of
@@ -445,7 +487,7 @@ impl Connection {
         Connection {
             halves: [HalfParser::new(synchronised), HalfParser::new(synchronised)],
             client_half: None,
-            pending: VecDeque::new(),
+            pending: PendingRequests::default(),
             next_exchange: 0,
             limits,
             interest,
@@ -514,7 +556,7 @@ impl Connection {
     }
 
     fn abandon_pending(&mut self, reason: AbandonReason, out: &mut Vec<HttpEvent>) {
-        for (exchange, _) in self.pending.drain(..) {
+        while let Some((exchange, _)) = self.pending.pop_front() {
             out.push(HttpEvent::Abandoned { exchange, reason });
         }
     }
@@ -1213,6 +1255,7 @@ impl Connection {
     pub fn buffered_bytes(&self) -> usize {
         let spare = self.spare_sse.as_ref().map_or(0, |p| p.retained_bytes());
         spare
+            + self.pending.bytes
             + self
                 .halves
                 .iter()
