@@ -2,7 +2,8 @@
 # Installs what mcptap's build and tests need on a fresh Debian machine that has only the Rust
 # toolchain. Idempotent: installs only what is missing.
 #   scripts/setup.sh          build deps (libpcap-dev)
-#   scripts/setup.sh --test   plus test deps (promtool/prometheus, tcpdump, systemd-analyze, jq)
+#   scripts/setup.sh --test   plus test deps (promtool/prometheus, tcpdump, systemd-analyze, jq,
+#                             dpkg-dev and man-db for the package check)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -12,7 +13,7 @@ want() { for p in "$@"; do have_pkg "$p" || need+=("$p"); done; }
 
 want libpcap-dev pkg-config
 if [[ "${1:-}" == "--test" ]]; then
-  want prometheus tcpdump jq curl python3-venv systemd logrotate time
+  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db
 fi
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

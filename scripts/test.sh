@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, unit and pipeline tests, the
-# operations checks (alert rules, dashboard, systemd unit).
+# operations checks (alert rules, dashboard, systemd unit), the Debian package (built, installed,
+# purged on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
@@ -16,3 +17,4 @@ scripts/e2e.sh
 # within the memory budget + 64 MiB, evicts, and still alerts on the one faulty session.
 scripts/flood.sh --worker-threads 4
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi
+scripts/check-package.sh

@@ -17,6 +17,8 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod assets;
+
 #[derive(Parser)]
 #[command(
     name = "mcptap",
@@ -242,6 +244,9 @@ fn init_logging(format: config::LogFormat, level: &str) {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = assets::run_if_requested() {
+        return code;
+    }
     let cli = Cli::parse();
     let format = cli.log_format.map(config::LogFormat::from);
     match cli.command {
