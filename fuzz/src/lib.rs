@@ -12,9 +12,12 @@
 // here; ops are short-lived, so their size does not matter.
 #![allow(clippy::field_reassign_with_default, clippy::large_enum_variant)]
 
-use mcptap_core::http::sse::{SseEvent, SseItem};
-use mcptap_core::http::{BodyEnd, Connection, HttpEvent, HttpLimits, RequestHead, ResponseHead};
 use mcptap_core::detect::Detectors;
+use mcptap_core::http::sse::{SseEvent, SseItem};
+use mcptap_core::http::{
+    AbandonReason, BodyEnd, Connection, DuplicateHeader, FramingAnomaly, HttpError, HttpEvent,
+    HttpLimits, RequestHead, ResponseHead, UndecodableReason,
+};
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
 use mcptap_core::model::{Event, Timestamp};
@@ -183,8 +186,9 @@ const BODY_ENDS: [BodyEnd; 4] = [
 ];
 
 /// Format: `flags` (bit 0: synchronised), then records. A record starts with `ctrl`:
-/// bit 0 is the half, bits 1..=3 the op: 0..=4 data (`len: u16`, `split: u8`, bytes),
-/// 5 gap, 6 close (bits 4..=5 pick how), 7 data to the end of the input (`split: u8`).
+/// bit 0 is the half, bits 1..=3 the op: 0..=3 data (`len: u16`, `split: u8`, bytes),
+/// 4 a generated message ([`gen_http_message`], then `split: u8`), 5 gap, 6 close
+/// (bits 4..=5 pick how), 7 data to the end of the input (`split: u8`).
 pub fn decode_http(data: &[u8]) -> (bool, Vec<HttpOp>) {
     let mut r = Reader::new(data);
     let synchronised = r.u8() & 1 == 1;
@@ -205,6 +209,11 @@ pub fn decode_http(data: &[u8]) -> (bool, Vec<HttpOp>) {
                     split,
                     bytes: r.rest().to_vec(),
                 });
+            }
+            4 => {
+                let bytes = gen_http_message(&mut r, half == 1);
+                let split = r.u8();
+                ops.push(HttpOp::Data { half, split, bytes });
             }
             _ => {
                 let len = r.u16() as usize;
@@ -242,6 +251,114 @@ pub fn encode_http(synchronised: bool, ops: &[HttpOp]) -> Vec<u8> {
         }
     }
     w.buf
+}
+
+/// Framing of a generated message (its index is 3 bits of the feature word).
+const FRAMINGS: [&str; 8] = [
+    "Content-Length: {len}",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: chunked\r\nContent-Length: {len}",
+    "Content-Length: {len}\r\nContent-Length: 1",
+    "Content-Length: 4 2",
+    "Transfer-Encoding: gzip, chunked",
+    "Transfer-Encoding: chunked, gzip",
+    "Transfer-Encoding: x-custom",
+];
+
+/// Content codings of a generated message; index 2 is claimed gzip but is not.
+const CONTENT_CODINGS: [&str; 4] = ["", "gzip", "gzip", "compress"];
+
+/// A whole HTTP message built from the input, so that the framing HTTP counts (anomalies,
+/// duplicate headers, undecodable bodies, each parse-error reason) is reached without the
+/// fuzzer having to find it byte by byte. `features: u16`: bits 0..=2 framing
+/// ([`FRAMINGS`]), 3..=4 content coding, 5 bare LF line ends, 6 an empty line before,
+/// 7 a second, different Content-Type, 8 a second Mcp-Session-Id, 9..=10 a chunk-size
+/// anomaly (whitespace, `;`, an unbalanced quote), 11 an SSE body, 12..=13 garbage before
+/// (`HTTP/5.6`, TLS bytes, an extension method); then the body ([`gen_body`] or SSE data).
+pub fn gen_http_message(r: &mut Reader<'_>, response: bool) -> Vec<u8> {
+    let features = r.u16();
+    let bit = |i: u16| features & (1 << i) != 0;
+    let sse = bit(11);
+    let mut body = if sse {
+        format!(
+            "event: message\ndata: {}\n\n",
+            String::from_utf8_lossy(&gen_body(r))
+        )
+        .into_bytes()
+    } else {
+        gen_body(r)
+    };
+    let coding = usize::from((features >> 3) & 3);
+    match coding {
+        1 => body = mcptap_testkit::exchange::gzip(&body),
+        2 => {
+            body.splice(0..0, [0x1f, 0x8b, 8, 0]);
+        }
+        _ => {}
+    }
+    let framing = usize::from(features & 7);
+    let chunked = matches!(framing, 1 | 2 | 5 | 6);
+    if framing == 5 {
+        body = mcptap_testkit::exchange::gzip(&body);
+    }
+    let media = if sse {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let mut head = if response {
+        format!("HTTP/1.1 200 OK\r\nContent-Type: {media}\r\n")
+    } else {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: h\r\nAccept: application/json, text/event-stream\r\nContent-Type: {media}\r\n"
+        )
+    };
+    if bit(7) {
+        let other = if sse {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
+        head.push_str(&format!("Content-Type: {other}\r\n"));
+    }
+    head.push_str("Mcp-Session-Id: s-1\r\n");
+    if bit(8) {
+        head.push_str("Mcp-Session-Id: s-2\r\n");
+    }
+    if let Some(c) = CONTENT_CODINGS.get(coding).filter(|c| !c.is_empty()) {
+        head.push_str(&format!("Content-Encoding: {c}\r\n"));
+    }
+    head.push_str(&FRAMINGS[framing].replace("{len}", &body.len().to_string()));
+    head.push_str("\r\n\r\n");
+    if bit(5) {
+        head = head.replace("\r\n", "\n");
+    }
+    let mut out = Vec::new();
+    match (features >> 12) & 3 {
+        1 => out.extend_from_slice(b"HTTP/5.6 200 OK\r\n\r\n"),
+        2 => out.extend_from_slice(b"\x16\x03\x01\x00\x05hello"),
+        3 if !response => out.extend_from_slice(b"REPORT /x HTTP/1.1\r\n\r\n"),
+        _ => {}
+    }
+    if bit(6) {
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(head.as_bytes());
+    if chunked {
+        let size_suffix = ["", "  ", ";", ";x=\"open"][usize::from((features >> 9) & 3)];
+        let cut = body.len() / 2;
+        for part in [&body[..cut], &body[cut..]] {
+            if !part.is_empty() {
+                out.extend_from_slice(format!("{:x}{size_suffix}\r\n", part.len()).as_bytes());
+                out.extend_from_slice(part);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        out.extend_from_slice(&body);
+    }
+    out
 }
 
 /// Runs an `http_sse` input: the ops into a `Connection`, its events into a `Tracker`.
@@ -474,14 +591,18 @@ fn gen_body(r: &mut Reader<'_>) -> Vec<u8> {
 /// 0 request (method, path, host, accept, content-type, session id, protocol version, body),
 /// 1 response head (status: u16, media type, session id), 2 JSON body, 3 SSE event
 /// (event type, data body, id, retry), 4 SSE block without data (id), 5 SSE comment,
-/// 6 response end (how); 7 ends flow `flow`; 8 sweeps after `dt`; 9 an HTTP error;
-/// 10 abandons the exchange.
+/// 6 response end (how); 7 ends flow `flow`; 8 sweeps after `dt`; 9 an HTTP error
+/// (reason: u8); 10 abandons the exchange (reason: u8); 11 a framing anomaly (reason: u8),
+/// 12 a duplicate header (header: u8), 13 an undecodable body (reason: u8); in 11 and 13
+/// bit 4 of the exchange byte says whether the event names the exchange. Bits 4..=6 of
+/// the exchange byte of a request or response head set `lenient`, `ambiguous` and (for a
+/// response, then an `opt_str`) `other_media_type`.
 /// Strings are `opt_str`/`str` fields, bodies are [`gen_body`] fields.
 pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
     let mut r = Reader::new(data);
     let mut ops = Vec::new();
     while !r.is_empty() {
-        let kind = r.u8() % 11;
+        let kind = r.u8() % 14;
         let flow = r.u8();
         let dt = r.u8();
         if kind == 7 {
@@ -492,7 +613,10 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
             ops.push(McpOp::Sweep { dt });
             continue;
         }
-        let exchange = u64::from(r.u8() % 16);
+        let exchange_byte = r.u8();
+        let exchange = u64::from(exchange_byte % 16);
+        let flag = |i: u8| exchange_byte & (1 << i) != 0;
+        let named = flag(4).then_some(exchange);
         let ev = match kind {
             0 => {
                 let m = r.u8();
@@ -514,6 +638,8 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 // Mcp-Session-Id, MCP-Protocol-Version: the slots of mcp::HTTP_INTEREST.
                 head.extracted[0] = r.opt_str();
                 head.extracted[1] = r.opt_str();
+                head.lenient = flag(4);
+                head.ambiguous = flag(5);
                 HttpEvent::Request {
                     exchange,
                     head,
@@ -529,6 +655,11 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                         ..ResponseHead::default()
                     };
                     head.extracted[0] = r.opt_str();
+                    head.lenient = flag(4);
+                    head.ambiguous = flag(5);
+                    if flag(6) {
+                        head.other_media_type = r.opt_str();
+                    }
                     head
                 },
             },
@@ -568,13 +699,34 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
             },
             10 => HttpEvent::Abandoned {
                 exchange,
-                reason: mcptap_core::http::AbandonReason::Gap,
+                reason: pick(AbandonReason::ALL, r.u8()),
             },
-            _ => HttpEvent::Error(mcptap_core::http::HttpError::BadChunk),
+            11 => HttpEvent::Anomaly {
+                exchange: named,
+                reason: pick(FramingAnomaly::ALL, r.u8()),
+            },
+            12 => HttpEvent::DuplicateHeader {
+                header: pick(DuplicateHeader::ALL, r.u8()),
+            },
+            13 => HttpEvent::Undecodable {
+                exchange: named,
+                reason: pick(UndecodableReason::ALL, r.u8()),
+            },
+            _ => HttpEvent::Error(pick(HttpError::ALL, r.u8())),
         };
         ops.push(McpOp::Http { flow, dt, ev });
     }
     ops
+}
+
+/// The value at `sel` (wrapping) of a label set.
+fn pick<T: Copy>(all: &[T], sel: u8) -> T {
+    all[usize::from(sel) % all.len()]
+}
+
+/// The index of `v` in a label set, for the encoders.
+fn index_of<T: PartialEq>(all: &[T], v: &T) -> u8 {
+    all.iter().position(|x| x == v).unwrap_or(0) as u8
 }
 
 /// Encodes HTTP events for `decode_mcp` (bodies raw, `dt` as given).
@@ -613,8 +765,11 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
                 ..
             } => 5,
             HttpEvent::ResponseEnd { .. } => 6,
+            HttpEvent::Error(_) => 9,
             HttpEvent::Abandoned { .. } => 10,
-            _ => 9,
+            HttpEvent::Anomaly { .. } => 11,
+            HttpEvent::DuplicateHeader { .. } => 12,
+            HttpEvent::Undecodable { .. } => 13,
         };
         w.buf.extend_from_slice(&[kind, *flow, *dt]);
         let exchange = match ev {
@@ -623,10 +778,24 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             | HttpEvent::ResponseJson { exchange, .. }
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
-            | HttpEvent::Abandoned { exchange, .. } => *exchange,
+            | HttpEvent::Abandoned { exchange, .. } => *exchange % 16,
+            HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => {
+                exchange.map_or(0, |e| (e % 16) | 16)
+            }
             _ => 0,
         };
-        w.u8((exchange % 16) as u8);
+        let flags = match ev {
+            HttpEvent::Request { head, .. } => {
+                u8::from(head.lenient) << 4 | u8::from(head.ambiguous) << 5
+            }
+            HttpEvent::ResponseHead { head, .. } => {
+                u8::from(head.lenient) << 4
+                    | u8::from(head.ambiguous) << 5
+                    | u8::from(head.other_media_type.is_some()) << 6
+            }
+            _ => 0,
+        };
+        w.u8(exchange as u8 | flags);
         match ev {
             HttpEvent::Request { head, body, .. } => {
                 match METHODS.iter().position(|m| *m == head.method) {
@@ -648,6 +817,9 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
                 w.u16(head.status);
                 w.opt_str(head.media_type.as_deref());
                 w.opt_str(head.extracted[0].as_deref());
+                if let Some(other) = &head.other_media_type {
+                    w.opt_str(Some(other));
+                }
             }
             HttpEvent::ResponseJson { body, .. } => raw_body(&mut w, body),
             HttpEvent::ResponseSse { item, .. } => match item {
@@ -663,7 +835,11 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::ResponseEnd { end, .. } => {
                 w.u8(BODY_ENDS.iter().position(|b| b == end).unwrap_or(0) as u8)
             }
-            _ => {}
+            HttpEvent::Error(reason) => w.u8(index_of(HttpError::ALL, reason)),
+            HttpEvent::Abandoned { reason, .. } => w.u8(index_of(AbandonReason::ALL, reason)),
+            HttpEvent::Anomaly { reason, .. } => w.u8(index_of(FramingAnomaly::ALL, reason)),
+            HttpEvent::DuplicateHeader { header } => w.u8(index_of(DuplicateHeader::ALL, header)),
+            HttpEvent::Undecodable { reason, .. } => w.u8(index_of(UndecodableReason::ALL, reason)),
         }
     }
     w.buf

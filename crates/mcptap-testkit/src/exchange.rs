@@ -44,6 +44,13 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap_or_default()
 }
 
+/// `data` zlib-wrapped deflate (HTTP's `deflate` coding) in one piece.
+pub fn deflate(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    let _ = e.write_all(data);
+    e.finish().unwrap_or_default()
+}
+
 /// One chunk of a chunked body.
 fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     if !data.is_empty() {

@@ -741,6 +741,9 @@ impl Connection {
     fn head(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
         let limits = self.limits;
         let established = self.carried_http();
+        // On the request direction of an HTTP connection any token is a method (RFC 9112
+        // §3.1: REPORT, PURGE, M-SEARCH, ...), not only the ones a fresh flow is sniffed by.
+        let any_method = established && self.client_half == Some(half);
         let parser = &mut self.halves[half];
         let fresh = matches!(parser.state, State::Idle);
         if fresh && matches!(data.first(), Some(b'\r' | b'\n')) {
@@ -761,7 +764,7 @@ impl Connection {
             }
             return run;
         }
-        if fresh && !looks_like_http_start(data) {
+        if fresh && !looks_like_http_start(data) && !(any_method && looks_like_method(data)) {
             if established {
                 // An HTTP connection with something else where a message must start.
                 let reason = if data.starts_with(b"HTTP/") {
@@ -1703,6 +1706,23 @@ fn looks_like_http_start(data: &[u8]) -> bool {
     METHODS
         .iter()
         .any(|m| m[..n.min(m.len())] == prefix[..n.min(m.len())])
+}
+
+/// Longest extension method taken as a request start (`UPDATEREDIRECTREF` is 17).
+const MAX_METHOD: usize = 24;
+
+/// `data` starts with a method token and a space (RFC 9112 §3.1), or with a token cut short
+/// by the end of the segment. Looks at most [`MAX_METHOD`] bytes, once per message.
+fn looks_like_method(data: &[u8]) -> bool {
+    let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let head = data
+        .get(..data.len().min(MAX_METHOD + 1))
+        .unwrap_or_default();
+    match head.iter().position(|b| !is_tchar(b)) {
+        Some(0) => false,
+        Some(i) => head.get(i) == Some(&b' '),
+        None => head.len() <= MAX_METHOD,
+    }
 }
 
 /// Finds the offset of the next plausible message start at a line beginning. `want_response`

@@ -409,3 +409,40 @@ fn identical_content_lengths_are_fine_and_differing_ones_conflict() {
         assert_eq!(requested, ok, "{cl:?}: {out:?}");
     }
 }
+
+#[test]
+fn extension_methods_on_an_http_connection_are_requests() {
+    // REPORT, M-SEARCH, MKCOLA are tokens, so methods (RFC 9112 §3.1); between or pipelined
+    // behind MCP requests they must not desynchronise the direction and abandon those.
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}";
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    for method in ["REPORT", "M-SEARCH", "PURGE", "MKCOLA", "UPDATEREDIRECTREF"] {
+        for step in [1, 3, 7, 10_000] {
+            let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+            let mut out = Vec::new();
+            let mut client = INIT_REQ.to_vec();
+            client.extend_from_slice(format!("{method} /x HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes());
+            client.extend_from_slice(INIT_REQ);
+            run_split(&mut c, 0, &client, step, &mut out);
+            let mut server = resp.to_vec();
+            server.extend_from_slice(ok);
+            server.extend_from_slice(resp);
+            run_split(&mut c, 1, &server, step, &mut out);
+            let errors: Vec<_> = out
+                .iter()
+                .filter(|e| matches!(e, HttpEvent::Error(_) | HttpEvent::Abandoned { .. }))
+                .collect();
+            assert!(errors.is_empty(), "{method} step {step}: {errors:?}");
+            let json = out
+                .iter()
+                .filter(|e| matches!(e, HttpEvent::ResponseJson { .. }))
+                .count();
+            assert_eq!(json, 2, "{method} step {step}: {out:?}");
+        }
+    }
+    // Not a token and a space: still not HTTP, counted.
+    assert!(!looks_like_method(b"{\"x\": 1}"));
+    assert!(!looks_like_method(b"\x16\x03\x01"));
+    assert!(!looks_like_method(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ /"));
+    assert!(looks_like_method(b"M-SEA"));
+}
