@@ -431,3 +431,60 @@ fn connections_that_are_not_http_1_1_are_counted_with_their_reason() {
         assert!(http_errors.is_empty(), "case {want}: {http_errors:?}");
     }
 }
+
+/// Item 11: two taps merged with the server-side tap 5 ms early put answers before the end
+/// of their requests. Within a connection requests and answers pair by TCP order (the answer
+/// acknowledges request bytes not seen yet, so it waits for them): the same alerts as
+/// without skew, and no false empty_tool_result.
+#[test]
+fn clock_skew_between_merged_taps_does_not_reorder_a_connection() {
+    use mcptap_core::decode::{Decoded, decode};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("skew-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Json)
+        .tools_call("one", Answer::Sse)
+        .tools_call("two", Answer::Sse)
+        .reinitialize(
+            mcp::NARROWED_CLIENT_CAPS,
+            r#"{"streaming":false}"#,
+            Answer::Json,
+        )
+        .tools_call("three", Answer::Json)
+        .tools_call("four", Answer::Sse);
+    let mut sim = Sim::new(13).with_segment_sizes(vec![60, 200]);
+    let conn = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![conn]);
+    let linktype = sim.linktype();
+    let summary = |frames: &[mcptap_testkit::Frame]| -> Vec<(String, String)> {
+        let events = events_of(&replay_frames(
+            linktype,
+            frames,
+            Pipeline::new(Limits::default()),
+        ));
+        events
+            .iter()
+            .filter(|e| e["event"] == "alert" || e["event"] == "exchange")
+            .map(|e| {
+                let what = e["kind"]
+                    .as_str()
+                    .or(e["method"].as_str())
+                    .unwrap_or_default();
+                (what.to_string(), e["answered"].to_string())
+            })
+            .collect()
+    };
+    let straight = summary(sim.frames());
+    let mut skewed: Vec<mcptap_testkit::Frame> = sim.frames().to_vec();
+    for f in &mut skewed {
+        if let Decoded::Tcp(seg) = decode(linktype, &f.data)
+            && seg.src.port() == 8080
+        {
+            f.ts_nanos -= 5_000_000;
+        }
+    }
+    skewed.sort_by_key(|f| f.ts_nanos);
+    assert_eq!(summary(&skewed), straight);
+    assert!(straight.iter().any(|(k, _)| k == "capability_narrowing"));
+    assert!(!straight.iter().any(|(k, _)| k == "empty_tool_result"));
+}

@@ -141,6 +141,56 @@ struct Flow {
     charged: usize,
     /// The half whose SYN opened the flow: the client's, before any HTTP says so.
     syn_half: Option<u8>,
+    /// Segments held back per half because they acknowledge bytes of the other half the
+    /// capture has not delivered yet (taps merged with clock skew): TCP order, not timestamps,
+    /// says what came first. Boxed: almost every flow holds none.
+    held: Option<Box<Held>>,
+}
+
+/// Segments of a flow waiting for the other direction to catch up.
+#[derive(Default)]
+struct Held {
+    halves: [VecDeque<HeldSegment>; 2],
+    bytes: usize,
+}
+
+/// An owned copy of a held segment.
+struct HeldSegment {
+    ts: Timestamp,
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: u32,
+    flags: crate::decode::TcpFlags,
+    payload: Vec<u8>,
+    truncated: bool,
+}
+
+impl HeldSegment {
+    fn of(ts: Timestamp, seg: &TcpSegment<'_>) -> HeldSegment {
+        HeldSegment {
+            ts,
+            src: seg.src,
+            dst: seg.dst,
+            seq: seg.seq,
+            ack: seg.ack,
+            flags: seg.flags,
+            payload: seg.payload.to_vec(),
+            truncated: seg.truncated,
+        }
+    }
+
+    fn view(&self) -> TcpSegment<'_> {
+        TcpSegment {
+            src: self.src,
+            dst: self.dst,
+            seq: self.seq,
+            ack: self.ack,
+            flags: self.flags,
+            payload: &self.payload,
+            truncated: self.truncated,
+        }
+    }
 }
 
 /// What one tracked flow costs besides its buffers: the boxed struct (plus allocator
@@ -173,6 +223,38 @@ impl Flow {
         self.streams[0].buffered_bytes()
             + self.streams[1].buffered_bytes()
             + self.http.buffered_bytes()
+            + self.held.as_ref().map_or(0, |h| h.bytes)
+    }
+
+    /// The first held segment that the other direction has caught up with.
+    fn releasable(&self) -> Option<usize> {
+        let held = self.held.as_ref()?;
+        (0..2).find(|&half| {
+            held.halves[half]
+                .front()
+                .is_some_and(|seg| !self.streams[1 - half].acks_undelivered(seg.ack))
+        })
+    }
+
+    fn take_held(&mut self, half: usize) -> Option<HeldSegment> {
+        let held = self.held.as_mut()?;
+        let seg = held.halves[half].pop_front()?;
+        held.bytes -= seg.payload.len();
+        if held.halves.iter().all(VecDeque::is_empty) {
+            self.held = None;
+        }
+        Some(seg)
+    }
+
+    /// Every held segment, both halves interleaved by time.
+    fn take_all_held(&mut self) -> Vec<HeldSegment> {
+        let Some(held) = self.held.take() else {
+            return Vec::new();
+        };
+        let [a, b] = held.halves;
+        let mut all: Vec<HeldSegment> = a.into_iter().chain(b).collect();
+        all.sort_by_key(|s| s.ts);
+        all
     }
 
     /// The server of a connection that showed undecodable bytes in half `half`: the side the
@@ -477,19 +559,74 @@ impl Pipeline {
 
     fn handle_segment(&mut self, ts: Timestamp, seg: &TcpSegment<'_>, out: &mut Vec<Output>) {
         let key = FlowKey::of(seg.src, seg.dst);
+        if self.segment(ts, seg, true, out) {
+            self.release_held(key, out);
+        }
+    }
+
+    /// Processes held segments of flow `key` whose other direction has caught up, in turn.
+    fn release_held(&mut self, key: FlowKey, out: &mut Vec<Output>) {
+        loop {
+            let Some(flow) = self.flows.get_mut(&key) else {
+                return;
+            };
+            let Some(seg) = flow.releasable().and_then(|half| flow.take_held(half)) else {
+                return;
+            };
+            self.segment(seg.ts, &seg.view(), false, out);
+        }
+    }
+
+    /// One segment into its flow. With `may_hold`, a data segment acknowledging bytes of the
+    /// other direction not delivered yet is held back instead (see [`Flow::held`]). Returns
+    /// whether the flow may have held segments to release now.
+    fn segment(
+        &mut self,
+        ts: Timestamp,
+        seg: &TcpSegment<'_>,
+        may_hold: bool,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let key = FlowKey::of(seg.src, seg.dst);
         let half = usize::from(seg.src != key.0);
         // One hash lookup per packet of a known flow; new flows take a second one.
         let Some(flow) = self.flows.get_mut(&key) else {
             // Only a SYN or data opens a flow; stray ACKs and RSTs of unknown flows don't.
             let opens = seg.flags.syn || !seg.payload.is_empty();
             if seg.flags.rst || !opens {
-                return;
+                return false;
             }
-            let syn = seg.flags.syn && !seg.flags.ack;
-            self.open_flow(key, ts, syn.then_some(half as u8), out);
-            return self.handle_segment(ts, seg, out);
+            // A SYN names its sender the client; a SYN-ACK (first when taps are skewed) names
+            // the other side.
+            let client = match (seg.flags.syn, seg.flags.ack) {
+                (true, false) => Some(half as u8),
+                (true, true) => Some(1 - half as u8),
+                _ => None,
+            };
+            self.open_flow(key, ts, client, out);
+            return self.segment(ts, seg, may_hold, out);
         };
         flow.last_seen = ts;
+        let carries = !seg.payload.is_empty() || seg.flags.fin;
+        if may_hold
+            && carries
+            && seg.flags.ack
+            && !seg.flags.rst
+            && !flow.http.is_ignored()
+            && flow.streams[1 - half].acks_undelivered(seg.ack)
+            && flow.held.as_ref().map_or(0, |h| h.bytes) + seg.payload.len()
+                <= self.limits.max_flow_buffer_bytes
+        {
+            let held = flow.held.get_or_insert_with(Box::default);
+            held.bytes += seg.payload.len();
+            held.halves[half].push_back(HeldSegment::of(ts, seg));
+            let now_buffered = flow.buffered();
+            self.buffered = self.buffered + now_buffered - flow.charged;
+            flow.charged = now_buffered;
+            self.fit_budget(0, out);
+            return false;
+        }
+        let may_release = flow.held.is_some();
         if flow.http.is_ignored() {
             // Not HTTP: skip reassembly entirely, only watch for the end of the flow.
             if seg.flags.rst || seg.flags.fin {
@@ -500,11 +637,16 @@ impl Pipeline {
                 };
                 self.remove_flow(key, why, out);
             }
-            return;
+            return false;
         }
         let mut report = PushReport::default();
         let mut events = std::mem::take(&mut self.http_events);
         {
+            if seg.flags.syn && seg.flags.ack {
+                // The SYN-ACK acknowledges the client's SYN: its stream starts at `ack`, even
+                // when a skewed tap shows the SYN later (or not at all).
+                flow.streams[1 - half].on_syn(seg.ack.wrapping_sub(1));
+            }
             let stream = &mut flow.streams[half];
             if seg.flags.syn {
                 stream.on_syn(seg.seq);
@@ -538,6 +680,7 @@ impl Pipeline {
             self.remove_flow(key, Removal::Fin, out);
         }
         self.fit_budget(0, out);
+        may_release
     }
 
     /// Starts tracking the connection `key`, making room for it first.
@@ -562,6 +705,7 @@ impl Pipeline {
             last_seen: ts,
             charged: 0,
             syn_half,
+            held: None,
         });
         self.eviction_queue.push_back(QueuedFlow {
             key,
@@ -697,6 +841,19 @@ impl Pipeline {
 
     /// Ends a flow: open bodies end as `end`, out-of-order leftovers are dropped.
     fn remove_flow(&mut self, key: FlowKey, why: Removal, out: &mut Vec<Output>) {
+        // Held segments are data the flow carried: deliver them before it goes (they may end
+        // it themselves, then the flow is gone already).
+        if let Some(flow) = self.flows.get_mut(&key)
+            && flow.held.is_some()
+        {
+            let id = flow.id;
+            for seg in flow.take_all_held() {
+                if self.flows.get(&key).is_none_or(|f| f.id != id) {
+                    break;
+                }
+                self.segment(seg.ts, &seg.view(), false, out);
+            }
+        }
         let (end, flush) = (why.body_end(), why.gap());
         let Some(mut flow) = self.flows.remove(&key) else {
             return;

@@ -68,6 +68,15 @@ impl Reassembler {
         self.buffered
     }
 
+    /// Whether an acknowledgement `ack` from the other direction covers bytes of this stream
+    /// not delivered yet: the other side answered data the capture has not shown us so far.
+    pub fn acks_undelivered(&self, ack: u32) -> bool {
+        match self.next_seq {
+            Some(next) if !self.finished => (ack.wrapping_sub(next) as i32) > 0,
+            _ => false,
+        }
+    }
+
     /// A SYN fixes the initial sequence number: data starts at `isn + 1`.
     pub fn on_syn(&mut self, isn: u32) {
         if self.next_seq.is_none() {
@@ -307,6 +316,20 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acknowledgements_beyond_the_delivered_bytes_are_seen() {
+        let mut r = Reassembler::new(1 << 20);
+        assert!(!r.acks_undelivered(5));
+        r.on_syn(u32::MAX - 1);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        assert!(!r.acks_undelivered(u32::MAX));
+        assert!(r.acks_undelivered(3));
+        r.push(u32::MAX, b"abcd", false, &mut c, &mut rep);
+        assert!(!r.acks_undelivered(3));
+        assert!(r.acks_undelivered(4));
+    }
 
     #[test]
     fn a_segment_cut_by_the_snaplen_opens_a_gap_at_the_next_one() {
