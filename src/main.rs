@@ -205,6 +205,10 @@ struct LimitArgs {
     /// moves the clock only when several in a row agree, in seconds.
     #[arg(long, default_value_t = LimitSettings::default().clock_jump_secs)]
     clock_jump_secs: u64,
+    /// How long the empty result of an SSE stream that may be resumed (it carried an event id)
+    /// waits for the answer on a resumed stream before it alerts, in seconds.
+    #[arg(long, default_value_t = LimitSettings::default().resumption_window_secs)]
+    resumption_window_secs: u64,
 }
 
 impl LimitArgs {
@@ -221,6 +225,7 @@ impl LimitArgs {
             session_idle_timeout_secs: self.session_idle_timeout_secs,
             lineage_window_secs: self.lineage_window_secs,
             clock_jump_secs: self.clock_jump_secs,
+            resumption_window_secs: self.resumption_window_secs,
         }
     }
 

@@ -488,3 +488,82 @@ fn clock_skew_between_merged_taps_does_not_reorder_a_connection() {
     assert!(straight.iter().any(|(k, _)| k == "capability_narrowing"));
     assert!(!straight.iter().any(|(k, _)| k == "empty_tool_result"));
 }
+
+/// A chunked SSE answer of `events` (whole SSE blocks) on `session`, ended by the final chunk.
+fn sse_answer(session: &str, events: &[String]) -> Vec<u8> {
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!("{:x}\r\n{e}\r\n", e.len()));
+    }
+    body.push_str("0\r\n\r\n");
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: {session}\r\nTransfer-Encoding: chunked\r\n\r\n{body}"
+    )
+    .into_bytes()
+}
+
+/// A tools/call whose stream sends a priming event with an id and ends; then (optionally,
+/// after `gap_ns`) the client resumes it with `Last-Event-ID` and gets the result there.
+fn resumption(resume: bool, gap_ns: i64) -> Vec<Value> {
+    let sid = "resume-s1";
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let id = talk.take_request_id();
+    let call = talk.post(&mcp::tools_call_request(id, "search_docs", "{}"));
+    let priming = "id: ev-1\r\nretry: 1000\r\ndata: \r\n\r\n".to_string();
+    talk.exchange(call, sse_answer(sid, &[priming]));
+    let mut later = Conversation::new(sid);
+    if resume {
+        let get = format!(
+            "GET /mcp HTTP/1.1\r\nHost: mcp.internal\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\nLast-Event-ID: ev-1\r\n\r\n"
+        );
+        let result = format!("id: ev-2\r\ndata: {}\r\n\r\n", mcp::tool_result(id, "late"));
+        later.exchange(get.into_bytes(), sse_answer(sid, &[result]));
+    }
+    // Some traffic on the session afterwards, so that packet time passes.
+    later.tools_call("after", Answer::Json);
+    let mut sim = Sim::new(14);
+    let first = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![first]);
+    sim.advance(gap_ns);
+    let second = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40003),
+        server(),
+        later.take_writes(),
+    );
+    sim.run(vec![second]);
+    sim.events()
+}
+
+/// Item 9: a stream closed after an event with an id and resumed with `Last-Event-ID`, the
+/// answer arriving there: conformant (2025-11-25), no alert, and the request is answered.
+#[test]
+fn a_resumed_sse_stream_is_followed_and_raises_nothing() {
+    let events = resumption(true, 2_000_000_000);
+    assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
+    let call = events
+        .iter()
+        .find(|e| e["event"] == "exchange" && e["method"] == "tools/call" && e["request_id"] == 2)
+        .expect("the resumed call's exchange");
+    assert_eq!(call["answered"], true, "{call}");
+}
+
+/// Item 9: the same stream never resumed: the empty result alerts once the resumption window
+/// (30 s) is over, not before.
+#[test]
+fn an_unresumed_sse_stream_alerts_after_the_resumption_window() {
+    let quick = resumption(false, 5_000_000_000);
+    assert!(
+        alerts(&quick).is_empty(),
+        "within the window: {:?}",
+        alerts(&quick)
+    );
+    let late = resumption(false, 40_000_000_000);
+    let kinds: Vec<&Value> = alerts(&late).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["empty_tool_result"], "{late:?}");
+    let call = late
+        .iter()
+        .find(|e| e["event"] == "exchange" && e["method"] == "tools/call" && e["request_id"] == 2)
+        .expect("the call's exchange");
+    assert_eq!(call["answered"], false);
+}

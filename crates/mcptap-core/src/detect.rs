@@ -565,14 +565,16 @@ mod tests {
         assert_eq!(
             empty_result_reason(StreamContent {
                 items: 2,
-                messages: 0
+                messages: 0,
+                ..StreamContent::default()
             }),
             EmptyReason::OnlyPriming
         );
         assert_eq!(
             empty_result_reason(StreamContent {
                 items: 2,
-                messages: 1
+                messages: 1,
+                ..StreamContent::default()
             }),
             EmptyReason::OnlyNotifications
         );

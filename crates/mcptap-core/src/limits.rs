@@ -90,6 +90,10 @@ pub struct SessionLimits {
     pub max_session_id_len: usize,
     /// Open exchanges per connection; the oldest is dropped (and counted) beyond it.
     pub max_exchanges_per_flow: usize,
+    /// A stream that ended without its answer after an event with an id may be resumed
+    /// (`Last-Event-ID`): its empty result waits this long (or the stream's `retry` + 5 s, if
+    /// longer) for the answer on a resumed stream before it alerts.
+    pub resumption_window_ns: i64,
 }
 
 impl Default for SessionLimits {
@@ -102,6 +106,7 @@ impl Default for SessionLimits {
             max_in_flight: 4096,
             max_session_id_len: 256,
             max_exchanges_per_flow: 1024,
+            resumption_window_ns: 30 * NS_PER_SEC,
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct LimitSettings {
     pub lineage_window_secs: u64,
     /// A packet this far ahead of the packet clock is a clock jump.
     pub clock_jump_secs: u64,
+    /// How long an empty result of a resumable SSE stream waits for its resumption.
+    pub resumption_window_secs: u64,
 }
 
 impl Default for LimitSettings {
@@ -216,6 +223,7 @@ impl TryFrom<LimitSettings> for Limits {
                 max_sessions: s.max_sessions,
                 session_idle_timeout_ns: secs_to_ns(s.session_idle_timeout_secs),
                 lineage_window_ns: secs_to_ns(s.lineage_window_secs),
+                resumption_window_ns: secs_to_ns(s.resumption_window_secs),
                 ..d.session
             },
         })
@@ -237,6 +245,7 @@ impl From<Limits> for LimitSettings {
             session_idle_timeout_secs: ns_to_secs(l.session.session_idle_timeout_ns),
             lineage_window_secs: ns_to_secs(l.session.lineage_window_ns),
             clock_jump_secs: ns_to_secs(l.clock_jump_ns),
+            resumption_window_secs: ns_to_secs(l.session.resumption_window_ns),
         }
     }
 }

@@ -994,6 +994,7 @@ impl Pipeline {
         for (_, key) in keys {
             self.remove_flow(key, Removal::CaptureEnd, out);
         }
+        self.tracker.finish(self.now, out);
     }
 }
 

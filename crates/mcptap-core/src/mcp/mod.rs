@@ -34,7 +34,9 @@ use budget::SessionTable;
 use handshake::Answer;
 use lineage::{Ended, Lineage, LineageKey};
 use serde_json::Value;
-use session::{ExchangeKey, Session, SessionKey};
+use session::{ExchangeKey, Resuming, Session, SessionKey};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Requests, Transactions};
@@ -74,6 +76,8 @@ pub struct Tracker<D: Detector> {
     usage: Arc<SharedUsage>,
     /// Lineage bytes last added to `usage`.
     published_lineage_bytes: usize,
+    /// When each waiting resumption gives up, soonest first.
+    resumption_deadlines: BinaryHeap<Reverse<(Timestamp, SessionKey, Id)>>,
 }
 
 impl<D: Detector> Tracker<D> {
@@ -97,6 +101,7 @@ impl<D: Detector> Tracker<D> {
             lineage: Lineage::new(limits.max_session_bytes / 8),
             usage,
             published_lineage_bytes: 0,
+            resumption_deadlines: BinaryHeap::new(),
         }
     }
 
@@ -208,6 +213,68 @@ impl<D: Detector> Tracker<D> {
         }
         self.lineage.expire(now, self.limits.lineage_window_ns);
         self.publish_lineage_bytes();
+        while let Some(Reverse((deadline, _, _))) = self.resumption_deadlines.peek()
+            && *deadline <= now
+        {
+            if let Some(Reverse((_, key, id))) = self.resumption_deadlines.pop() {
+                self.give_up_resumption(&key, &id, now, true, out);
+            }
+        }
+    }
+
+    /// End of input: streams still waiting for their resumption were cut off by the end of
+    /// the capture, which concludes nothing: their exchanges are reported, without alerts.
+    pub fn finish(&mut self, now: Timestamp, out: &mut Vec<Output>) {
+        // Soonest first, so the reports come in a fixed order.
+        while let Some(Reverse((_, key, id))) = self.resumption_deadlines.pop() {
+            self.give_up_resumption(&key, &id, now, false, out);
+        }
+    }
+
+    /// The request `id` of session `key` waited for a resumed stream in vain (`alert`: the
+    /// wait is over, so an empty result alerts now) or can no longer tell (capture end,
+    /// eviction): its exchange is reported unanswered.
+    fn give_up_resumption(
+        &mut self,
+        key: &SessionKey,
+        id: &Id,
+        now: Timestamp,
+        alert: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        let Some(at) = s.resuming.iter().position(|r| &r.id == id) else {
+            return;
+        };
+        let r = s.resuming.swap_remove(at);
+        s.in_flight.remove(id);
+        let framing = r.exchange.framing;
+        let client = r.exchange.client;
+        out.push(Output::Event(Event::Exchange(r.exchange)));
+        if let (true, Some(kind)) = (alert, r.alert) {
+            s.alerts += 1;
+            push_alert(out, now, key, client, framing, Some(kind));
+        }
+    }
+
+    /// The answer to `id` arrived on another stream of session `key` after the stream that
+    /// carried its request had ended: a resumed stream (`Last-Event-ID`). Returns whether it
+    /// was waited for.
+    fn resumed(&mut self, key: &SessionKey, id: &Id, ts: Timestamp, out: &mut Vec<Output>) -> bool {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return false;
+        };
+        let Some(at) = s.resuming.iter().position(|r| &r.id == id) else {
+            return false;
+        };
+        let mut r = s.resuming.swap_remove(at);
+        s.in_flight.remove(id);
+        r.exchange.answered = true;
+        r.exchange.duration_ms = ts.millis_since(r.exchange.ts);
+        out.push(Output::Event(Event::Exchange(r.exchange)));
+        true
     }
 
     fn valid_session_id(&self, id: Option<&str>, out: &mut Vec<Output>) -> Option<String> {
@@ -390,6 +457,10 @@ impl<D: Detector> Tracker<D> {
         };
         ex.stream.items = ex.stream.items.saturating_add(1);
         let SseItem::Event(event) = item else { return };
+        ex.stream.event_id_seen |= event.id.is_some();
+        if event.retry.is_some() {
+            ex.stream.retry_ms = event.retry;
+        }
         if event.data.trim().is_empty() {
             return; // priming event
         }
@@ -462,6 +533,14 @@ impl<D: Detector> Tracker<D> {
         };
         let carrier = self.transactions.get(here).map(|ex| ex.stream);
         let Some(ex) = self.transactions.get_mut(target) else {
+            // The exchange that carried the request is over: a resumed stream, perhaps.
+            let sid = self
+                .transactions
+                .get(here)
+                .and_then(|ex| ex.session_id.clone());
+            if let Some(sid) = sid {
+                self.resumed(&(ctx.server, sid), &id, ts, out);
+            }
             return;
         };
         let Some(idx) = ex.requests.find_open(&id) else {
@@ -707,6 +786,16 @@ impl<D: Detector> Tracker<D> {
         ) {
             self.remember_ended(key, ts, out);
         }
+        // Requests still waiting for a resumed stream wait in vain now; an eviction is the
+        // monitor's own doing and concludes nothing about them.
+        let waiting: Vec<Id> = self
+            .sessions
+            .get(key)
+            .map(|s| s.resuming.iter().map(|r| r.id.clone()).collect())
+            .unwrap_or_default();
+        for id in waiting {
+            self.give_up_resumption(key, &id, ts, reason != EndReason::Evicted, out);
+        }
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
@@ -764,7 +853,7 @@ impl<D: Detector> Tracker<D> {
                 self.on_handshake(ts, origin, r.init_params.as_deref(), answer, framing, out);
             }
             let request_id = r.id.to_value();
-            out.push(Output::Event(Event::Exchange(Box::new(Exchange {
+            let exchange = Box::new(Exchange {
                 ts: ex.ts,
                 session_id: ex.session_id.clone(),
                 server: ex.server,
@@ -782,11 +871,7 @@ impl<D: Detector> Tracker<D> {
                 empty_content: None,
                 framing,
                 ambiguous,
-            }))));
-            let session = ex
-                .session_id
-                .as_ref()
-                .and_then(|sid| self.sessions.get_mut(&(ctx.server, sid.clone())));
+            });
             let alert = self.detector.unanswered(&UnansweredReview {
                 method: &r.method,
                 tool: r.tool.as_deref(),
@@ -796,6 +881,36 @@ impl<D: Detector> Tracker<D> {
                 stream: ex.stream,
                 ended_by,
             });
+            let key = ex.session_id.as_ref().map(|sid| (ctx.server, sid.clone()));
+            let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
+            // The server may close a stream after an event with an id and answer on the
+            // resumed one (2025-11-25): wait for it before concluding anything.
+            let resumable = ended_by.is_some() && ex.stream.event_id_seen;
+            if let (Some(s), Some(key), true) = (session, &key, resumable)
+                && s.resuming.len() < MAX_RESUMING_PER_SESSION
+            {
+                let retry = ex.stream.retry_ms.map_or(0, |ms| {
+                    i64::try_from(ms)
+                        .unwrap_or(i64::MAX)
+                        .saturating_mul(1_000_000)
+                });
+                let wait = self
+                    .limits
+                    .resumption_window_ns
+                    .max(retry.saturating_add(5_000_000_000));
+                let deadline = Timestamp(ts.0.saturating_add(wait));
+                s.resuming.push(Resuming {
+                    id: r.id.clone(),
+                    deadline,
+                    exchange,
+                    alert,
+                });
+                self.resumption_deadlines
+                    .push(Reverse((deadline, key.clone(), r.id.clone())));
+                continue;
+            }
+            out.push(Output::Event(Event::Exchange(exchange)));
+            let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             if let Some(s) = session {
                 s.in_flight.remove(&r.id);
                 s.alerts += u32::from(alert.is_some());
@@ -821,6 +936,10 @@ impl<D: Detector> Drop for Tracker<D> {
             .republish_session_bytes(self.published_lineage_bytes, 0);
     }
 }
+
+/// Requests of one session waiting for a resumed stream at once; beyond, an empty result
+/// concludes at once.
+const MAX_RESUMING_PER_SESSION: usize = 64;
 
 /// Deepest nesting of `initialize` params accepted (serde_json's own limit when it parses them).
 const MAX_PARAMS_DEPTH: usize = 128;

@@ -86,7 +86,22 @@ pub struct Session<D> {
     pub alerts: u32,
     /// Requests awaiting a response, for answers that arrive on a GET stream.
     pub in_flight: HashMap<Id, ExchangeKey>,
+    /// Requests whose stream ended without their answer but may be resumed.
+    pub resuming: Vec<Resuming>,
     pub detection: D,
+}
+
+/// A request whose SSE stream ended without its answer after an event with an id: the client
+/// may resume it with `Last-Event-ID` and get the answer on a new stream, so its exchange and
+/// any alert wait for that until `deadline`.
+#[derive(Debug)]
+pub struct Resuming {
+    pub id: Id,
+    pub deadline: Timestamp,
+    /// The exchange as it stands (unanswered).
+    pub exchange: Box<crate::model::Exchange>,
+    /// What detection concluded of the stream that ended empty.
+    pub alert: Option<crate::model::AlertKind>,
 }
 
 impl<D: Default> Session<D> {
@@ -102,6 +117,7 @@ impl<D: Default> Session<D> {
             requests: 0,
             alerts: 0,
             in_flight: HashMap::default(),
+            resuming: Vec::new(),
             detection: D::default(),
         })
     }

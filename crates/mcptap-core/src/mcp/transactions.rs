@@ -106,6 +106,10 @@ pub struct StreamContent {
     pub items: u32,
     /// JSON-RPC notifications or requests seen.
     pub messages: u32,
+    /// An event carried an `id`: the client may resume the stream with `Last-Event-ID`.
+    pub event_id_seen: bool,
+    /// The last `retry` the stream asked for, in milliseconds.
+    pub retry_ms: Option<u64>,
 }
 
 /// How one answer to a request was delivered.
