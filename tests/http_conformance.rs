@@ -1779,11 +1779,10 @@ const VECTORS: &[Vector] = &[
     ),
 ];
 
-/// Obsolete line folding in a request head: llhttp (Node) and h11 unfold it; httparse, and
-/// so mcptap, reject the head (counted, the direction resynchronised). A known disagreement
-/// that loses the exchange; the fix (unfold on httparse's error path, counted as a framing
-/// anomaly) is left open, and this row says what mcptap does today.
-const OBS_FOLD: Expect = Error(HttpError::BadRequestHead);
+/// Obsolete line folding in a request head: llhttp (Node) and h11 unfold it, and so does
+/// mcptap (httparse rejects the head; mcptap parses it again unfolded), counting it as the
+/// framing anomaly `obs_fold` and marking the exchange lenient.
+const OBS_FOLD: Expect = Lenient(FramingAnomaly::ObsFold);
 
 const PING2: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
 const PONG2: &str = r#"{"jsonrpc":"2.0","id":2,"result":{}}"#;

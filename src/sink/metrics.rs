@@ -107,6 +107,7 @@ pub struct Metrics {
     limits_hit: IntCounterVec,
     clock_jumps: IntCounterVec,
     segments_truncated: IntCounter,
+    resumptions_unresolved: IntCounterVec,
     sessions_active: IntGaugeVec,
     sessions_started: IntCounterVec,
     sessions_ended: IntCounterVec,
@@ -309,6 +310,12 @@ impl Metrics {
                 "mcptap_limits_hit_total",
                 "Inputs refused by a configured limit, by limit.",
                 &["limit"],
+            )?,
+            resumptions_unresolved: counter_vec(
+                &r,
+                "mcptap_resumptions_unresolved_total",
+                "Empty results that waited for their SSE stream's resumption and could not be concluded (input ended or session evicted inside the window).",
+                &["server"],
             )?,
             segments_truncated: counter(
                 &r,
@@ -673,6 +680,12 @@ impl Metrics {
                 let server = self.server(*server);
                 self.duplicate_headers
                     .with_label_values(&[server.as_str(), header.as_str()])
+                    .inc();
+            }
+            Telemetry::ResumptionUnresolved { server } => {
+                let server = self.server(*server);
+                self.resumptions_unresolved
+                    .with_label_values(&[server.as_str()])
                     .inc();
             }
             Telemetry::UndecodableFlow { server, reason } => {

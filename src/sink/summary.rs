@@ -26,6 +26,8 @@ pub struct Summary {
     pub limits_hit: BTreeMap<&'static str, u64>,
     /// Packets stamped far ahead of the packet clock (ignored, or followed when several agree).
     pub clock_jumps: u64,
+    /// Empty results still waiting for their stream's resumption when the input ended.
+    pub resumptions_unresolved: u64,
     /// Connections not decoded because they carry something else than HTTP/1.1, by reason.
     pub undecodable_flows: BTreeMap<&'static str, u64>,
     /// HTTP framing decoded leniently or ignored (bare LF, empty lines, ...).
@@ -62,6 +64,9 @@ impl Summary {
                 *self.limits_hit.entry(limit.as_str()).or_default() += 1
             }
             Output::Telemetry(Telemetry::ClockJump { .. }) => self.clock_jumps += 1,
+            Output::Telemetry(Telemetry::ResumptionUnresolved { .. }) => {
+                self.resumptions_unresolved += 1
+            }
             Output::Telemetry(Telemetry::UndecodableFlow { reason, .. }) => {
                 *self.undecodable_flows.entry(reason.as_str()).or_default() += 1
             }
@@ -99,6 +104,7 @@ impl Summary {
             *self.limits_hit.entry(k).or_default() += v;
         }
         self.clock_jumps += other.clock_jumps;
+        self.resumptions_unresolved += other.resumptions_unresolved;
         for (k, v) in &other.undecodable_flows {
             *self.undecodable_flows.entry(k).or_default() += v;
         }
@@ -174,6 +180,13 @@ impl Summary {
             "  connections not decoded (not HTTP/1.1): {}",
             counts(&self.undecodable_flows)
         );
+        if self.resumptions_unresolved > 0 {
+            let _ = writeln!(
+                s,
+                "  empty results still waiting for a resumed stream when the input ended (no alert): {}",
+                self.resumptions_unresolved
+            );
+        }
         if self.framing_anomalies + self.duplicate_headers + self.undecodable_bodies > 0 {
             let _ = writeln!(
                 s,

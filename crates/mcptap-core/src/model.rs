@@ -530,6 +530,9 @@ label_enum! {
         ChunkExtensionMalformed => "chunk_extension_malformed",
         /// An empty line (CRLF or LF) before or between messages (RFC 9112 §2.2): ignored.
         EmptyLineBetweenMessages => "empty_line_between_messages",
+        /// A header value continued on the next line (obs-fold, RFC 9112 §5.2): unfolded, as
+        /// h11 and llhttp do.
+        ObsFold => "obs_fold",
     }
 }
 
@@ -681,6 +684,12 @@ pub enum Telemetry {
     UndecodableFlow {
         server: SocketAddr,
         reason: UndecodableFlowReason,
+    },
+    /// An empty result that waited for its stream's resumption and could not be concluded
+    /// (the capture ended, or the monitor evicted the session, inside the window): neither
+    /// answered nor alerted.
+    ResumptionUnresolved {
+        server: SocketAddr,
     },
     /// A value the session layer refused or dropped at one of its bounds.
     LimitHit {

@@ -1372,6 +1372,8 @@ struct HeadFacts {
     /// Bits of [`DuplicateHeader`] seen more than once.
     duplicates: u16,
     bare_lf: bool,
+    /// The head had obs-fold continuation lines and was parsed unfolded.
+    obs_fold: bool,
 }
 
 impl HeadFacts {
@@ -1399,7 +1401,13 @@ impl HeadFacts {
                 reason: FramingAnomaly::BareLf,
             });
         }
-        self.bare_lf
+        if self.obs_fold {
+            out.push(HttpEvent::Anomaly {
+                exchange: None,
+                reason: FramingAnomaly::ObsFold,
+            });
+        }
+        self.bare_lf || self.obs_fold
     }
 }
 
@@ -1468,7 +1476,131 @@ fn head_has_bare_lf(buf: &[u8], len: usize, headers: &[httparse::Header<'_>]) ->
     !head.ends_with(b"\r\n")
 }
 
+/// Parses a head; one that httparse rejects for obs-fold continuation lines (which h11 and
+/// llhttp accept) is parsed again unfolded, and marked so.
 fn parse_head(buf: &[u8], interest: &Interest) -> HeadParse {
+    let first = parse_head_once(buf, interest);
+    if !matches!(
+        first,
+        HeadParse::Invalid {
+            in_headers: true,
+            ..
+        }
+    ) {
+        return first;
+    }
+    match unfold(buf) {
+        Unfolded::NoFold => first,
+        // The fold may be answered by more lines: wait for the end of the head.
+        Unfolded::Incomplete => HeadParse::Partial,
+        Unfolded::Head { bytes, len } => match parse_head_once(&bytes, interest) {
+            HeadParse::Request {
+                head,
+                framing,
+                mut facts,
+                ..
+            } => {
+                facts.obs_fold = true;
+                HeadParse::Request {
+                    head,
+                    len,
+                    framing,
+                    facts,
+                }
+            }
+            HeadParse::Response {
+                head,
+                framing,
+                switching,
+                mut facts,
+                ..
+            } => {
+                facts.obs_fold = true;
+                HeadParse::Response {
+                    head,
+                    len,
+                    framing,
+                    switching,
+                    facts,
+                }
+            }
+            HeadParse::Rejected { reason, notes, .. } => HeadParse::Rejected { reason, len, notes },
+            _ => first,
+        },
+    }
+}
+
+/// A head with its obs-fold continuation lines joined.
+enum Unfolded {
+    /// No continuation line before the end of the head (or of the data).
+    NoFold,
+    /// A continuation line, but the head does not end in the data yet.
+    Incomplete,
+    /// The head up to its empty line, unfolded, and its length in the original bytes.
+    Head { bytes: Vec<u8>, len: usize },
+}
+
+/// Joins each line break followed by SP or HT to the line before it with one space (RFC 9112
+/// §5.2), up to the empty line that ends the head. A continuation that reads like a header
+/// field of its own (`Content-Length: 38` behind a space) is not unfolded: that is a smuggling
+/// shape, and llhttp rejects it too.
+fn unfold(buf: &[u8]) -> Unfolded {
+    let mut out = Vec::with_capacity(buf.len());
+    let mut folded = false;
+    let mut line_start = 0;
+    // The current line continues a folded one: an empty remainder is not the end of the head.
+    let mut continuing = false;
+    while let Some(nl) = memchr::memchr(b'\n', buf.get(line_start..).unwrap_or_default()) {
+        let at = line_start + nl;
+        let line = buf.get(line_start..at).unwrap_or_default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() && line_start > 0 && !continuing {
+            if !folded {
+                return Unfolded::NoFold;
+            }
+            out.extend_from_slice(b"\r\n");
+            return Unfolded::Head {
+                bytes: out,
+                len: at + 1,
+            };
+        }
+        if continuing && looks_like_field(line) {
+            return Unfolded::NoFold;
+        }
+        out.extend_from_slice(line);
+        let next = at + 1;
+        if (line_start > 0 || continuing) && matches!(buf.get(next), Some(b' ' | b'\t')) {
+            folded = true;
+            out.push(b' ');
+            let mut j = next;
+            while matches!(buf.get(j), Some(b' ' | b'\t')) {
+                j += 1;
+            }
+            line_start = j;
+            continuing = true;
+            continue;
+        }
+        out.extend_from_slice(b"\r\n");
+        line_start = next;
+        continuing = false;
+    }
+    if folded {
+        Unfolded::Incomplete
+    } else {
+        Unfolded::NoFold
+    }
+}
+
+/// `token ":"` at the start of a line: a header field.
+fn looks_like_field(line: &[u8]) -> bool {
+    let name_len = line
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+        .count();
+    name_len > 0 && line.get(name_len) == Some(&b':')
+}
+
+fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
     // Left uninitialised: httparse writes only the headers it finds, and initialising all 96
     // slots (3 KB) cost more than parsing a typical head.
     let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];

@@ -446,3 +446,30 @@ fn extension_methods_on_an_http_connection_are_requests() {
     assert!(!looks_like_method(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ /"));
     assert!(looks_like_method(b"M-SEA"));
 }
+
+#[test]
+fn obs_fold_is_unfolded_unless_the_continuation_reads_like_a_field() {
+    let folded = b"GET / HTTP/1.1\r\nX-Cert: -----BEGIN\r\n\tMIIF\r\n  end\r\nHost: a\r\n\r\nGET";
+    match unfold(folded) {
+        Unfolded::Head { bytes, len } => {
+            assert_eq!(
+                bytes,
+                b"GET / HTTP/1.1\r\nX-Cert: -----BEGIN MIIF end\r\nHost: a\r\n\r\n"
+            );
+            assert_eq!(&folded[len..], b"GET");
+        }
+        _ => panic!("unfolded"),
+    }
+    // A field hidden behind a space is a smuggling shape, not a fold.
+    let hidden = b"POST / HTTP/1.1\nFoo: bar\n Content-Length: 38\n\n";
+    assert!(matches!(unfold(hidden), Unfolded::NoFold));
+    // A fold whose head has not ended yet waits for more bytes.
+    assert!(matches!(
+        unfold(b"GET / HTTP/1.1\r\nA: b\r\n c\r\n"),
+        Unfolded::Incomplete
+    ));
+    assert!(matches!(
+        unfold(b"GET / HTTP/1.1\r\nA: b\r\n\r\n"),
+        Unfolded::NoFold
+    ));
+}

@@ -253,9 +253,15 @@ impl<D: Detector> Tracker<D> {
         let framing = r.exchange.framing;
         let client = r.exchange.client;
         out.push(Output::Event(Event::Exchange(r.exchange)));
-        if let (true, Some(kind)) = (alert, r.alert) {
-            s.alerts += 1;
-            push_alert(out, now, key, client, framing, Some(kind));
+        match (alert, r.alert) {
+            (true, Some(kind)) => {
+                s.alerts += 1;
+                push_alert(out, now, key, client, framing, Some(kind));
+            }
+            (false, Some(_)) => out.push(Output::Telemetry(Telemetry::ResumptionUnresolved {
+                server: key.0,
+            })),
+            (_, None) => {}
         }
     }
 
