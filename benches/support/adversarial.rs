@@ -4,8 +4,9 @@
 //!
 //! * `huge-initialize`: one 3 MB `initialize` whose capabilities nest 7 levels of 450 KB keys
 //!   with 500 members at the bottom, answered 400 (item 12).
-//! * `unanswered-initializes`: an answered `initialize`, then 40 unanswered ones of 1.1 to
-//!   3.9 MB each on the same connection (item 13: params kept as trees).
+//! * `unanswered-initializes`: an answered `initialize`, then 40 unanswered ones of 1.0 to
+//!   3.8 MB each on the same connection, their capabilities an array of zeros (item 13: params
+//!   kept as `Value` trees, 16x their wire size for this shape).
 //! * `pipelined-heads`: 8 connections of 250 pipelined `GET`s with 60 KB paths, never
 //!   answered: 120 MB of request heads (item 13).
 //! * `lineage-client-info`: 200 sessions one after the other, each on its own connection
@@ -112,11 +113,11 @@ pub fn generate(name: &str, seed: u64, sink: &mut dyn FnMut(i64, &[u8])) -> Opti
     Some(d.stats)
 }
 
-/// A capability object of one level of `width` members with 120-byte keys (~135 bytes each).
-fn wide_capabilities(width: usize) -> String {
-    let key = "k".repeat(120);
-    let members: Vec<String> = (0..width).map(|i| format!(r#""{key}x{i}":true"#)).collect();
-    format!("{{{}}}", members.join(","))
+/// Capabilities with one experimental array of `n` zeros: small on the wire, large as a tree.
+fn array_capabilities(n: usize) -> String {
+    let mut zeros = "0,".repeat(n);
+    zeros.pop();
+    format!(r#"{{"roots":{{"listChanged":true}},"experimental":{{"blob":[{zeros}]}}}}"#)
 }
 
 /// Seven nested levels under keys of 450 KB each and 500 members at the bottom, so that each
@@ -152,8 +153,10 @@ fn unanswered_initializes(d: &mut Driver) {
     let mut talk = Conversation::new("adv-pending-s1");
     talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     for i in 0..40usize {
-        // 8,000 to 28,000 members: 1.1 to 3.9 MB, under the default 4 MiB message limit.
-        let caps = wide_capabilities(8_000 + i * 20_000 / 39);
+        // 0.5 M to 1.9 M array members of 2 bytes each: 1.0 to 3.8 MB, under the default 4 MiB
+        // message limit. As a `Value` tree each member takes 32 bytes or more, 16x its wire
+        // size (the issue's "~9x" was measured on mixed shapes).
+        let caps = array_capabilities(500_000 + i * 1_400_000 / 39);
         let id = talk.take_request_id();
         let request = talk.post(&mcp::initialize_request(id, &caps, "hostile", "1"));
         talk.exchange(request, Vec::new());
