@@ -32,6 +32,17 @@
 //! `flood-<FLOWS>f-<SESSIONS>s-seed<SEED>.pcap`: a SYN flood of FLOWS distinct TCP flows,
 //! SESSIONS short MCP connections each minting a distinct `Mcp-Session-Id`, and one faulty
 //! session (the incident) in the middle; see `support/flood.rs`.
+//!
+//! With `--adversarial NAME` (or `all`), writes only issue 11's exhaustion captures used by
+//! `scripts/exhaustion-bench.sh` instead, one per case:
+//!
+//! ```text
+//! cargo bench --bench gen_capture -- --out target/bench-data --seed 1 --adversarial all
+//! ```
+//!
+//! `adv-<NAME>-seed<SEED>.pcap`; the cases (`huge-initialize`, `unanswered-initializes`,
+//! `pipelined-heads`, `lineage-client-info`, `batch-64k`, `batch-90k`, `open-requests-10k`,
+//! `open-requests-40k`) are described in `support/adversarial.rs`.
 
 mod support;
 
@@ -41,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use mcptap_testkit::capture::{PcapHeader, PcapWriter};
-use support::{flood, traffic};
+use support::{adversarial, flood, traffic};
 
 struct Args {
     out: PathBuf,
@@ -51,6 +62,7 @@ struct Args {
     flood: bool,
     flood_flows: u64,
     flood_sessions: u64,
+    adversarial: Vec<String>,
 }
 fn parse_args() -> Option<Args> {
     let raw: Vec<String> = std::env::args()
@@ -68,6 +80,7 @@ fn parse_args() -> Option<Args> {
         flood: false,
         flood_flows: 1_000_000,
         flood_sessions: 100_000,
+        adversarial: Vec::new(),
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -95,6 +108,20 @@ fn parse_args() -> Option<Args> {
                     .filter(|n| *n < 0xdead_beef)
                     .unwrap_or_else(|| die("bad --flood-sessions"))
             }
+            "--adversarial" => {
+                let name = val();
+                if name == "all" {
+                    args.adversarial
+                        .extend(adversarial::CASES.iter().map(|c| c.to_string()));
+                } else if adversarial::CASES.contains(&name.as_str()) {
+                    args.adversarial.push(name);
+                } else {
+                    die(&format!(
+                        "unknown --adversarial case {name} (all, {})",
+                        adversarial::CASES.join(", ")
+                    ));
+                }
+            }
             other => die(&format!("unknown argument {other}")),
         }
     }
@@ -113,6 +140,13 @@ fn main() {
     };
     std::fs::create_dir_all(&args.out)
         .unwrap_or_else(|e| die(&format!("{}: {e}", args.out.display())));
+    if !args.adversarial.is_empty() {
+        for name in &args.adversarial {
+            let path = args.out.join(format!("adv-{name}-seed{}.pcap", args.seed));
+            generate_adversarial(&path, name, args.seed);
+        }
+        return;
+    }
     if args.flood {
         let path = args.out.join(format!(
             "flood-{}f-{}s-seed{}.pcap",
@@ -200,6 +234,21 @@ fn generate_flood(path: &Path, flows: u64, sessions: u64, seed: u64) {
         stats.sessions,
         flood::VICTIM_SID,
         stats.victim_packets,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn generate_adversarial(path: &Path, name: &str, seed: u64) {
+    let started = Instant::now();
+    let (stats, bytes) = write_capture(path, |emit| adversarial::generate(name, seed, emit));
+    let stats = stats.unwrap_or_else(|| die(&format!("unknown adversarial case {name}")));
+    println!(
+        "gen_capture: wrote {} ({} bytes, {} packets, {} connections, {} items) in {:.1} s",
+        path.display(),
+        bytes,
+        stats.packets,
+        stats.connections,
+        stats.items,
         started.elapsed().as_secs_f64()
     );
 }

@@ -2,5 +2,6 @@
 //! Frames, the TCP connection model, the PRNG and the pcap writer come from mcptap-testkit.
 #![allow(dead_code)]
 
+pub mod adversarial;
 pub mod flood;
 pub mod traffic;
