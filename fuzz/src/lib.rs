@@ -16,7 +16,7 @@ use mcptap_core::detect::Detectors;
 use mcptap_core::http::sse::{SseEvent, SseItem};
 use mcptap_core::http::{
     AbandonReason, BodyEnd, Connection, DuplicateHeader, FramingAnomaly, HttpError, HttpEvent,
-    HttpLimits, RequestHead, ResponseHead, UndecodableReason,
+    HttpLimits, RequestHead, ResponseHead, UndecodableFlowReason, UndecodableReason,
 };
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
@@ -712,6 +712,10 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 exchange: named,
                 reason: pick(UndecodableReason::ALL, r.u8()),
             },
+            14 => HttpEvent::NotDecodable {
+                half: usize::from(r.u8() & 1),
+                reason: pick(UndecodableFlowReason::ALL, r.u8()),
+            },
             _ => HttpEvent::Error(pick(HttpError::ALL, r.u8())),
         };
         ops.push(McpOp::Http { flow, dt, ev });
@@ -770,6 +774,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::Anomaly { .. } => 11,
             HttpEvent::DuplicateHeader { .. } => 12,
             HttpEvent::Undecodable { .. } => 13,
+            HttpEvent::NotDecodable { .. } => 14,
         };
         w.buf.extend_from_slice(&[kind, *flow, *dt]);
         let exchange = match ev {
@@ -840,6 +845,10 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::Anomaly { reason, .. } => w.u8(index_of(FramingAnomaly::ALL, reason)),
             HttpEvent::DuplicateHeader { header } => w.u8(index_of(DuplicateHeader::ALL, header)),
             HttpEvent::Undecodable { reason, .. } => w.u8(index_of(UndecodableReason::ALL, reason)),
+            HttpEvent::NotDecodable { half, reason } => {
+                w.u8(*half as u8);
+                w.u8(index_of(UndecodableFlowReason::ALL, reason));
+            }
         }
     }
     w.buf
