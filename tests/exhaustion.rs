@@ -2,6 +2,7 @@
 //! Each replays a generated capture in a child `mcptap replay` under `/usr/bin/time` and bounds
 //! its peak RSS (or its time, generously: the figures themselves live in the benchmarks).
 
+use mcptap_testkit::mcp::hostile::{deep_long_key_capabilities, ping_batch};
 use mcptap_testkit::mcp::{self, Answer, Conversation, FULL_CLIENT_CAPS};
 use mcptap_testkit::sim::Sim;
 use mcptap_testkit::tcp::Endpoint;
@@ -67,19 +68,6 @@ fn wide_capabilities(levels: usize, width: usize) -> String {
     v
 }
 
-/// A few megabytes of capabilities whose dotted paths, built naively, take gigabytes: seven
-/// nested levels under keys of 450 KB each, and 500 members at the bottom, so that each of
-/// the 500 paths repeats all seven keys.
-fn deep_long_key_capabilities() -> String {
-    let key = "k".repeat(450_000);
-    let leaves: Vec<String> = (0..500).map(|i| format!(r#""m{i}":true"#)).collect();
-    let mut v = format!("{{{}}}", leaves.join(","));
-    for level in 0..7 {
-        v = format!(r#"{{"{key}{level}":{v}}}"#);
-    }
-    v
-}
-
 fn assert_within_budget(rss_kib: u64, what: &str) {
     let limit = (BUDGET_MIB + 64) * 1024;
     assert!(
@@ -137,21 +125,11 @@ fn unanswered_initializes_are_charged_to_the_budget() {
 fn a_huge_batch_is_matched_in_linear_time() {
     let dir = tempfile::tempdir().expect("tmp");
     let n = 60_000u64;
-    let requests: Vec<String> = (0..n)
-        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#))
-        .collect();
-    let answers: Vec<String> = (0..n)
-        .rev()
-        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#))
-        .collect();
+    let (requests, answers) = ping_batch(n);
     let mut talk = Conversation::new("batch-s1");
     talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
-    let request = talk.post(&format!("[{}]", requests.join(",")));
-    let answer = mcp::response(
-        "batch-s1",
-        Answer::Json,
-        &format!("[{}]", answers.join(",")),
-    );
+    let request = talk.post(&requests);
+    let answer = mcp::response("batch-s1", Answer::Json, &answers);
     talk.exchange(request, answer);
     let capture = write_capture(dir.path(), "batch.pcap", &mut talk);
     let (_, elapsed, stderr) = replay_bounded(&capture);

@@ -25,6 +25,7 @@
 //! 600 MB of capture. Connections are made one at a time where they follow each other.
 
 use mcptap_testkit::SplitMix64 as Rng;
+use mcptap_testkit::mcp::hostile::{array_capabilities, deep_long_key_capabilities, ping_batch};
 use mcptap_testkit::mcp::{self, Answer, Conversation, FULL_CLIENT_CAPS};
 use mcptap_testkit::sim::START_NS;
 use mcptap_testkit::tcp::{Conn, Endpoint, Pool};
@@ -113,25 +114,6 @@ pub fn generate(name: &str, seed: u64, sink: &mut dyn FnMut(i64, &[u8])) -> Opti
     Some(d.stats)
 }
 
-/// Capabilities with one experimental array of `n` zeros: small on the wire, large as a tree.
-fn array_capabilities(n: usize) -> String {
-    let mut zeros = "0,".repeat(n);
-    zeros.pop();
-    format!(r#"{{"roots":{{"listChanged":true}},"experimental":{{"blob":[{zeros}]}}}}"#)
-}
-
-/// Seven nested levels under keys of 450 KB each and 500 members at the bottom, so that each
-/// of the 500 dotted paths, built naively, repeats all seven keys (3.15 MB on the wire).
-fn deep_long_key_capabilities() -> String {
-    let key = "k".repeat(450_000);
-    let leaves: Vec<String> = (0..500).map(|i| format!(r#""m{i}":true"#)).collect();
-    let mut v = format!("{{{}}}", leaves.join(","));
-    for level in 0..7 {
-        v = format!(r#"{{"{key}{level}":{v}}}"#);
-    }
-    v
-}
-
 fn huge_initialize(d: &mut Driver) {
     let caps = deep_long_key_capabilities();
     let mut talk = Conversation::new("adv-huge-s1");
@@ -213,21 +195,11 @@ fn lineage_client_info(d: &mut Driver) {
 }
 
 fn batch(d: &mut Driver, n: u64) {
-    let requests: Vec<String> = (0..n)
-        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#))
-        .collect();
-    let answers: Vec<String> = (0..n)
-        .rev()
-        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#))
-        .collect();
+    let (requests, answers) = ping_batch(n);
     let mut talk = Conversation::new("adv-batch-s1");
     talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
-    let request = talk.post(&format!("[{}]", requests.join(",")));
-    let answer = mcp::response(
-        "adv-batch-s1",
-        Answer::Json,
-        &format!("[{}]", answers.join(",")),
-    );
+    let request = talk.post(&requests);
+    let answer = mcp::response("adv-batch-s1", Answer::Json, &answers);
     talk.exchange(request, answer);
     d.stats.items = n;
     let conn = d.connect(41000, &mut talk);

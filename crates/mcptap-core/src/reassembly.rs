@@ -96,10 +96,7 @@ impl Reassembler {
         if self.finished {
             return;
         }
-        // Midstream pickup: the first segment we see defines the start of the stream.
-        let next = *self.next_seq.get_or_insert(seq);
-        let rel = i64::from(seq.wrapping_sub(next) as i32);
-        let start = self.offset as i64 + rel;
+        let start = self.stream_offset(seq);
         if fin {
             let end = start + payload.len() as i64;
             if end >= self.offset as i64 && self.fin_at.is_none() {
@@ -122,13 +119,18 @@ impl Reassembler {
         consumer: &mut dyn StreamConsumer,
         report: &mut PushReport,
     ) {
-        let next = *self.next_seq.get_or_insert(seq);
-        let rel = i64::from(seq.wrapping_sub(next) as i32);
-        let end = self.offset as i64 + rel + payload.len() as i64;
+        let end = self.stream_offset(seq) + payload.len() as i64;
         self.push(seq, payload, fin, consumer, report);
         if end >= 0 {
             self.cut_at = Some(end as u64);
         }
+    }
+
+    /// Where sequence number `seq` falls in the stream (negative: before its start).
+    /// Midstream pickup: the first segment seen defines the start of the stream.
+    fn stream_offset(&mut self, seq: u32) -> i64 {
+        let next = *self.next_seq.get_or_insert(seq);
+        self.offset as i64 + i64::from(seq.wrapping_sub(next) as i32)
     }
 
     fn accept(

@@ -302,3 +302,43 @@ impl Conversation {
         &self.writes
     }
 }
+
+/// Hostile inputs for the exhaustion tests and benchmarks: small on the wire, costly for a
+/// naive monitor.
+pub mod hostile {
+    /// Seven nested levels under keys of 450 KB each and 500 members at the bottom, so that
+    /// each of the 500 dotted paths, built naively, repeats all seven keys (3.15 MB on the
+    /// wire, gigabytes of path strings).
+    pub fn deep_long_key_capabilities() -> String {
+        let key = "k".repeat(450_000);
+        let leaves: Vec<String> = (0..500).map(|i| format!(r#""m{i}":true"#)).collect();
+        let mut v = format!("{{{}}}", leaves.join(","));
+        for level in 0..7 {
+            v = format!(r#"{{"{key}{level}":{v}}}"#);
+        }
+        v
+    }
+
+    /// Capabilities with one experimental array of `n` zeros: small on the wire, large as a
+    /// tree (a `Value` per zero).
+    pub fn array_capabilities(n: usize) -> String {
+        let mut zeros = "0,".repeat(n);
+        zeros.pop();
+        format!(r#"{{"roots":{{"listChanged":true}},"experimental":{{"blob":[{zeros}]}}}}"#)
+    }
+
+    /// One JSON-RPC batch of `n` pings and the batch of their answers, in reverse order.
+    pub fn ping_batch(n: u64) -> (String, String) {
+        let requests: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#))
+            .collect();
+        let answers: Vec<String> = (0..n)
+            .rev()
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#))
+            .collect();
+        (
+            format!("[{}]", requests.join(",")),
+            format!("[{}]", answers.join(",")),
+        )
+    }
+}
