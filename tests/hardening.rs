@@ -567,3 +567,114 @@ fn an_unresumed_sse_stream_alerts_after_the_resumption_window() {
         .expect("the call's exchange");
     assert_eq!(call["answered"], false);
 }
+
+/// Review of item 11: a client segment lost by the capture must not freeze the connection
+/// (the answers acknowledging it cannot wait for bytes that will never come).
+#[test]
+fn a_lost_request_segment_does_not_freeze_the_connection() {
+    use mcptap_core::decode::{Decoded, decode};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("lost-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    for i in 0..4 {
+        talk.tools_call(&format!("r{i}"), Answer::Json);
+    }
+    let mut sim = Sim::new(15).with_segment_sizes(vec![120]);
+    let conn = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![conn]);
+    let linktype = sim.linktype();
+    // Drop the first data segment of the second request.
+    let mut seen_requests = 0;
+    let mut dropped = false;
+    let frames: Vec<mcptap_testkit::Frame> = sim
+        .frames()
+        .iter()
+        .filter(|f| {
+            let Decoded::Tcp(seg) = decode(linktype, &f.data) else {
+                return true;
+            };
+            if dropped || seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
+                return true;
+            }
+            seen_requests += 1;
+            dropped = seen_requests == 2;
+            !dropped
+        })
+        .cloned()
+        .collect();
+    assert!(dropped);
+    let outputs = replay_frames(linktype, &frames, Pipeline::new(Limits::default()));
+    // Every answer reaches the HTTP layer (none stays held behind the bytes that never come),
+    // and the calls after the lost request are still reported.
+    let responses = outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                mcptap_core::model::Output::Telemetry(
+                    mcptap_core::model::Telemetry::HttpResponse { .. }
+                )
+            )
+        })
+        .count();
+    assert!(responses >= 4, "{responses}");
+    let events = events_of(&outputs);
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "exchange" && e["method"] == "tools/call")
+        .collect();
+    assert!(calls.len() >= 2, "{events:?}");
+    assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
+}
+
+/// Review of item 11: evicting many flows that hold segments must neither recurse per flow
+/// nor empty the table.
+#[test]
+fn evicting_flows_that_hold_segments_stays_shallow() {
+    use mcptap_core::decode::TcpFlags;
+    use mcptap_core::model::Timestamp;
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::{Link, Segment};
+    let link = Link::Ethernet {
+        vlan_tags: Vec::new(),
+    };
+    let mut p = Pipeline::new(Limits {
+        memory_budget_bytes: 1 << 20,
+        ..Limits::default()
+    });
+    let mut out = Vec::new();
+    let server: std::net::SocketAddr = "127.0.0.3:8080".parse().expect("addr");
+    let flags = |syn, ack| TcpFlags {
+        syn,
+        ack,
+        ..TcpFlags::default()
+    };
+    let post = b"POST /mcp HTTP/1.1\r\nContent-Length: 400\r\n\r\n".repeat(8);
+    for i in 0..5000u32 {
+        let client: std::net::SocketAddr =
+            format!("127.0.{}.{}:{}", 1 + i / 250, 2 + i % 250, 40000)
+                .parse()
+                .expect("addr");
+        let ts = Timestamp(1_000_000_000 + i64::from(i) * 1000);
+        let seg = |src, dst, seq, ack, f, payload: &[u8]| Segment {
+            ts_nanos: ts.0,
+            src,
+            dst,
+            seq,
+            ack,
+            flags: f,
+            payload: payload.to_vec(),
+        };
+        for s in [
+            seg(client, server, 100, 0, flags(true, false), b""),
+            seg(server, client, 5000, 101, flags(true, true), b""),
+            // Acknowledges 100 bytes of the server that never come: held.
+            seg(client, server, 101, 5101, flags(false, true), &post),
+        ] {
+            p.handle_packet(ts, link.linktype(), &s.frame(&link), &mut out);
+        }
+    }
+    assert!(p.memory_in_use() <= 1 << 20, "{}", p.memory_in_use());
+    assert!(p.active_flows() > 100, "{} flows left", p.active_flows());
+}

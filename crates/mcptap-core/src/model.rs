@@ -480,6 +480,8 @@ label_enum! {
         Timeout => "timeout",
         /// The capture's snaplen cut a packet short: its tail was sent, never captured.
         Snaplen => "snaplen",
+        /// The peer acknowledged bytes the capture never saw (a drop on the capture path).
+        Lost => "lost",
     }
 }
 

@@ -100,6 +100,7 @@ impl PacketStats {
 struct FlowKey(SocketAddr, SocketAddr);
 
 impl FlowKey {
+    #[inline]
     fn of(a: SocketAddr, b: SocketAddr) -> FlowKey {
         if a <= b { FlowKey(a, b) } else { FlowKey(b, a) }
     }
@@ -226,20 +227,41 @@ impl Flow {
             + self.held.as_ref().map_or(0, |h| h.bytes)
     }
 
-    /// The first held segment that the other direction has caught up with.
-    fn releasable(&self) -> Option<usize> {
+    /// The first held segment to process now: the other direction has caught up with it, or
+    /// it has waited [`MAX_HOLD_NS`] (the bytes it acknowledges were lost, not delayed).
+    fn releasable(&self, now: Timestamp) -> Option<usize> {
         let held = self.held.as_ref()?;
         (0..2).find(|&half| {
-            held.halves[half]
-                .front()
-                .is_some_and(|seg| !self.streams[1 - half].acks_undelivered(seg.ack))
+            held.halves[half].front().is_some_and(|seg| {
+                !self.streams[1 - half].acks_undelivered(seg.ack)
+                    || now.0.saturating_sub(seg.ts.0) > MAX_HOLD_NS
+            })
         })
+    }
+
+    /// Whether a segment of half `half` costing `cost` may wait for the other direction: not
+    /// while the other direction waits itself (each would wait for the other), not beyond the
+    /// byte and count bounds, not when the oldest held segment has waited too long already.
+    fn can_hold(&self, half: usize, now: Timestamp, cost: usize, max_bytes: usize) -> bool {
+        let Some(held) = self.held.as_ref() else {
+            return cost <= max_bytes;
+        };
+        let oldest = held
+            .halves
+            .iter()
+            .filter_map(|q| q.front())
+            .map(|s| s.ts)
+            .min();
+        held.halves[1 - half].is_empty()
+            && held.halves[half].len() < MAX_HELD_SEGMENTS
+            && held.bytes + cost <= max_bytes
+            && oldest.is_none_or(|t| now.0.saturating_sub(t.0) <= MAX_HOLD_NS)
     }
 
     fn take_held(&mut self, half: usize) -> Option<HeldSegment> {
         let held = self.held.as_mut()?;
         let seg = held.halves[half].pop_front()?;
-        held.bytes -= seg.payload.len();
+        held.bytes -= HELD_OVERHEAD + seg.payload.len();
         if held.halves.iter().all(VecDeque::is_empty) {
             self.held = None;
         }
@@ -329,6 +351,14 @@ impl StreamConsumer for HttpFeed<'_> {
     }
 }
 
+/// Longest a segment waits for the bytes of the other direction it acknowledges: skew
+/// between merged taps is milliseconds; beyond this the bytes were lost, not delayed.
+const MAX_HOLD_NS: i64 = 1_000_000_000;
+/// Most segments one flow holds at once.
+const MAX_HELD_SEGMENTS: usize = 256;
+/// What a held segment costs besides its payload (its copy's header and allocation).
+const HELD_OVERHEAD: usize = std::mem::size_of::<HeldSegment>() + 32;
+
 /// Packets in a row, all far ahead of the clock, that make it follow them.
 const JUMP_CONFIRMATIONS: u32 = 3;
 
@@ -359,6 +389,8 @@ pub struct Pipeline {
     usage: Arc<SharedUsage>,
     /// Flow bytes (overhead and buffers) this pipeline last added to `usage`.
     published_flow_bytes: usize,
+    /// A removed flow's held segments are being replayed (see [`Pipeline::fit_budget`]).
+    replaying_held: bool,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -400,6 +432,7 @@ impl Pipeline {
             buffered: 0,
             usage,
             published_flow_bytes: 0,
+            replaying_held: false,
             eviction_queue: VecDeque::new(),
         }
     }
@@ -520,10 +553,21 @@ impl Pipeline {
     /// Moves the packet clock to `ts`. A time more than `clock_jump_ns` ahead is counted and
     /// ignored, unless [`JUMP_CONFIRMATIONS`] packets in a row jump and agree among themselves
     /// (a real gap in a rotated set of files, a link quiet for a while): then the clock follows.
+    #[inline]
     fn observe_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
         if ts <= self.now {
             return;
         }
+        // Nearly every packet: a little ahead of the clock, no jump pending.
+        if self.jump_streak.0 == 0 && ts.0.saturating_sub(self.now.0) <= self.limits.clock_jump_ns {
+            self.now = ts;
+            return;
+        }
+        self.observe_jump(ts, out);
+    }
+
+    #[cold]
+    fn observe_jump(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
         let jump = self.limits.clock_jump_ns;
         let ahead = ts.0.saturating_sub(self.now.0);
         if self.now.0 == i64::MIN || ahead <= jump {
@@ -550,6 +594,7 @@ impl Pipeline {
     }
 
     /// Sweeps idle flows and sessions once per [`SWEEP_INTERVAL_NS`] of packet time.
+    #[inline]
     fn sweep_if_due(&mut self, out: &mut Vec<Output>) {
         if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
             self.last_sweep = self.now;
@@ -557,9 +602,10 @@ impl Pipeline {
         }
     }
 
+    #[inline]
     fn handle_segment(&mut self, ts: Timestamp, seg: &TcpSegment<'_>, out: &mut Vec<Output>) {
         let key = FlowKey::of(seg.src, seg.dst);
-        if self.segment(ts, seg, true, out) {
+        if self.segment(ts, key, seg, true, out) {
             self.release_held(key, out);
         }
     }
@@ -570,10 +616,11 @@ impl Pipeline {
             let Some(flow) = self.flows.get_mut(&key) else {
                 return;
             };
-            let Some(seg) = flow.releasable().and_then(|half| flow.take_held(half)) else {
+            let now = self.now;
+            let Some(seg) = flow.releasable(now).and_then(|half| flow.take_held(half)) else {
                 return;
             };
-            self.segment(seg.ts, &seg.view(), false, out);
+            self.segment(seg.ts, key, &seg.view(), false, out);
         }
     }
 
@@ -583,11 +630,11 @@ impl Pipeline {
     fn segment(
         &mut self,
         ts: Timestamp,
+        key: FlowKey,
         seg: &TcpSegment<'_>,
         may_hold: bool,
         out: &mut Vec<Output>,
     ) -> bool {
-        let key = FlowKey::of(seg.src, seg.dst);
         let half = usize::from(seg.src != key.0);
         // One hash lookup per packet of a known flow; new flows take a second one.
         let Some(flow) = self.flows.get_mut(&key) else {
@@ -604,21 +651,22 @@ impl Pipeline {
                 _ => None,
             };
             self.open_flow(key, ts, client, out);
-            return self.segment(ts, seg, may_hold, out);
+            return self.segment(ts, key, seg, may_hold, out);
         };
-        flow.last_seen = ts;
+        // A held segment replayed later keeps the flow's latest time.
+        flow.last_seen = flow.last_seen.max(ts);
         let carries = !seg.payload.is_empty() || seg.flags.fin;
+        let cost = HELD_OVERHEAD + seg.payload.len();
         if may_hold
             && carries
             && seg.flags.ack
             && !seg.flags.rst
             && !flow.http.is_ignored()
             && flow.streams[1 - half].acks_undelivered(seg.ack)
-            && flow.held.as_ref().map_or(0, |h| h.bytes) + seg.payload.len()
-                <= self.limits.max_flow_buffer_bytes
+            && flow.can_hold(half, ts, cost, self.limits.max_flow_buffer_bytes)
         {
             let held = flow.held.get_or_insert_with(Box::default);
-            held.bytes += seg.payload.len();
+            held.bytes += cost;
             held.halves[half].push_back(HeldSegment::of(ts, seg));
             let now_buffered = flow.buffered();
             self.buffered = self.buffered + now_buffered - flow.charged;
@@ -641,6 +689,16 @@ impl Pipeline {
         }
         let mut report = PushReport::default();
         let mut events = std::mem::take(&mut self.http_events);
+        if !may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack) {
+            // A held segment that waited in vain (or whose flow ends): the peer got bytes of
+            // the other direction the capture lost, so the hole before them is declared now.
+            let mut feed = HttpFeed {
+                conn: &mut flow.http,
+                half: 1 - half,
+                events: &mut events,
+            };
+            flow.streams[1 - half].skip_acked_hole(&mut feed, &mut report);
+        }
         {
             if seg.flags.syn && seg.flags.ack {
                 // The SYN-ACK acknowledges the client's SYN: its stream starts at `ack`, even
@@ -847,12 +905,14 @@ impl Pipeline {
             && flow.held.is_some()
         {
             let id = flow.id;
+            let outer = std::mem::replace(&mut self.replaying_held, true);
             for seg in flow.take_all_held() {
                 if self.flows.get(&key).is_none_or(|f| f.id != id) {
                     break;
                 }
-                self.segment(seg.ts, &seg.view(), false, out);
+                self.segment(seg.ts, key, &seg.view(), false, out);
             }
+            self.replaying_held = outer;
         }
         let (end, flush) = (why.body_end(), why.gap());
         let Some(mut flow) = self.flows.remove(&key) else {
@@ -907,6 +967,11 @@ impl Pipeline {
 
     /// Evicts flows until the memory in use plus `room` fits the budget (or no flow is left).
     fn fit_budget(&mut self, room: usize, out: &mut Vec<Output>) {
+        if self.replaying_held {
+            // A flow being removed replays what it held; evicting others from inside that
+            // would recurse once per flow. The removal's caller fits the budget after it.
+            return;
+        }
         while self.memory_total().saturating_add(room) > self.limits.memory_budget_bytes
             && self.evict_oldest(FlowEvictReason::Memory, out) > 0
         {}
@@ -962,6 +1027,17 @@ impl Pipeline {
         idle.sort_unstable();
         for (_, key) in idle {
             self.remove_flow(key, Removal::Idle, out);
+        }
+        // Segments that waited too long for the other direction go on without it.
+        let mut waiting: Vec<(u64, FlowKey)> = self
+            .flows
+            .values()
+            .filter(|f| f.held.is_some())
+            .map(|f| (f.id, f.key))
+            .collect();
+        waiting.sort_unstable();
+        for (_, key) in waiting {
+            self.release_held(key, out);
         }
         self.tracker.sweep(now, out);
         self.shrink_tables();

@@ -71,10 +71,31 @@ impl Reassembler {
     /// Whether an acknowledgement `ack` from the other direction covers bytes of this stream
     /// not delivered yet: the other side answered data the capture has not shown us so far.
     pub fn acks_undelivered(&self, ack: u32) -> bool {
+        // Behind bytes the capture cut short the stream cannot catch up: nothing to wait for.
+        // (A hole with later bytes buffered may still fill: a reordered segment.)
+        let stalled = self.cut_at == Some(self.offset);
         match self.next_seq {
-            Some(next) if !self.finished => (ack.wrapping_sub(next) as i32) > 0,
+            Some(next) if !self.finished && !stalled => (ack.wrapping_sub(next) as i32) > 0,
             _ => false,
         }
+    }
+
+    /// Whether the peer's acknowledgement `ack` proves that the hole before this stream's
+    /// buffered bytes was received by the peer: the capture lost it, and waiting is futile.
+    pub fn hole_acked(&self, ack: u32) -> bool {
+        let (Some(next), Some((&first, _))) = (self.next_seq, self.pending.first_key_value())
+        else {
+            return false;
+        };
+        let acked = self.offset as i64 + i64::from(ack.wrapping_sub(next) as i32);
+        acked >= first as i64 && first > self.offset
+    }
+
+    /// Declares the hole before the buffered bytes lost (see [`Reassembler::hole_acked`]) and
+    /// delivers what follows it.
+    pub fn skip_acked_hole(&mut self, consumer: &mut dyn StreamConsumer, report: &mut PushReport) {
+        self.skip_to_first_pending(GapReason::Lost, consumer, report);
+        self.check_fin();
     }
 
     /// A SYN fixes the initial sequence number: data starts at `isn + 1`.
@@ -105,6 +126,17 @@ impl Reassembler {
         }
         if !payload.is_empty() {
             self.accept(start, payload, consumer, report);
+        }
+        // A FIN after a segment the capture cut short: the cut bytes are a gap up to it.
+        if let (Some(cut), Some(fin_at)) = (self.cut_at, self.fin_at)
+            && cut == self.offset
+            && fin_at > cut
+        {
+            self.cut_at = None;
+            let len = fin_at - cut;
+            consumer.on_gap(len);
+            report.gaps.push((GapReason::Snaplen, len));
+            self.advance(len);
         }
         self.check_fin();
     }
@@ -318,6 +350,38 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hole_the_peer_acknowledged_is_declared_lost_at_once() {
+        let mut r = Reassembler::new(1 << 20);
+        r.on_syn(99);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        r.push(100, b"ab", false, &mut c, &mut rep);
+        r.push(110, b"XY", false, &mut c, &mut rep);
+        assert!(
+            !r.hole_acked(105),
+            "the peer has not acknowledged past the hole"
+        );
+        assert!(r.hole_acked(112));
+        r.skip_acked_hole(&mut c, &mut rep);
+        assert_eq!(c.bytes, b"ab????????XY");
+        assert_eq!(rep.gaps, vec![(GapReason::Lost, 8)]);
+        assert!(!r.hole_acked(200));
+    }
+
+    #[test]
+    fn a_fin_after_a_cut_segment_finishes_the_stream_behind_a_gap() {
+        let mut r = Reassembler::new(1 << 20);
+        r.on_syn(99);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        r.push_cut(100, b"abcd", false, &mut c, &mut rep);
+        assert!(!r.acks_undelivered(200), "a cut stream cannot catch up");
+        r.push(110, b"", true, &mut c, &mut rep);
+        assert!(r.is_finished());
+        assert_eq!(rep.gaps, vec![(GapReason::Snaplen, 6)]);
+    }
 
     #[test]
     fn acknowledgements_beyond_the_delivered_bytes_are_seen() {

@@ -216,8 +216,8 @@ impl<D: Detector> Tracker<D> {
         while let Some(Reverse((deadline, _, _))) = self.resumption_deadlines.peek()
             && *deadline <= now
         {
-            if let Some(Reverse((_, key, id))) = self.resumption_deadlines.pop() {
-                self.give_up_resumption(&key, &id, now, true, out);
+            if let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
+                self.give_up_resumption(&key, &id, Some(deadline), now, true, out);
             }
         }
     }
@@ -226,18 +226,21 @@ impl<D: Detector> Tracker<D> {
     /// the capture, which concludes nothing: their exchanges are reported, without alerts.
     pub fn finish(&mut self, now: Timestamp, out: &mut Vec<Output>) {
         // Soonest first, so the reports come in a fixed order.
-        while let Some(Reverse((_, key, id))) = self.resumption_deadlines.pop() {
-            self.give_up_resumption(&key, &id, now, false, out);
+        while let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
+            self.give_up_resumption(&key, &id, Some(deadline), now, false, out);
         }
     }
 
     /// The request `id` of session `key` waited for a resumed stream in vain (`alert`: the
     /// wait is over, so an empty result alerts now) or can no longer tell (capture end,
     /// eviction): its exchange is reported unanswered.
+    /// `deadline`: only the wait with that deadline (a later wait for a reused id keeps its
+    /// own); `None`: whichever waits.
     fn give_up_resumption(
         &mut self,
         key: &SessionKey,
         id: &Id,
+        deadline: Option<Timestamp>,
         now: Timestamp,
         alert: bool,
         out: &mut Vec<Output>,
@@ -245,7 +248,11 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.get_mut(key) else {
             return;
         };
-        let Some(at) = s.resuming.iter().position(|r| &r.id == id) else {
+        let Some(at) = s
+            .resuming
+            .iter()
+            .position(|r| &r.id == id && deadline.is_none_or(|d| d == r.deadline))
+        else {
             return;
         };
         let r = s.resuming.swap_remove(at);
@@ -462,6 +469,10 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         ex.stream.items = ex.stream.items.saturating_add(1);
+        if let SseItem::NoData { id: Some(_) } = &item {
+            // `id:` alone sets the stream's last event id too: it may be resumed from there.
+            ex.stream.event_id_seen = true;
+        }
         let SseItem::Event(event) = item else { return };
         ex.stream.event_id_seen |= event.id.is_some();
         if event.retry.is_some() {
@@ -800,7 +811,7 @@ impl<D: Detector> Tracker<D> {
             .map(|s| s.resuming.iter().map(|r| r.id.clone()).collect())
             .unwrap_or_default();
         for id in waiting {
-            self.give_up_resumption(key, &id, ts, reason != EndReason::Evicted, out);
+            self.give_up_resumption(key, &id, None, ts, reason != EndReason::Evicted, out);
         }
         let Some(s) = self.sessions.remove(key) else {
             return;
@@ -900,10 +911,12 @@ impl<D: Detector> Tracker<D> {
                         .unwrap_or(i64::MAX)
                         .saturating_mul(1_000_000)
                 });
-                let wait = self
-                    .limits
-                    .resumption_window_ns
-                    .max(retry.saturating_add(5_000_000_000));
+                // A server's `retry` stretches the wait, within reason.
+                let wait = self.limits.resumption_window_ns.max(
+                    retry
+                        .saturating_add(5_000_000_000)
+                        .min(MAX_RESUMPTION_WAIT_NS),
+                );
                 let deadline = Timestamp(ts.0.saturating_add(wait));
                 s.resuming.push(Resuming {
                     id: r.id.clone(),
@@ -942,6 +955,9 @@ impl<D: Detector> Drop for Tracker<D> {
             .republish_session_bytes(self.published_lineage_bytes, 0);
     }
 }
+
+/// Longest a server's `retry` may stretch the wait for a resumed stream.
+const MAX_RESUMPTION_WAIT_NS: i64 = 600 * 1_000_000_000;
 
 /// Requests of one session waiting for a resumed stream at once; beyond, an empty result
 /// concludes at once.

@@ -89,7 +89,12 @@ impl Requests {
             if let Some(index) = self.open.as_mut()
                 && let Some(queue) = index.get_mut(&r.id)
             {
-                queue.retain(|i| *i != at);
+                // Answers come for the first open request of an id: O(1) then.
+                if queue.front() == Some(&at) {
+                    queue.pop_front();
+                } else {
+                    queue.retain(|i| *i != at);
+                }
                 if queue.is_empty() {
                     index.remove(&r.id);
                 }

@@ -363,9 +363,8 @@ fn empty_stream_reasons_and_unfinished_streams() {
         "s1",
         vec![
             SseItem::Comment,
-            SseItem::NoData {
-                id: Some("1".into()),
-            },
+            // No id: nothing to resume from, so it concludes at once.
+            SseItem::NoData { id: None },
         ],
         BodyEnd::Complete,
     );
