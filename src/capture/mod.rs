@@ -317,17 +317,26 @@ fn read_inputs(
         files.push(FileReader::open(input, limits)?);
     }
     let mut cuts = vec![CutCount::default(); files.len()];
+    let single = files.len() == 1;
+    // One file: its cut packets are counted here, on the one per-packet call.
+    let mut single_cuts = CutCount::default();
     let mut deliver = |p: RawPacket<'_>| {
         summary.packets += 1;
         summary.bytes += p.data.len() as u64;
+        if single {
+            single_cuts.note(&p);
+        }
         on_packet(p);
     };
-    let result = if files.len() == 1 {
-        read_single(&mut files, &mut cuts, &mut deliver)
+    let result = if single {
+        read_single(&mut files, &mut deliver)
     } else {
         read_merged(&mut files, &mut cuts, &mut deliver)
     };
     result?;
+    if let Some(first) = cuts.first_mut().filter(|_| single) {
+        *first = single_cuts;
+    }
     for (file, cut) in files.iter().zip(&cuts) {
         file.report(&mut summary);
         if cut.packets > 0 {
@@ -343,15 +352,10 @@ fn read_inputs(
 
 fn read_single(
     files: &mut [FileReader],
-    cuts: &mut [CutCount],
     deliver: &mut dyn FnMut(RawPacket<'_>),
 ) -> Result<(), CaptureError> {
-    for (file, cut) in files.iter_mut().zip(cuts) {
-        let mut counted = |p: RawPacket<'_>| {
-            cut.note(&p);
-            deliver(p)
-        };
-        while file.next_packet(&mut counted)? {}
+    for file in files {
+        while file.next_packet(deliver)? {}
     }
     Ok(())
 }

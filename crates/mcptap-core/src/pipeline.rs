@@ -597,9 +597,16 @@ impl Pipeline {
     #[inline]
     fn sweep_if_due(&mut self, out: &mut Vec<Output>) {
         if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
-            self.last_sweep = self.now;
-            self.sweep(out);
+            self.sweep_now(out);
         }
+    }
+
+    /// Out of line: once a second of packet time, while its check runs on every packet.
+    #[cold]
+    #[inline(never)]
+    fn sweep_now(&mut self, out: &mut Vec<Output>) {
+        self.last_sweep = self.now;
+        self.sweep(out);
     }
 
     #[inline]
