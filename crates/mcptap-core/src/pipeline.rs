@@ -540,6 +540,9 @@ impl Pipeline {
         self.stats.packets += 1;
         self.stats.bytes += frame.len() as u64;
         self.observe_time(ts, out);
+        // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
+        // flow stamped hours ahead would never time out.
+        let ts = ts.min(self.now);
         match decode::decode(linktype, frame) {
             Decoded::Tcp(seg) => {
                 self.stats.truncated_segments += u64::from(seg.truncated);
@@ -832,6 +835,9 @@ impl Pipeline {
         out: &mut Vec<Output>,
     ) {
         self.observe_time(ts, out);
+        // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
+        // flow stamped hours ahead would never time out.
+        let ts = ts.min(self.now);
         let key = FlowKey::of(client, server);
         let client_half = usize::from(client != key.0);
         let server_half = 1 - client_half;

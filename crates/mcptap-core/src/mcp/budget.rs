@@ -22,6 +22,19 @@ fn session_cost<D>(sid: &str, s: &Session<D>) -> usize {
         + sid.len()
         + s.client_info.len()
         + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
+        + s.resuming.iter().map(resuming_cost).sum::<usize>()
+}
+
+/// A request waiting for its resumed stream: the entry, its exchange event and its strings.
+fn resuming_cost(r: &super::session::Resuming) -> usize {
+    let e = &r.exchange;
+    std::mem::size_of::<super::session::Resuming>()
+        + std::mem::size_of::<crate::model::Exchange>()
+        + 256
+        + r.id.0.len()
+        + e.method.len()
+        + e.tool.as_ref().map_or(0, String::len)
+        + e.session_id.as_ref().map_or(0, String::len)
 }
 
 /// Tracked sessions with their charged bytes. The caps apply to the totals in `usage`, which

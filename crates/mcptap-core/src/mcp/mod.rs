@@ -926,6 +926,7 @@ impl<D: Detector> Tracker<D> {
                 });
                 self.resumption_deadlines
                     .push(Reverse((deadline, key.clone(), r.id.clone())));
+                self.recharge(key, ts, out);
                 continue;
             }
             out.push(Output::Event(Event::Exchange(exchange)));
