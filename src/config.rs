@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+/// Longest a metrics connection may wait (a day): beyond, the timer would overflow.
+const MAX_METRICS_TIMEOUT_SECS: u64 = 86_400;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -165,11 +168,17 @@ impl Config {
                 self.metrics.max_connections
             ));
         }
-        if self.metrics.header_timeout_secs == 0 || self.metrics.idle_timeout_secs == 0 {
-            return Err(
-                "metrics.header_timeout_secs and metrics.idle_timeout_secs must be at least 1"
-                    .into(),
-            );
+        let timeouts = [
+            self.metrics.header_timeout_secs,
+            self.metrics.idle_timeout_secs,
+        ];
+        if timeouts
+            .iter()
+            .any(|t| !(1..=MAX_METRICS_TIMEOUT_SECS).contains(t))
+        {
+            return Err(format!(
+                "metrics.header_timeout_secs and metrics.idle_timeout_secs must be between 1 and {MAX_METRICS_TIMEOUT_SECS}"
+            ));
         }
         if self.capture.read_timeout_ms == 0 {
             return Err("capture.read_timeout_ms must be at least 1".into());

@@ -207,10 +207,6 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.young.is_empty() && self.old.is_empty()
-    }
-
     fn len(&self) -> usize {
         self.young.len() + self.old.len()
     }
@@ -328,30 +324,30 @@ impl ServerDirectory {
         if flags.syn {
             let server = if flags.ack { src } else { dst };
             self.learned.insert(server, ());
-            if !self.pinned.is_empty() {
-                // A new connection on the 5-tuple: its server is known now.
+            // A new connection on the 5-tuple: its server is decided for its lifetime.
+            self.pinned.insert(flow, server);
+            return server;
+        }
+        // Once decided, a flow keeps its server (and so its worker) whatever is learned or
+        // evicted later; its pin goes with the connection's end.
+        if let Some(server) = self.pinned.get(&flow) {
+            if flags.fin || flags.rst {
                 self.pinned.remove(&flow);
             }
             return server;
         }
-        if !self.pinned.is_empty()
-            && let Some(server) = self.pinned.get(&flow)
-        {
-            return server;
-        }
-        match (
+        let server = match (
             self.learned.get(&dst).is_some(),
             self.learned.get(&src).is_some(),
         ) {
             (true, false) => dst,
             (false, true) => src,
-            (true, true) => lower_port(src, dst),
-            (false, false) => {
-                let server = lower_port(src, dst);
-                self.pinned.insert(flow, server);
-                server
-            }
+            (true, true) | (false, false) => lower_port(src, dst),
+        };
+        if !(flags.fin || flags.rst) {
+            self.pinned.insert(flow, server);
         }
+        server
     }
 
     pub fn stats(&self) -> DirectoryStats {
@@ -463,6 +459,8 @@ pub fn spawn(
                             let full = batch.packets.len() >= BATCH_PACKETS
                                 || batch.data.len() >= BATCH_BYTES;
                             if full && !send(tx, batch, linktype) {
+                                // A worker is gone: the capture cannot go on whole.
+                                health.failed.store(true, Ordering::SeqCst);
                                 break 'capture;
                             }
                         }
@@ -476,6 +474,7 @@ pub fn spawn(
                 }
                 for (batch, tx) in batches.iter_mut().zip(&workers) {
                     if !batch.packets.is_empty() && !send(tx, batch, linktype) {
+                        health.failed.store(true, Ordering::SeqCst);
                         break 'capture;
                     }
                 }
@@ -622,9 +621,9 @@ mod tests {
         let client2 = addr(([10, 0, 0, 3], 40000));
         assert_eq!(d.server_of(client2, server, syn), server);
         assert_eq!(d.server_of(client2, server, ack), server);
-        // ...but the flow under way keeps its worker.
+        // ...but the flow under way keeps its worker (every flow is pinned once decided).
         assert_eq!(d.server_of(client, server, ack), client);
-        assert_eq!(d.stats().pinned, 1);
+        assert_eq!(d.stats().pinned, 2);
         // Until that 5-tuple starts a new connection.
         assert_eq!(d.server_of(client, server, syn), server);
         assert_eq!(d.server_of(server, client, ack), server);

@@ -70,6 +70,8 @@ fn method_label(method: &str) -> &str {
 struct ServerLabels {
     names: HashMap<SocketAddr, String>,
     seen: HashMap<SocketAddr, String>,
+    /// Distinct labels handed out (names count once however many endpoints share them).
+    labels: usize,
     max: usize,
 }
 
@@ -417,6 +419,7 @@ impl Metrics {
             servers: Mutex::new(ServerLabels {
                 names: labels.server_names,
                 seen: HashMap::new(),
+                labels: 0,
                 max: labels.max_servers.max(1),
             }),
             registry: r,
@@ -469,12 +472,15 @@ impl Metrics {
         if let Some(l) = s.seen.get(&addr) {
             return l.clone();
         }
-        let distinct: BTreeSet<&String> = s.seen.values().collect();
         let label = match s.names.get(&addr) {
             Some(name) => name.clone(),
-            None if distinct.len() < s.max => addr.to_string(),
-            None => "other".to_string(),
+            None if s.labels < s.max => addr.to_string(),
+            // Past the cap nothing is remembered: a flood of endpoints costs no memory here.
+            None => return "other".to_string(),
         };
+        if !s.seen.values().any(|l| *l == label) {
+            s.labels += 1;
+        }
         s.seen.insert(addr, label.clone());
         drop(s);
         for kind in AlertKind::ALL {

@@ -188,7 +188,10 @@ impl Stage {
             Stage::Zlib(d) => INFLATE_MEMORY + d.get_ref().buf.capacity(),
             Stage::Raw(d) => INFLATE_MEMORY + d.get_ref().buf.capacity(),
             Stage::Br(d, window) => window + d.get_ref().buf.capacity(),
-            Stage::Zstd(d, window) => window + d.get_ref().buf.capacity(),
+            // A later frame may declare a larger window than the first: charge the cap.
+            Stage::Zstd(d, window) => {
+                (*window).max(1usize << ZSTD_WINDOW_LOG_MAX) + d.get_ref().buf.capacity()
+            }
         }
     }
 

@@ -790,7 +790,13 @@ impl Connection {
             parser.head_buf.extend_from_slice(&data[..take]);
             (&parser.head_buf[..], carried)
         };
-        let parsed = parse_head(buf, &self.interest);
+        // A head that spans segments is parsed again only once its end may have arrived, so a
+        // head sent a byte at a time costs linear, not quadratic, time.
+        let parsed = if carried > 0 && !holds_head_end(buf.get(carried.saturating_sub(3)..)) {
+            HeadParse::Partial
+        } else {
+            parse_head(buf, &self.interest)
+        };
         match parsed {
             HeadParse::Partial => {
                 let parser = &mut self.halves[half];
@@ -799,10 +805,27 @@ impl Connection {
                 }
                 if parser.head_buf.len() > limits.max_head_bytes {
                     out.push(HttpEvent::Error(HttpError::HeadTooLarge));
+                    let response = parser.head_buf.starts_with(b"HTTP/");
                     parser.head_buf.clear();
                     // HTTP-shaped, only too big: keep looking for the next message.
                     parser.seen_http = true;
                     parser.state = State::Resync;
+                    if response {
+                        // The skipped response answers the oldest pending request.
+                        if let Some((exchange, _)) = self.pending.pop_front() {
+                            out.push(HttpEvent::Abandoned {
+                                exchange,
+                                reason: AbandonReason::Desync,
+                            });
+                        }
+                    } else {
+                        // The skipped request still gets a response: queue a stand-in that
+                        // keeps nothing, so the responses after it pair as they should.
+                        self.client_half.get_or_insert(half);
+                        let exchange = self.next_exchange;
+                        self.next_exchange += 1;
+                        self.pending.push_back((exchange, RequestHead::default()));
+                    }
                 } else {
                     parser.state = State::Head;
                 }
@@ -1243,6 +1266,11 @@ impl Connection {
                 out.push(HttpEvent::ResponseJson { exchange: ex, body })
             }
             Sink::Sse(mut parser) => {
+                if parser.overflows() > 0 && complete {
+                    // An event over the size cap was dropped (it may have been the answer):
+                    // the stream cannot count as one that ended empty.
+                    end = BodyEnd::Aborted;
+                }
                 parser.recycle();
                 self.spare_sse = Some(parser);
             }
@@ -1769,7 +1797,9 @@ fn decide_framing(
             facts.note(HttpError::UnknownTransferCoding);
         }
         let chunked = te.iter().filter(|c| *c == Coding::Chunked).count();
-        let final_chunked = chunked == 1 && te.last() == Some(Coding::Chunked) && !te.overflow;
+        // RFC 9112 §6.3: the final coding decides; chunked applied twice is a sender's error
+        // that peers (hyper) still decode as one chunked body.
+        let final_chunked = chunked >= 1 && te.last() == Some(Coding::Chunked) && !te.overflow;
         if final_chunked {
             let mut rest = CodingList::default();
             for c in te
@@ -1803,6 +1833,15 @@ fn decide_framing(
         Length::Absent if request => Ok(Framing::None),
         Length::Absent => Ok(Framing::UntilClose),
     }
+}
+
+/// Whether `bytes` hold the empty line that ends a head (`\n\n` or `\n\r\n`).
+fn holds_head_end(bytes: Option<&[u8]>) -> bool {
+    let bytes = bytes.unwrap_or_default();
+    memchr::memchr_iter(b'\n', bytes).any(|at| {
+        matches!(bytes.get(at + 1), Some(b'\n'))
+            || (bytes.get(at + 1) == Some(&b'\r') && bytes.get(at + 2) == Some(&b'\n'))
+    })
 }
 
 /// What a connection whose first bytes are not HTTP/1.1 carries, as far as they tell.
