@@ -338,6 +338,9 @@ fn zstd_window(prefix: &[u8]) -> Result<usize, UndecodableReason> {
     Ok((base + (base / 8) * usize::from(wd & 7)).min(max))
 }
 
+/// Most output the decoders may flush when a body ends (what they buffered internally).
+const FINISH_OUTPUT: usize = 1 << 20;
+
 /// The decoders of one body, in decoding order (the reverse of the order applied).
 #[derive(Debug)]
 pub struct BodyDecoder {
@@ -419,7 +422,17 @@ impl BodyDecoder {
             .saturating_mul(MAX_RATIO)
             .max(RATIO_GRACE)
             .saturating_sub(self.output);
-        let limit = usize::try_from(allowed).unwrap_or(usize::MAX);
+        // Per slice too: a bomb after a stretch of honest input must not decode into one huge
+        // uncharged buffer before the ratio over the whole body catches up.
+        let step = if finish {
+            FINISH_OUTPUT
+        } else {
+            piece
+                .len()
+                .saturating_mul(usize::try_from(MAX_RATIO).unwrap_or(usize::MAX))
+                .saturating_add(64 << 10)
+        };
+        let limit = usize::try_from(allowed).unwrap_or(usize::MAX).min(step);
         let mut carry: Vec<u8> = Vec::new();
         let mut first = true;
         for stage in &mut self.stages {
