@@ -1055,6 +1055,20 @@ impl SizeError {
     }
 }
 
+/// The shortest well-formed block of pcapng type `kind` (header, fixed fields, trailer): a
+/// resynchronisation candidate shorter than that is payload bytes that happen to match.
+fn pcapng_min_len(kind: u32) -> usize {
+    match kind {
+        0x0000_0001 => 20, // interface description
+        0x0000_0006 => 32, // enhanced packet
+        0x0000_0003 => 16, // simple packet
+        0x0000_0002 => 32, // obsolete packet
+        0x0000_0005 => 28, // interface statistics
+        0x0000_0004 => 16, // name resolution
+        _ => 12,
+    }
+}
+
 fn u32_at(data: &[u8], at: usize, big_endian: bool) -> Option<u32> {
     let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
     Some(if big_endian {
@@ -1212,12 +1226,12 @@ impl State {
                         _ => return Candidate::No,
                     }
                 } else {
-                    let known = u32_at(data, 0, ng.big_endian)
-                        .is_some_and(|t| PCAPNG_KNOWN_BLOCKS.contains(&t));
-                    if !known {
+                    let Some(kind) =
+                        u32_at(data, 0, ng.big_endian).filter(|t| PCAPNG_KNOWN_BLOCKS.contains(t))
+                    else {
                         return Candidate::No;
-                    }
-                    (ng.big_endian, 12)
+                    };
+                    (ng.big_endian, pcapng_min_len(kind))
                 };
                 let Some(len) = u32_at(data, 4, big_endian).map(|l| l as usize) else {
                     return Candidate::No;
