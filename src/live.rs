@@ -239,7 +239,7 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
 /// Learned server endpoints kept per generation (the directory holds at most twice as many).
 pub const LEARNED_SERVERS: usize = 4096;
 /// Flows first seen midstream, with no known server, kept per generation.
-pub const PINNED_FLOWS: usize = 65_536;
+pub const PINNED_FLOWS: usize = 16_384;
 
 /// What a [`ServerDirectory`] holds and has evicted, for the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

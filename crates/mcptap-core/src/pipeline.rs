@@ -351,6 +351,12 @@ impl StreamConsumer for HttpFeed<'_> {
     }
 }
 
+/// What a pipeline costs beyond what it tracks: the free pages its thread's allocator keeps
+/// after evictions, and its tables' spare capacity. Measured with four workers sharing one
+/// budget under the flood (scripts/flood.sh --worker-threads 4): each worker's heap kept
+/// 5–10 MiB more than its live data. A 32nd of the budget, at most this.
+const PIPELINE_SLACK: usize = 8 << 20;
+
 /// Longest a segment waits for the bytes of the other direction it acknowledges: skew
 /// between merged taps is milliseconds; beyond this the bytes were lost, not delayed.
 const MAX_HOLD_NS: i64 = 1_000_000_000;
@@ -391,6 +397,8 @@ pub struct Pipeline {
     published_flow_bytes: usize,
     /// A removed flow's held segments are being replayed (see [`Pipeline::fit_budget`]).
     replaying_held: bool,
+    /// Charged for what the pipeline costs beyond what it tracks (see [`PIPELINE_SLACK`]).
+    slack: usize,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -433,13 +441,17 @@ impl Pipeline {
             usage,
             published_flow_bytes: 0,
             replaying_held: false,
+            slack: (limits.memory_budget_bytes / 32).min(PIPELINE_SLACK),
             eviction_queue: VecDeque::new(),
         }
     }
 
     /// Flow overhead and buffers held by this pipeline.
     fn flow_bytes(&self) -> usize {
-        self.flows.len() * FLOW_OVERHEAD + self.buffered + self.tracker.exchange_bytes()
+        self.slack
+            + self.flows.len() * FLOW_OVERHEAD
+            + self.buffered
+            + self.tracker.exchange_bytes()
     }
 
     /// Everything charged against the memory budget, all pipelines sharing the usage
