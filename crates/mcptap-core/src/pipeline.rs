@@ -352,9 +352,9 @@ impl StreamConsumer for HttpFeed<'_> {
 }
 
 /// What a pipeline costs beyond what it tracks: the free pages its thread's allocator keeps
-/// after evictions, and its tables' spare capacity. Measured with four workers sharing one
-/// budget under the flood (scripts/flood.sh --worker-threads 4): each worker's heap kept
-/// 5–10 MiB more than its live data. A 32nd of the budget, at most this.
+/// after evictions, and its tables' spare capacity (measured under the flood with four
+/// workers sharing one budget: 5-10 MiB each). A 32nd of the budget, at most this, charged to
+/// the session share.
 const PIPELINE_SLACK: usize = 8 << 20;
 
 /// Longest a segment waits for the bytes of the other direction it acknowledges: skew
@@ -427,6 +427,9 @@ impl Pipeline {
             max_session_bytes: session_budget(&limits).min(limits.session.max_session_bytes),
             ..limits.session
         };
+        // Charged to the session share: sessions then give way first, flows keep their room.
+        let slack = (limits.memory_budget_bytes / 32).min(PIPELINE_SLACK);
+        usage.republish_session_bytes(0, slack);
         Pipeline {
             limits,
             flows: HashMap::default(),
@@ -441,17 +444,14 @@ impl Pipeline {
             usage,
             published_flow_bytes: 0,
             replaying_held: false,
-            slack: (limits.memory_budget_bytes / 32).min(PIPELINE_SLACK),
+            slack,
             eviction_queue: VecDeque::new(),
         }
     }
 
     /// Flow overhead and buffers held by this pipeline.
     fn flow_bytes(&self) -> usize {
-        self.slack
-            + self.flows.len() * FLOW_OVERHEAD
-            + self.buffered
-            + self.tracker.exchange_bytes()
+        self.flows.len() * FLOW_OVERHEAD + self.buffered + self.tracker.exchange_bytes()
     }
 
     /// Everything charged against the memory budget, all pipelines sharing the usage
@@ -1105,6 +1105,7 @@ impl Drop for Pipeline {
         self.usage.sub_flows(self.flows.len());
         self.usage
             .republish_flow_bytes(self.published_flow_bytes, 0);
+        self.usage.republish_session_bytes(self.slack, 0);
     }
 }
 
