@@ -1,6 +1,8 @@
 //! `mcptap run` and `mcptap check-config` as an operator meets them: one clear line per error,
 //! a clean stop on SIGTERM. Tests that need to open a capture run only as root (CI is root).
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -287,24 +289,7 @@ fn worker_path_gives_the_events_of_one_pipeline() {
             .collect();
         want.sort();
         for threads in [1, 2, 4] {
-            let events = dir.path().join(format!("{name}.{threads}.ndjson"));
-            let events = events.to_str().expect("utf-8 path");
-            let r = mcptap::daemon::replay_through_workers(
-                std::slice::from_ref(&path),
-                Limits::default(),
-                Default::default(),
-                threads,
-                &[],
-                Some(events),
-            )
-            .expect("worker replay");
-            assert!(r.read.truncations.is_empty());
-            let mut got: Vec<String> = std::fs::read_to_string(events)
-                .expect("events")
-                .lines()
-                .map(str::to_string)
-                .collect();
-            got.sort();
+            let got = common::events_of_workers(&path, threads, &[], dir.path());
             assert_eq!(got, want, "{name} with {threads} workers");
         }
     }

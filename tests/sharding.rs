@@ -3,8 +3,7 @@
 //! on ports above their clients', equal ports, servers on 64000 with clients on 1024, flows
 //! first seen midstream, configured servers.
 
-use std::net::SocketAddr;
-use std::path::Path;
+mod common;
 
 use mcptap_core::model::Output;
 use mcptap_core::pipeline::Limits;
@@ -187,34 +186,6 @@ fn alerts(events: &[String]) -> usize {
         .count()
 }
 
-fn events_of_workers(
-    path: &str,
-    threads: usize,
-    servers: &[SocketAddr],
-    dir: &Path,
-) -> Vec<String> {
-    let out = dir.join(format!("w{threads}.ndjson"));
-    let out = out.to_str().expect("utf-8");
-    let _ = std::fs::remove_file(out);
-    let r = mcptap::daemon::replay_through_workers(
-        &[path.to_string()],
-        Limits::default(),
-        Default::default(),
-        threads,
-        servers,
-        Some(out),
-    )
-    .expect("worker replay");
-    assert!(r.read.truncations.is_empty());
-    let mut v: Vec<String> = std::fs::read_to_string(out)
-        .expect("events")
-        .lines()
-        .map(str::to_string)
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn workers_equal_one_pipeline_for_every_port_layout() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -232,7 +203,7 @@ fn workers_equal_one_pipeline_for_every_port_layout() {
                 Vec::new()
             };
             for threads in [1, 2, 4] {
-                let got = events_of_workers(path, threads, &servers, dir.path());
+                let got = common::events_of_workers(path, threads, &servers, dir.path());
                 assert_eq!(
                     got, want,
                     "{} (configured: {configured}) with {threads} workers",
@@ -254,7 +225,7 @@ fn the_incident_on_port_64000_alerts_with_two_workers() {
     let path = dir.path().join("incident-64000.pcap");
     std::fs::write(&path, pcap_bytes(Link::default().linktype(), &frames_)).expect("write");
     let path = path.to_str().expect("utf-8");
-    let got = events_of_workers(path, 2, &[], dir.path());
+    let got = common::events_of_workers(path, 2, &[], dir.path());
     let kinds: Vec<&String> = got
         .iter()
         .filter(|e| e.contains(r#""event":"alert""#))

@@ -41,3 +41,33 @@ pub fn read_segments_observing(
     .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     (segments, stats)
 }
+
+/// The events of `path` replayed through the daemon's worker path with `threads` workers (and
+/// `servers` configured), one NDJSON line each, sorted: workers emit in no fixed order.
+pub fn events_of_workers(
+    path: &str,
+    threads: usize,
+    servers: &[std::net::SocketAddr],
+    dir: &Path,
+) -> Vec<String> {
+    let out = dir.join(format!("w{threads}.ndjson"));
+    let out = out.to_str().expect("utf-8");
+    let _ = std::fs::remove_file(out);
+    let r = mcptap::daemon::replay_through_workers(
+        &[path.to_string()],
+        mcptap_core::pipeline::Limits::default(),
+        Default::default(),
+        threads,
+        servers,
+        Some(out),
+    )
+    .expect("worker replay");
+    assert!(r.read.truncations.is_empty());
+    let mut v: Vec<String> = std::fs::read_to_string(out)
+        .expect("events")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}

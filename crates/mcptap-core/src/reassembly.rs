@@ -133,10 +133,7 @@ impl Reassembler {
             && fin_at > cut
         {
             self.cut_at = None;
-            let len = fin_at - cut;
-            consumer.on_gap(len);
-            report.gaps.push((GapReason::Snaplen, len));
-            self.advance(len);
+            self.declare_gap(fin_at - cut, GapReason::Snaplen, consumer, report);
         }
         self.check_fin();
     }
@@ -177,10 +174,7 @@ impl Reassembler {
             && start > cut as i64
         {
             self.cut_at = None;
-            let len = start as u64 - cut;
-            consumer.on_gap(len);
-            report.gaps.push((GapReason::Snaplen, len));
-            self.advance(len);
+            self.declare_gap(start as u64 - cut, GapReason::Snaplen, consumer, report);
             self.drain(consumer, report);
         }
         let end = start + payload.len() as i64;
@@ -215,6 +209,20 @@ impl Reassembler {
         }
         consumer.on_data(data);
         self.advance(data.len() as u64);
+    }
+
+    /// `len` bytes at the current offset will never be seen: tell the consumer, count them,
+    /// and move past them.
+    fn declare_gap(
+        &mut self,
+        len: u64,
+        reason: GapReason,
+        consumer: &mut dyn StreamConsumer,
+        report: &mut PushReport,
+    ) {
+        consumer.on_gap(len);
+        report.gaps.push((reason, len));
+        self.advance(len);
     }
 
     fn advance(&mut self, n: u64) {
@@ -301,10 +309,7 @@ impl Reassembler {
         if let Some((&start, _)) = self.pending.first_key_value()
             && start > self.offset
         {
-            let len = start - self.offset;
-            consumer.on_gap(len);
-            report.gaps.push((reason, len));
-            self.advance(len);
+            self.declare_gap(start - self.offset, reason, consumer, report);
         }
         self.drain(consumer, report);
     }
@@ -338,10 +343,7 @@ impl Reassembler {
         if let Some(fin_at) = self.fin_at
             && fin_at > self.offset
         {
-            let len = fin_at - self.offset;
-            consumer.on_gap(len);
-            report.gaps.push((reason, len));
-            self.advance(len);
+            self.declare_gap(fin_at - self.offset, reason, consumer, report);
         }
         self.finished = self.fin_at.is_some();
     }
