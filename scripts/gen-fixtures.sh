@@ -182,6 +182,11 @@ while read -r name port _; do
   fi
 done < <("$PY" "$SRC/scenarios.py" --list)
 
+# Era fixtures (modern 2026-07-28, legacy stateless, HTTP+SSE 2024-11-05).
+# -- python-sdk-2x fixtures --
+# -- rmcp and typescript stateless fixtures --
+# -- era scenarios --
+
 # Size limits: fixtures live in git.
 total=0
 for f in "$OUT"/*.pcap; do
