@@ -82,7 +82,8 @@ start_capture() { # name port
   : > "$log" # exists before tcpdump's redirect opens it, for the grep below
   # --immediate-mode: without it libpcap's ring buffer holds packets back and a
   # short run can end up with an empty pcap when tcpdump is stopped.
-  tcpdump -i lo -U --immediate-mode -s 0 "${ZFLAG[@]}" -w "$WORK/$name.pcap" "tcp port $port" 2>"$log" &
+  # -B: with -s 0 each packet takes a large slot; the default 2 MiB buffer drops bursts.
+  tcpdump -i lo -U --immediate-mode -s 0 -B 16384 "${ZFLAG[@]}" -w "$WORK/$name.pcap" "tcp port $port" 2>"$log" &
   TCPDUMP_PID=$!
   # Ready once it has said "listening on" (the filter is attached by then).
   for _ in $(seq 100); do
@@ -184,8 +185,69 @@ done < <("$PY" "$SRC/scenarios.py" --list)
 
 # Era fixtures (modern 2026-07-28, legacy stateless, HTTP+SSE 2024-11-05).
 # -- python-sdk-2x fixtures --
+# mcp 2.3.0 (the dual-era 2.x SDK) gets its own venv, .venv-fixtures-v2, made like
+# .venv-fixtures by scripts/venv.sh (idempotent, pip only when requirements-v2.txt changed);
+# mcp 1.30.0 ($PY) serves the legacy end of the fallback and the HTTP+SSE pair.
+if want_fixture modern_py_auto || want_fixture modern_py_json || want_fixture dual_era_fallback_py; then
+  if ! grep -qsE '^/?\.venv-fixtures-v2/?$' "$ROOT/.gitignore"; then
+    if [ -s "$ROOT/.gitignore" ] && [ -n "$(tail -c1 "$ROOT/.gitignore")" ]; then
+      echo >> "$ROOT/.gitignore"
+    fi
+    echo '/.venv-fixtures-v2/' >> "$ROOT/.gitignore"
+  fi
+  PY2="$(PYTHON="$PYTHON" "$ROOT/scripts/venv.sh" scripts/fixtures/requirements-v2.txt .venv-fixtures-v2)" \
+    || die "venv setup failed (.venv-fixtures-v2)"
+fi
+want_fixture modern_py_auto && record modern_py_auto 18141 "$PY2" "$SRC/sdk2_pair.py" modern --mode auto --port 18141
+want_fixture modern_py_json && record modern_py_json 18142 "$PY2" "$SRC/sdk2_pair.py" modern --mode json --port 18142
+want_fixture dual_era_fallback_py && record dual_era_fallback_py 18143 \
+  "$PY2" "$SRC/sdk2_pair.py" fallback --port 18143 --legacy-python "$PY"
+want_fixture http_sse_py && record http_sse_py 18144 "$PY" "$SRC/sse_pair.py" --port 18144
 # -- rmcp and typescript stateless fixtures --
+# rmcp pair (official Rust SDK, rmcp =3.11.0, locked in scripts/fixtures/rmcp_pair/Cargo.lock):
+# a standalone Cargo project (empty [workspace]) built into the git-ignored venv folder.
+RMCP_TARGET="$VENV/rmcp-target"
+if want_fixture rmcp_modern || want_fixture rmcp_stateless; then
+  if command -v cargo >/dev/null; then
+    (cd "$SRC/rmcp_pair" && CARGO_TARGET_DIR="$RMCP_TARGET" timeout 900 cargo build --release --locked -q) \
+      || die "rmcp_pair build failed"
+    if want_fixture rmcp_modern; then
+      record rmcp_modern 18151 "$RMCP_TARGET/release/rmcp_pair" --mode modern --port 18151
+    fi
+    if want_fixture rmcp_stateless; then
+      record rmcp_stateless 18152 "$RMCP_TARGET/release/rmcp_pair" --mode stateless --port 18152
+    fi
+  else
+    echo "gen-fixtures: cargo not found, skipping rmcp_modern.pcap and rmcp_stateless.pcap" >&2
+  fi
+fi
+# TypeScript SDK stateless Streamable HTTP (SSE / JSON answers) and deprecated HTTP+SSE.
+if [ "$HAVE_TS" = 1 ]; then
+  if want_fixture ts_stateless_sse; then
+    record ts_stateless_sse 18153 node "$SRC/ts_stateless_pair.mjs" --mode sse --port 18153 --node-modules "$NODE_DIR"
+  fi
+  if want_fixture ts_stateless_json; then
+    record ts_stateless_json 18154 node "$SRC/ts_stateless_pair.mjs" --mode json --port 18154 --node-modules "$NODE_DIR"
+  fi
+  if want_fixture ts_http_sse; then
+    record ts_http_sse 18155 node "$SRC/ts_stateless_pair.mjs" --mode http-sse --port 18155 --node-modules "$NODE_DIR"
+  fi
+fi
 # -- era scenarios --
+# modern_scenarios.py: scripted 2026-07-28 scenarios (stdlib only, no install
+# step); names and ports come from the script itself.
+while read -r name port _; do
+  want_fixture "$name" || continue
+  record "$name" "$port" "$PY" "$SRC/modern_scenarios.py" "$name" --port "$port"
+done < <("$PY" "$SRC/modern_scenarios.py" --list)
+# legacy_scenarios.py: legacy 2025-11-25 scenarios (stateless servers, server-to-client
+# requests, X-Forwarded-For behind a proxy) and the HTTP+SSE 2024-11-05 transport; stdlib
+# only, no install step. Names and recorded ports come from the script itself
+# (forwarded_client records the proxy->upstream leg; its clients use PORT+2, not recorded).
+while read -r name port _; do
+  want_fixture "$name" || continue
+  record "$name" "$port" "$PY" "$SRC/legacy_scenarios.py" "$name" --port "$port"
+done < <("$PY" "$SRC/legacy_scenarios.py" --list)
 
 # Size limits: fixtures live in git.
 total=0

@@ -3,6 +3,10 @@
 # installed, then print the venv's python path on stdout (all other output goes to stderr).
 #
 #   PY="$(scripts/venv.sh)"
+#   PY2="$(scripts/venv.sh scripts/fixtures/requirements-v2.txt .venv-fixtures-v2)"
+#
+# Optional arguments: a requirements file and a venv folder (relative paths are taken from the
+# repo root); without them: scripts/fixtures/requirements.txt into .venv-fixtures.
 #
 # Idempotent: the venv is created with `python3 -m venv` only if missing, and pip runs only when
 # requirements.txt changed since the last successful install (a sha256 stamp in the venv) or the
@@ -13,11 +17,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-REQ="$ROOT/scripts/fixtures/requirements.txt"
-VENV="$ROOT/.venv-fixtures"
+REQ="${1:-scripts/fixtures/requirements.txt}"
+VENV="${2:-.venv-fixtures}"
+case "$REQ" in /*) ;; *) REQ="$ROOT/$REQ" ;; esac
+case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
 PYTHON="${PYTHON:-python3}"
 
 die() { echo "venv: $*" >&2; exit 1; }
+
+[ -f "$REQ" ] || die "no requirements file $REQ"
 
 command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "need Python >= 3.10 for mcp"

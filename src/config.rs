@@ -2,6 +2,7 @@
 
 use mcptap_core::detect::Detectors;
 use mcptap_core::limits::Limits;
+use mcptap_core::mcp::identity::IdentitySettings;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,6 +20,9 @@ pub struct Config {
     pub limits: Limits,
     /// `[detect]`: detector settings, the core's own type (`mcptap_core::detect::Detectors`).
     pub detect: Detectors,
+    /// `[identity]`: trusted proxies whose Forwarded / X-Forwarded-For headers name the client
+    /// (the core's own type, `mcptap_core::mcp::identity::IdentitySettings`).
+    pub identity: IdentitySettings,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,

@@ -9,9 +9,10 @@ use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
-use mcptap_core::detect::Detectors;
+use mcptap_core::mcp::identity::Identities;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
+use mcptap_core::pipeline::Analysis;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
 use mcptap_core::usage::SharedUsage;
 use std::io::Write;
@@ -152,7 +153,7 @@ impl Worker {
 /// What every pipeline worker of a process shares.
 struct WorkerPool {
     limits: Limits,
-    detectors: Detectors,
+    analysis: Analysis,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
     reopen: Arc<AtomicBool>,
@@ -175,7 +176,7 @@ impl WorkerPool {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(self.queue_batches);
             senders.push(tx);
             let worker = Worker {
-                pipeline: Pipeline::configured(self.limits, self.detectors, usage.clone()),
+                pipeline: Pipeline::configured(self.limits, self.analysis.clone(), usage.clone()),
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),
                 summary: Summary::default(),
@@ -223,7 +224,7 @@ pub struct WorkerReplay {
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
-    detectors: Detectors,
+    analysis: Analysis,
     threads: usize,
     servers: &[SocketAddr],
     events: Option<&str>,
@@ -243,7 +244,7 @@ pub fn replay_through_workers(
         Arc::new(Metrics::new(LabelConfig::default()).map_err(|e| format!("metrics: {e}"))?);
     let pool = WorkerPool {
         limits,
-        detectors,
+        analysis,
         sinks,
         metrics,
         reopen: Arc::new(AtomicBool::new(false)),
@@ -375,7 +376,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let started = Instant::now();
     let pool = WorkerPool {
         limits: cfg.limits,
-        detectors: cfg.detect,
+        analysis: Analysis {
+            detectors: cfg.detect,
+            identities: Identities::new(cfg.server_names(), &cfg.identity),
+        },
         sinks: sinks.clone(),
         metrics: metrics.clone(),
         reopen: reopen.clone(),

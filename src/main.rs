@@ -77,6 +77,10 @@ enum Command {
         /// gives `run`.
         #[arg(long = "worker-server", hide = true, value_name = "IP:PORT")]
         worker_servers: Vec<std::net::SocketAddr>,
+        /// A proxy whose Forwarded / X-Forwarded-For headers name the client (repeatable;
+        /// an address or address/prefix), as `identity.trusted_proxies`.
+        #[arg(long = "trusted-proxy", value_name = "CIDR")]
+        trusted_proxies: Vec<mcptap_core::mcp::identity::Cidr>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -262,9 +266,16 @@ fn main() -> ExitCode {
             worker_threads,
             errors_decide_mode,
             worker_servers,
+            trusted_proxies,
             limits,
         } => {
-            let detectors = Detectors { errors_decide_mode };
+            let detectors = mcptap_core::pipeline::Analysis {
+                detectors: Detectors { errors_decide_mode },
+                identities: mcptap_core::mcp::identity::Identities::new(
+                    Default::default(),
+                    &mcptap_core::mcp::identity::IdentitySettings { trusted_proxies },
+                ),
+            };
             init_logging(
                 format.unwrap_or(config::LogFormat::Text),
                 cli.log_level.as_deref().unwrap_or("info"),
@@ -358,7 +369,7 @@ fn replay(
     events: Option<&str>,
     fail_on_alert: bool,
     limits: Limits,
-    detectors: Detectors,
+    detectors: mcptap_core::pipeline::Analysis,
 ) -> ExitCode {
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
@@ -418,7 +429,7 @@ fn replay_through_workers(
     files: &[String],
     events: Option<&str>,
     fail_on_alert: bool,
-    (limits, detectors): (Limits, Detectors),
+    (limits, detectors): (Limits, mcptap_core::pipeline::Analysis),
     threads: usize,
     servers: &[std::net::SocketAddr],
 ) -> ExitCode {
@@ -497,6 +508,7 @@ mod tests {
     const REPLAY_FLAG_OF_KEY: &[(&str, &str)] = &[
         ("events.file", "events"),
         ("detect.errors_decide_mode", "errors-decide-mode"),
+        ("identity.trusted_proxies", "trusted-proxy"),
         ("log.format", "log-format"),
         ("log.level", "log-level"),
     ];

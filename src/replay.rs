@@ -1,10 +1,9 @@
 //! Replay adapter: capture files in, pipeline outputs to a callback.
 
 use crate::capture::{self, CaptureError, ReadSummary};
-use mcptap_core::detect::Detectors;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
-use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
+use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
 
 /// What a replay produced besides the outputs themselves.
 #[derive(Debug)]
@@ -18,10 +17,10 @@ pub struct ReplayReport {
 pub fn replay(
     paths: &[String],
     limits: Limits,
-    detectors: Detectors,
+    analysis: Analysis,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
-    let mut pipeline = Pipeline::configured(limits, detectors, Default::default());
+    let mut pipeline = Pipeline::configured(limits, analysis, Default::default());
     let mut outputs = Vec::new();
     let read = capture::read_captures(paths, &mut |pkt| {
         pipeline.handle_packet(
@@ -52,8 +51,17 @@ pub fn replay_collect(
     paths: &[String],
     limits: Limits,
 ) -> Result<(Vec<Output>, ReplayReport), CaptureError> {
+    replay_collect_with(paths, limits, Analysis::default())
+}
+
+/// [`replay_collect`] with detector settings and identities.
+pub fn replay_collect_with(
+    paths: &[String],
+    limits: Limits,
+    analysis: Analysis,
+) -> Result<(Vec<Output>, ReplayReport), CaptureError> {
     let mut all = Vec::new();
-    let report = replay(paths, limits, Detectors::default(), &mut |o| {
+    let report = replay(paths, limits, analysis, &mut |o| {
         all.push(o.clone())
     })?;
     Ok((all, report))

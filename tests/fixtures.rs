@@ -5,15 +5,29 @@
 //! The tests after it check details of single fixtures that the table does not state.
 
 use mcptap_core::model::{Output, Telemetry};
-use mcptap_core::pipeline::Limits;
+use mcptap_core::mcp::identity::{Identities, IdentitySettings};
+use mcptap_core::pipeline::{Analysis, Limits};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// Events (as JSON) and the number of HTTP responses a fixture's replay produces.
 fn replay(fixture: &str) -> (Vec<Value>, usize) {
+    replay_trusting(fixture, &[])
+}
+
+/// As [`replay`], with `trusted` proxies (addresses or address/prefix) for client identities.
+fn replay_trusting(fixture: &str, trusted: &[String]) -> (Vec<Value>, usize) {
     let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
-    let (outputs, report) = mcptap::replay::replay_collect(&[path], Limits::default())
-        .unwrap_or_else(|e| panic!("{fixture}: {e}"));
+    let settings = IdentitySettings {
+        trusted_proxies: trusted.iter().map(|t| t.parse().expect("cidr")).collect(),
+    };
+    let analysis = Analysis {
+        detectors: Default::default(),
+        identities: Identities::new(Default::default(), &settings),
+    };
+    let (outputs, report) =
+        mcptap::replay::replay_collect_with(&[path], Limits::default(), analysis)
+            .unwrap_or_else(|e| panic!("{fixture}: {e}"));
     assert!(report.read.truncations.is_empty(), "{fixture}: truncated");
     let mut responses = 0;
     let events = outputs
@@ -44,7 +58,40 @@ fn diff_of(client_removed: &Value, client_added: &Value, removed: &Value, added:
 
 /// Checks one fixture against its entry in expected.json.
 fn check_expected(fixture: &str, want: &Value) {
-    let (evs, responses) = replay(fixture);
+    let trusted: Vec<String> = want
+        .get("trusted_proxies")
+        .map(strings)
+        .unwrap_or_default();
+    let (evs, responses) = replay_trusting(fixture, &trusted);
+    if let Some(eras) = want.get("eras") {
+        // Every exchange's era, as a set.
+        let got: BTreeSet<String> = of(&evs, "exchange")
+            .iter()
+            .filter_map(|e| e["era"].as_str().map(str::to_string))
+            .collect();
+        let want_eras: BTreeSet<String> = strings(eras).into_iter().collect();
+        assert_eq!(got, want_eras, "{fixture}: eras");
+    }
+    if let Some(sources) = want.get("handshake_sources") {
+        let mut got = serde_json::Map::new();
+        for h in of(&evs, "handshake") {
+            let s = h["source"].as_str().unwrap_or("?").to_string();
+            let n = got.get(&s).and_then(Value::as_u64).unwrap_or(0);
+            got.insert(s, Value::from(n + 1));
+        }
+        assert_eq!(&Value::Object(got), sources, "{fixture}: handshake sources");
+    }
+    if let Some(n) = want.get("lineages_count") {
+        let lineages: BTreeSet<String> = evs
+            .iter()
+            .filter(|e| e["session_id"].is_null())
+            .filter_map(|e| e["lineage_id"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(Some(lineages.len() as u64), n.as_u64(), "{fixture}: lineages");
+    }
+    for e in &evs {
+        assert_eq!(e["v"], 2, "{fixture}: schema version on {e}");
+    }
     let port = want["port"].as_u64().expect("port");
     for e in &evs {
         let server = e["server"].as_str().unwrap_or_default();
@@ -56,7 +103,11 @@ fn check_expected(fixture: &str, want: &Value) {
     let handshakes = of(&evs, "handshake");
     // Sessions in the order of their first handshake.
     let mut sessions: Vec<String> = Vec::new();
-    for id in handshakes.iter().filter_map(|h| h["session_id"].as_str()) {
+    for id in handshakes
+        .iter()
+        .filter(|h| h["source"] == "initialize")
+        .filter_map(|h| h["session_id"].as_str())
+    {
         if !sessions.iter().any(|s| s == id) {
             sessions.push(id.to_string());
         }
@@ -109,6 +160,7 @@ fn check_expected(fixture: &str, want: &Value) {
         let same: Vec<&&Value> = alerts
             .iter()
             .filter(|g| g["session_id"] == a["session_id"] && g["kind"] == a["kind"])
+            .filter(|g| a.get("lineage_id").is_none_or(|l| &g["lineage_id"] == l))
             .collect();
         let count = a["count"].as_u64().unwrap_or(1) as usize;
         assert_eq!(same.len(), count, "{fixture}: {a}");
@@ -133,7 +185,28 @@ fn check_expected(fixture: &str, want: &Value) {
             Some("empty_tool_result") => {
                 assert!(a["reasons"].is_array(), "{fixture}: {a} needs reasons")
             }
+            Some("client_capability_narrowing") => {
+                assert_eq!(first["method"], a["method"], "{fixture}");
+                assert_eq!(first["removed"], a["removed"], "{fixture}");
+            }
+            Some("protocol_downgrade") => {
+                assert_eq!(first["reason"], a["reason"], "{fixture}");
+                let before: Vec<Value> = first["before"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|b| serde_json::json!([b["http_status"], b["content_type"]]))
+                    .collect();
+                assert_eq!(Value::Array(before), a["before"], "{fixture}: {first}");
+                assert_eq!(first["removed_versions"], a["removed_versions"], "{fixture}");
+            }
+            Some("header_mismatch") => {
+                assert_eq!(first["header"], a["header"], "{fixture}: {first}");
+            }
             other => panic!("{fixture}: expected.json names an unknown alert kind {other:?}"),
+        }
+        if let Some(era) = a.get("era") {
+            assert_eq!(&first["era"], era, "{fixture}: {a}");
         }
         if let Some(also) = a.get("also") {
             assert_eq!(&first["also"], also, "{fixture}: {a}");

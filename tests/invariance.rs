@@ -373,6 +373,13 @@ fn normalise(v: &Variant, events: &[Value], map_back: bool) -> Vec<Value> {
                     }
                 }
             }
+            // A lineage id hashes the client's address: another address, another id.
+            if v.ipv6
+                && let Some(l) = obj.get_mut("lineage_id")
+                && !l.is_null()
+            {
+                *l = Value::from("mapped");
+            }
             e
         })
         .collect()

@@ -57,6 +57,33 @@ pub fn log_event(ev: &Event) {
                     "{} id={} expected {} observed {} ({:?})",
                     d.method, d.request_id, d.expected, d.observed, d.reason
                 ),
+                AlertKind::ClientCapabilityNarrowing(c) => format!(
+                    "client declared less for {} than at first: removed {:?} (declaration {})",
+                    c.method, c.removed, c.declaration_seq
+                ),
+                AlertKind::ProtocolDowngrade(d) => format!(
+                    "{}: before {:?}; removed versions {:?}",
+                    d.reason.as_str(),
+                    d.before
+                        .iter()
+                        .map(|b| format!(
+                            "{} {} {}",
+                            b.method,
+                            b.http_status,
+                            b.content_type.as_deref().unwrap_or(b.media_type)
+                        ))
+                        .collect::<Vec<_>>(),
+                    d.removed_versions
+                ),
+                AlertKind::HeaderMismatch(m) => format!(
+                    "{} {:?} disagrees with the body {:?} ({} id={}), answered {}",
+                    m.header_name,
+                    m.header_value,
+                    m.body_value,
+                    m.method,
+                    m.request_id,
+                    m.http_status
+                ),
                 AlertKind::EmptyToolResult(e) => format!(
                     "tools/call id={} tool={} stream ended ({:?}) without a response: {}",
                     e.request_id,
@@ -69,7 +96,9 @@ pub fn log_event(ev: &Event) {
                 target: "mcptap::alert",
                 ts = %a.ts.rfc3339(),
                 kind = a.kind.as_str(),
+                era = a.era.as_str(),
                 session_id = a.session_id.as_deref().unwrap_or("-"),
+                lineage_id = a.lineage_id.as_deref().unwrap_or("-"),
                 server = %a.server,
                 client = %a.client,
                 "{detail}"

@@ -6,7 +6,9 @@
 
 use mcptap_core::mcp::caps::scope;
 use mcptap_core::model::Output;
-use mcptap_core::model::{AbandonReason, AlertKind, Event, FramingAnomaly, HttpError, Telemetry};
+use mcptap_core::model::{
+    AbandonReason, AlertKind, Era, Event, FramingAnomaly, HandshakeSource, HttpError, Telemetry,
+};
 use mcptap_core::pipeline::PacketStats;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -123,6 +125,10 @@ pub struct Metrics {
     lineage_losses: IntCounterVec,
     empty_tool_results: IntCounterVec,
     empty_tool_content: IntCounterVec,
+    header_mismatches: IntCounterVec,
+    declarations_repeated: IntCounterVec,
+    client_capability_losses: IntCounterVec,
+    input_required_abandoned: IntCounterVec,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
@@ -351,14 +357,14 @@ impl Metrics {
             handshakes: counter_vec(
                 &r,
                 "mcptap_handshakes_total",
-                "initialize handshakes, by outcome and kind.",
-                &["server", "outcome", "kind"],
+                "Handshakes and declarations, by outcome, kind (initial, reinitialize: initialize; declaration: a modern request's _meta capability set first seen; discover: a server/discover result first seen or changed) and era.",
+                &["server", "outcome", "kind", "era"],
             )?,
             requests: counter_vec(
                 &r,
                 "mcptap_requests_total",
-                "JSON-RPC requests, by method.",
-                &["server", "method"],
+                "JSON-RPC requests, by method and era.",
+                &["server", "method", "era"],
             )?,
             responses: counter_vec(
                 &r,
@@ -375,8 +381,8 @@ impl Metrics {
             alerts: counter_vec(
                 &r,
                 "mcptap_alerts_total",
-                "Alerts raised, by kind.",
-                &["server", "kind"],
+                "Alerts raised, by kind and era.",
+                &["server", "kind", "era"],
             )?,
             capability_changes: counter_vec(
                 &r,
@@ -406,6 +412,30 @@ impl Metrics {
                 &r,
                 "mcptap_empty_tool_content_total",
                 "tools/call results with empty content and no structuredContent.",
+                &["server"],
+            )?,
+            header_mismatches: counter_vec(
+                &r,
+                "mcptap_header_mismatches_total",
+                "Modern requests whose Mcp-Method, Mcp-Name, MCP-Protocol-Version or Mcp-Param-* header disagreed with the body, whether or not the server rejected them.",
+                &["server", "header"],
+            )?,
+            declarations_repeated: counter_vec(
+                &r,
+                "mcptap_declarations_repeated_total",
+                "Capability sets (modern _meta, server/discover) declared again: counted, not logged.",
+                &["server"],
+            )?,
+            client_capability_losses: counter_vec(
+                &r,
+                "mcptap_client_capability_losses_total",
+                "Modern declarations that lost capability paths against the method's first declaration (alerted or not).",
+                &["server"],
+            )?,
+            input_required_abandoned: counter_vec(
+                &r,
+                "mcptap_input_required_abandoned_total",
+                "InputRequiredResults their lineage did not retry within the lineage window.",
                 &["server"],
             )?,
             request_duration,
@@ -484,7 +514,9 @@ impl Metrics {
         s.seen.insert(addr, label.clone());
         drop(s);
         for kind in AlertKind::ALL {
-            self.alerts.with_label_values(&[&label, kind]);
+            for era in Era::ALL {
+                self.alerts.with_label_values(&[&label, kind, era.as_str()]);
+            }
         }
         for reason in ["no_events", "only_priming", "only_notifications"] {
             self.empty_tool_results.with_label_values(&[&label, reason]);
@@ -495,7 +527,8 @@ impl Metrics {
             ("rejected", "initial"),
             ("rejected", "reinitialize"),
         ] {
-            self.handshakes.with_label_values(&[&label, outcome, kind]);
+            self.handshakes
+                .with_label_values(&[&label, outcome, kind, Era::Legacy.as_str()]);
         }
         label
     }
@@ -555,9 +588,14 @@ impl Metrics {
         let server = self.server(ev.server());
         match ev {
             Event::Handshake(h) => {
-                let kind = if h.seq > 1 { "reinitialize" } else { "initial" };
+                let kind = match h.source {
+                    HandshakeSource::Initialize if h.seq > 1 => "reinitialize",
+                    HandshakeSource::Initialize => "initial",
+                    HandshakeSource::RequestMeta => "declaration",
+                    HandshakeSource::Discover => "discover",
+                };
                 self.handshakes
-                    .with_label_values(&[&server, h.outcome.as_str(), kind])
+                    .with_label_values(&[&server, h.outcome.as_str(), kind, h.era.as_str()])
                     .inc();
                 if let Some(diff) = &h.diff {
                     for (side, d) in [("client", &diff.client), ("server", &diff.server)] {
@@ -585,7 +623,7 @@ impl Metrics {
             }
             Event::Alert(a) => {
                 self.alerts
-                    .with_label_values(&[&server, a.kind.as_str()])
+                    .with_label_values(&[&server, a.kind.as_str(), a.era.as_str()])
                     .inc();
                 if let AlertKind::EmptyToolResult(e) = &a.kind {
                     self.empty_tool_results
@@ -612,6 +650,8 @@ impl Metrics {
                         .observe(x.duration_ms / 1000.0);
                 }
             }
+            // A lineage's state dropped is no session.
+            Event::SessionEnd(s) if s.session_id.is_none() => {}
             Event::SessionEnd(s) => {
                 self.sessions_ended
                     .with_label_values(&[&server, s.reason.as_str()])
@@ -655,10 +695,38 @@ impl Metrics {
                     .with_label_values(&[server.as_str(), &status])
                     .inc();
             }
-            Telemetry::Request { server, method } => {
+            Telemetry::Request {
+                server,
+                method,
+                era,
+            } => {
                 let server = self.server(*server);
                 self.requests
-                    .with_label_values(&[&server, method_label(method)])
+                    .with_label_values(&[&server, method_label(method), era.as_str()])
+                    .inc();
+            }
+            Telemetry::HeaderMismatch { server, header } => {
+                let server = self.server(*server);
+                self.header_mismatches
+                    .with_label_values(&[server.as_str(), header.as_str()])
+                    .inc();
+            }
+            Telemetry::DeclarationRepeated { server } => {
+                let server = self.server(*server);
+                self.declarations_repeated
+                    .with_label_values(&[server.as_str()])
+                    .inc();
+            }
+            Telemetry::ClientCapabilityLoss { server } => {
+                let server = self.server(*server);
+                self.client_capability_losses
+                    .with_label_values(&[server.as_str()])
+                    .inc();
+            }
+            Telemetry::InputRequiredAbandoned { server } => {
+                let server = self.server(*server);
+                self.input_required_abandoned
+                    .with_label_values(&[server.as_str()])
                     .inc();
             }
             Telemetry::SessionStarted { server, midstream } => {
@@ -738,14 +806,14 @@ mod tests {
         let text = m.render();
         assert!(
             text.contains(
-                r#"mcptap_alerts_total{kind="capability_narrowing",server="127.0.0.1:18111"} 1"#
+                r#"mcptap_alerts_total{era="legacy",kind="capability_narrowing",server="127.0.0.1:18111"} 1"#
             ),
             "{text}"
         );
         assert!(text.contains(
-            r#"mcptap_alerts_total{kind="empty_tool_result",server="127.0.0.1:18111"} 0"#
+            r#"mcptap_alerts_total{era="legacy",kind="empty_tool_result",server="127.0.0.1:18111"} 0"#
         ));
-        assert!(text.contains(r#"mcptap_handshakes_total{kind="reinitialize",outcome="accepted",server="127.0.0.1:18111"} 1"#));
+        assert!(text.contains(r#"mcptap_handshakes_total{era="legacy",kind="reinitialize",outcome="accepted",server="127.0.0.1:18111"} 1"#));
         assert!(
             text.contains(
                 r#"mcptap_tool_calls_total{media_type="json",server="127.0.0.1:18111"} 2"#
@@ -803,13 +871,14 @@ mod tests {
         let m = metrics(2);
         for port in 1..=5u16 {
             m.observe(&Output::Telemetry(Telemetry::Request {
+                era: mcptap_core::model::Era::Legacy,
                 server: SocketAddr::from(([10, 0, 0, 1], port)),
                 method: "x/unknown".into(),
             }));
         }
         let text = m.render();
         assert!(
-            text.contains(r#"mcptap_requests_total{method="other",server="other"} 3"#),
+            text.contains(r#"mcptap_requests_total{era="legacy",method="other",server="other"} 3"#),
             "{text}"
         );
     }

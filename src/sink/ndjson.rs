@@ -87,6 +87,8 @@ mod tests {
     fn one_object_per_line_with_event_ts_and_session_id() {
         let mut w = NdjsonWriter::new(Vec::new());
         let ev = Event::SessionEnd(SessionEnd {
+            v: Default::default(),
+            lineage_id: None,
             ts: Timestamp(1_700_000_000_123_456_789),
             session_id: Some("s1".into()),
             server: "127.0.0.1:8080".parse().unwrap(),

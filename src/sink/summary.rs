@@ -226,6 +226,8 @@ mod tests {
         }
         let end = |reason| {
             Output::Event(Event::SessionEnd(SessionEnd {
+                v: Default::default(),
+                lineage_id: None,
                 ts: Timestamp(0),
                 session_id: Some("s".into()),
                 server: "10.0.0.1:8080".parse().unwrap(),

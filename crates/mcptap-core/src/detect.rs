@@ -6,9 +6,13 @@
 //! a [`ModeTracker`], stored in the session.
 
 use crate::mcp::transactions::{AnswerShape, StreamContent};
-use crate::mcp::{AnswerReview, Detector, HandshakeReview, HandshakeVerdict, UnansweredReview};
+use crate::mcp::{
+    AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
+    HandshakeVerdict, MismatchReview, UnansweredReview,
+};
 use crate::model::{
-    AlertKind, CapabilityChange, Divergence, DivergenceReason, EmptyReason, EmptyResult,
+    AlertKind, CapabilityChange, ClientNarrowing, Divergence, DivergenceReason, Downgrade,
+    DowngradeReason, EmptyReason, EmptyResult, Mismatch, PathDiff,
 };
 
 /// mcptap's detectors: capability narrowing and widening, content-type divergence, empty tool
@@ -74,6 +78,81 @@ impl Detector for Detectors {
             reason: f.reason,
             also: f.also,
         }))
+    }
+
+    fn declaration(&self, review: &DeclarationReview<'_>) -> Option<AlertKind> {
+        // A narrowed set counts once it is declared again (one request may be an outlier);
+        // a lineage alternating between sets is several conversations, not a narrowing.
+        if review.diff.removed.is_empty()
+            || !review.repeated
+            || review.multiplexed
+            || review.already_alerted
+        {
+            return None;
+        }
+        Some(AlertKind::ClientCapabilityNarrowing(ClientNarrowing {
+            method: review.method.to_string(),
+            declaration_seq: review.seq,
+            removed: review.diff.removed.clone(),
+            added: review.diff.added.clone(),
+            previous: review.previous.clone(),
+            current: review.current.clone(),
+        }))
+    }
+
+    fn discover(&self, review: &DiscoverReview<'_>) -> Vec<AlertKind> {
+        let mut alerts = Vec::new();
+        if !review.diff.removed.is_empty() && !review.paths_alerted {
+            alerts.push(AlertKind::CapabilityNarrowing(CapabilityChange::new(
+                review.seq,
+                review.diff,
+                &PathDiff::default(),
+                review.previous.clone(),
+                review.current.clone(),
+            )));
+        }
+        if !review.removed_versions.is_empty() && !review.versions_alerted {
+            alerts.push(AlertKind::ProtocolDowngrade(Downgrade {
+                reason: DowngradeReason::SupportedVersionsShrank,
+                before: Vec::new(),
+                requested_version: None,
+                removed_versions: review.removed_versions.to_vec(),
+                supported_versions: review.supported_versions.to_vec(),
+            }));
+        }
+        alerts
+    }
+
+    fn downgrade(&self, review: &DowngradeReview<'_>) -> Option<AlertKind> {
+        review.modern_ok.then(|| {
+            AlertKind::ProtocolDowngrade(Downgrade {
+                reason: DowngradeReason::InitializeAfterModern,
+                before: review.before.to_vec(),
+                requested_version: review.requested_version.map(str::to_string),
+                removed_versions: Vec::new(),
+                supported_versions: Vec::new(),
+            })
+        })
+    }
+
+    fn header_mismatch(&self, review: &MismatchReview<'_>) -> Option<AlertKind> {
+        // The server did its job when it refused (400, -32020); only an accepted mismatch
+        // means a component acted on the header while the server acted on the body.
+        let accepted = (200..300).contains(&review.http_status) && review.error_code.is_none();
+        let (first, rest) = review.findings.split_first()?;
+        accepted.then(|| {
+            AlertKind::HeaderMismatch(Mismatch {
+                header: first.header,
+                header_name: first.header_name.clone(),
+                header_value: first.header_value.clone(),
+                body_value: first.body_value.clone(),
+                method: review.method.to_string(),
+                tool: review.tool.map(str::to_string),
+                request_id: review.request_id.clone(),
+                http_status: review.http_status,
+                also: rest.iter().map(|f| f.header).collect(),
+            })
+        })
     }
 
     fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind> {

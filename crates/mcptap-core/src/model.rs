@@ -8,6 +8,47 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::net::SocketAddr;
 
+/// Defines a reason enum whose variants are metric label values (snake_case, fixed set).
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, for metrics that pre-register their label sets.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The metric label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 /// Packet time in nanoseconds since the Unix epoch. Never the wall clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub i64);
@@ -105,6 +146,79 @@ fn addr<S: Serializer>(a: &SocketAddr, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(std::str::from_utf8(buf.get(..len).unwrap_or_default()).unwrap_or_default())
 }
 
+/// The event schema version, `v` on every event. 1: events without `v` (before eras); 2: eras,
+/// lineages, `server/discover` and `_meta` declarations, three new alert kinds.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Serializes as [`SCHEMA_VERSION`]: the `v` field of every event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchemaVersion;
+
+impl Serialize for SchemaVersion {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(SCHEMA_VERSION)
+    }
+}
+
+label_enum! {
+    /// Which generation of MCP over HTTP an exchange belongs to.
+    Era {
+        /// Per-request `_meta` declarations, no session (2026-07-28 and later).
+        Modern => "modern",
+        /// Streamable HTTP with `initialize` (2025-03-26 to 2025-11-25), with or without a
+        /// session id.
+        Legacy => "legacy",
+        /// The deprecated HTTP+SSE transport (2024-11-05): a GET stream and its POST endpoint.
+        HttpSse => "http+sse",
+    }
+}
+
+label_enum! {
+    /// What a `handshake` event reports.
+    HandshakeSource {
+        /// An `initialize` exchange (legacy, HTTP+SSE).
+        Initialize => "initialize",
+        /// A capability set a modern request declared in `params._meta`, first seen.
+        RequestMeta => "request_meta",
+        /// A `server/discover` result, first seen or changed.
+        Discover => "discover",
+    }
+}
+
+label_enum! {
+    /// Which direction a JSON-RPC request went.
+    Direction {
+        ClientToServer => "client_to_server",
+        /// A server's request (`roots/list`, `sampling/createMessage`, `elicitation/create`)
+        /// on an SSE stream, answered by a client POST (legacy revisions).
+        ServerToClient => "server_to_client",
+    }
+}
+
+label_enum! {
+    /// A request header that mirrors a body field (2026-07-28) and disagreed with it.
+    MismatchHeader {
+        McpMethod => "mcp-method",
+        McpName => "mcp-name",
+        McpProtocolVersion => "mcp-protocol-version",
+        McpParam => "mcp-param",
+    }
+}
+
+label_enum! {
+    /// Why a `protocol_downgrade` alert fired.
+    DowngradeReason {
+        /// A lineage that had a 2xx modern answer from a server sent it `initialize`.
+        InitializeAfterModern => "initialize_after_modern",
+        /// A server's `server/discover` lost versions of its first `supportedVersions`.
+        SupportedVersionsShrank => "supported_versions_shrank",
+    }
+}
+
+fn is_client_to_server(d: &Direction) -> bool {
+    *d == Direction::ClientToServer
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
@@ -162,6 +276,7 @@ impl Outcome {
 /// One `initialize` exchange, first or later, with everything negotiated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Handshake {
+    pub v: SchemaVersion,
     pub ts: Timestamp,
     pub session_id: Option<String>,
     /// 1 for the session's first handshake, then 2, 3, ...
@@ -189,10 +304,21 @@ pub struct Handshake {
     /// Lineage: the rejected, expired or deleted session this client came from.
     pub predecessor_session_id: Option<String>,
     pub lineage: Option<HandshakeDiff>,
+    pub era: Era,
+    pub source: HandshakeSource,
+    /// The client lineage (server, client and its name and version), a stable short hash.
+    pub lineage_id: Option<String>,
+    /// `request_meta`: the request's method (capabilities are declared per request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// `discover`: the server's `supportedVersions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supported_versions: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
+    pub v: SchemaVersion,
     pub ts: Timestamp,
     pub session_id: Option<String>,
     #[serde(serialize_with = "addr")]
@@ -204,6 +330,9 @@ pub struct Alert {
     /// How the exchange the alert is about was framed: `lenient` when its HTTP framing needed
     /// leniency a strict peer (Node's llhttp) rejects, so that peer saw a transport error.
     pub framing: FramingMode,
+    pub era: Era,
+    pub protocol_version: Option<String>,
+    pub lineage_id: Option<String>,
 }
 
 /// Whether an exchange's HTTP framing was strictly conformant (RFC 9112) or needed leniency
@@ -235,6 +364,9 @@ pub enum AlertKind {
     CapabilityWidening(CapabilityChange),
     ContentTypeDivergence(Divergence),
     EmptyToolResult(EmptyResult),
+    ClientCapabilityNarrowing(ClientNarrowing),
+    ProtocolDowngrade(Downgrade),
+    HeaderMismatch(Mismatch),
 }
 
 impl AlertKind {
@@ -244,15 +376,78 @@ impl AlertKind {
             AlertKind::CapabilityWidening(_) => "capability_widening",
             AlertKind::ContentTypeDivergence(_) => "content_type_divergence",
             AlertKind::EmptyToolResult(_) => "empty_tool_result",
+            AlertKind::ClientCapabilityNarrowing(_) => "client_capability_narrowing",
+            AlertKind::ProtocolDowngrade(_) => "protocol_downgrade",
+            AlertKind::HeaderMismatch(_) => "header_mismatch",
         }
     }
 
-    pub const ALL: [&'static str; 4] = [
+    pub const ALL: [&'static str; 7] = [
         "capability_narrowing",
         "capability_widening",
         "content_type_divergence",
         "empty_tool_result",
+        "client_capability_narrowing",
+        "protocol_downgrade",
+        "header_mismatch",
     ];
+}
+
+/// A modern client's declared capabilities for one method lost paths against that method's
+/// first declaration, and the narrowed set was declared again.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClientNarrowing {
+    pub method: String,
+    /// The lineage's declaration (seq) that repeated the narrowed set.
+    pub declaration_seq: u32,
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
+    /// The method's first declared capabilities, and the narrowed ones.
+    pub previous: Value,
+    pub current: Value,
+}
+
+/// One answer a lineage saw before it went back to `initialize`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedAnswer {
+    pub method: String,
+    pub http_status: u16,
+    /// `json`, `sse`, `other` or `none`; `other` carries the media type in `content_type`.
+    pub media_type: &'static str,
+    pub content_type: Option<String>,
+    pub error_code: Option<i64>,
+}
+
+/// A client or server stepped back from the modern era.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Downgrade {
+    pub reason: DowngradeReason,
+    /// `initialize_after_modern`: the lineage's failing answers just before (oldest first).
+    pub before: Vec<FailedAnswer>,
+    /// `initialize_after_modern`: the version the `initialize` asked for.
+    pub requested_version: Option<String>,
+    /// `supported_versions_shrank`: versions lost against the first discover result.
+    pub removed_versions: Vec<String>,
+    pub supported_versions: Vec<String>,
+}
+
+/// A header that mirrors a body field disagreed with it, and the server accepted the request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mismatch {
+    pub header: MismatchHeader,
+    /// The header as sent (`Mcp-Param-Region`).
+    pub header_name: String,
+    /// The header's value, decoded from `=?base64?...?=`, at most 256 bytes.
+    pub header_value: Option<String>,
+    /// The body's value, at most 256 bytes (`null`: absent).
+    pub body_value: Option<String>,
+    pub method: String,
+    pub tool: Option<String>,
+    pub request_id: Value,
+    pub http_status: u16,
+    /// Further headers the same request mismatched on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<MismatchHeader>,
 }
 
 /// A re-initialize that changed the server's capabilities against the first accepted one.
@@ -351,6 +546,7 @@ pub enum StreamEnd {
 /// One JSON-RPC request and how it was answered.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Exchange {
+    pub v: SchemaVersion,
     /// Time of the request.
     pub ts: Timestamp,
     pub session_id: Option<String>,
@@ -380,6 +576,25 @@ pub struct Exchange {
     /// A header peers read differently (a differing duplicate Content-Type, Mcp-Session-Id,
     /// ...) was on the request or response: which answer a client saw depends on its parser.
     pub ambiguous: bool,
+    pub era: Era,
+    pub lineage_id: Option<String>,
+    /// `server_to_client` for a server's request answered by a client POST; absent otherwise.
+    #[serde(skip_serializing_if = "is_client_to_server")]
+    pub direction: Direction,
+    /// The answer was an `InputRequiredResult` (MRTR): what it asked for and whether the
+    /// lineage retried with `inputResponses` within the lineage window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_required: Option<InputRequired>,
+}
+
+/// An `InputRequiredResult` and its fate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InputRequired {
+    /// The methods of its `inputRequests` (`elicitation/create`, `sampling/createMessage`).
+    pub requests: Vec<String>,
+    /// `true`: retried within the window; `false`: not; `null`: undecided (capture end, or
+    /// the monitor dropped the lineage).
+    pub retried: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -404,6 +619,7 @@ impl EndReason {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionEnd {
+    pub v: SchemaVersion,
     pub ts: Timestamp,
     pub session_id: Option<String>,
     #[serde(serialize_with = "addr")]
@@ -412,41 +628,9 @@ pub struct SessionEnd {
     pub handshakes: u32,
     pub requests: u64,
     pub alerts: u32,
-}
-
-/// Defines a reason enum whose variants are metric label values (snake_case, fixed set).
-macro_rules! label_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal,)+ }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)+
-        }
-
-        impl $name {
-            /// Every value, for metrics that pre-register their label sets.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            /// The metric label value.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $label,)+
-                }
-            }
-        }
-
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                self.as_str()
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
+    /// A lineage's state was dropped (no session id): which lineage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lineage_id: Option<String>,
 }
 
 label_enum! {
@@ -550,6 +734,8 @@ label_enum! {
         Accept => "accept",
         McpSessionId => "mcp-session-id",
         McpProtocolVersion => "mcp-protocol-version",
+        McpMethod => "mcp-method",
+        McpName => "mcp-name",
         /// Another header the layer above asked HTTP to copy out.
         Other => "other",
     }
@@ -562,6 +748,10 @@ impl DuplicateHeader {
             DuplicateHeader::McpSessionId
         } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
             DuplicateHeader::McpProtocolVersion
+        } else if name.eq_ignore_ascii_case("mcp-method") {
+            DuplicateHeader::McpMethod
+        } else if name.eq_ignore_ascii_case("mcp-name") {
+            DuplicateHeader::McpName
         } else {
             DuplicateHeader::Other
         }
@@ -636,6 +826,16 @@ label_enum! {
         /// Records of ended sessions beyond their byte bound: the oldest are dropped, and a
         /// client returning after that is not linked to its predecessor.
         LineageRecords => "lineage_records",
+        /// More distinct methods or capability sets per lineage than tracked: later ones are
+        /// counted, not compared.
+        LineageDeclarations => "lineage_declarations",
+        /// More `x-mcp-header` tools or parameters per server than tracked.
+        ParamHeaders => "param_headers",
+        /// More HTTP+SSE endpoints announced than tracked at once.
+        SseEndpoints => "sse_endpoints",
+        /// More server requests awaiting the client's answer (or HTTP+SSE POSTs awaiting
+        /// theirs) per session than tracked.
+        ServerRequests => "server_requests",
     }
 }
 
@@ -670,6 +870,7 @@ pub enum Telemetry {
     Request {
         server: SocketAddr,
         method: String,
+        era: Era,
     },
     SessionStarted {
         server: SocketAddr,
@@ -714,6 +915,24 @@ pub enum Telemetry {
     /// A request HTTP will never pair with a response.
     ExchangeAbandoned {
         reason: AbandonReason,
+    },
+    /// A modern request's header disagreed with its body (counted whether or not the server
+    /// rejected it; the alert needs the server to accept).
+    HeaderMismatch {
+        server: SocketAddr,
+        header: MismatchHeader,
+    },
+    /// A capability set (modern `_meta`, `server/discover`) declared again: counted, not logged.
+    DeclarationRepeated {
+        server: SocketAddr,
+    },
+    /// A modern client declared fewer capabilities for a method than it first did.
+    ClientCapabilityLoss {
+        server: SocketAddr,
+    },
+    /// An `InputRequiredResult` its lineage never retried within the window.
+    InputRequiredAbandoned {
+        server: SocketAddr,
     },
 }
 

@@ -371,6 +371,22 @@ const JUMP_CONFIRMATIONS: u32 = 3;
 /// How often (in packet time) idle flows and sessions are swept.
 const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 
+/// How a pipeline analyses what it reads: the detector settings and who is who.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    pub detectors: Detectors,
+    pub identities: crate::mcp::identity::Identities,
+}
+
+impl From<Detectors> for Analysis {
+    fn from(detectors: Detectors) -> Self {
+        Analysis {
+            detectors,
+            identities: Default::default(),
+        }
+    }
+}
+
 /// The core's driver: packets ([`Pipeline::handle_packet`]) or HTTP messages
 /// ([`Pipeline::handle_http`]) with their timestamps in, [`Output`]s out. Time only advances
 /// with the timestamps given (and [`Pipeline::advance_time`]); call [`Pipeline::finish`] at the
@@ -420,9 +436,18 @@ impl Pipeline {
         Self::configured(limits, Detectors::default(), usage)
     }
 
-    /// A pipeline with explicit detector settings (the `[detect]` configuration), its limits
-    /// totals over `usage` as in [`Pipeline::with_usage`].
-    pub fn configured(limits: Limits, detectors: Detectors, usage: Arc<SharedUsage>) -> Self {
+    /// A pipeline with explicit detector settings (the `[detect]` configuration) and
+    /// identities (`[servers]`, `[identity]`), its limits totals over `usage` as in
+    /// [`Pipeline::with_usage`].
+    pub fn configured(
+        limits: Limits,
+        analysis: impl Into<Analysis>,
+        usage: Arc<SharedUsage>,
+    ) -> Self {
+        let Analysis {
+            detectors,
+            identities,
+        } = analysis.into();
         let session = SessionLimits {
             max_session_bytes: session_budget(&limits).min(limits.session.max_session_bytes),
             ..limits.session
@@ -434,7 +459,11 @@ impl Pipeline {
             limits,
             flows: HashMap::default(),
             next_flow_id: 0,
-            tracker: Tracker::with_usage(session, detectors, usage.clone()),
+            tracker: {
+                let mut t = Tracker::with_usage(session, detectors, usage.clone());
+                t.set_identities(identities);
+                t
+            },
             stats: PacketStats::default(),
             last_sweep: Timestamp(i64::MIN),
             now: Timestamp(i64::MIN),

@@ -25,7 +25,7 @@ use std::mem::MaybeUninit;
 pub use crate::limits::HttpLimits;
 
 /// Most headers a layer above can ask HTTP to copy out of a head (see [`Interest`]).
-pub const MAX_EXTRACTED_HEADERS: usize = 4;
+pub const MAX_EXTRACTED_HEADERS: usize = 8;
 
 /// Values of the headers an [`Interest`] names, by the index of the name in its list.
 pub type ExtractedHeaders = [Option<String>; MAX_EXTRACTED_HEADERS];
@@ -40,6 +40,9 @@ pub struct Interest {
     pub request_headers: &'static [&'static str],
     /// Response header names, as for requests, into [`ResponseHead::extracted`].
     pub response_headers: &'static [&'static str],
+    /// Request headers whose name starts with this prefix (case-insensitive; empty: none) are
+    /// copied into [`RequestHead::prefixed`], at most [`MAX_PREFIXED_HEADERS`] of them.
+    pub request_header_prefix: &'static str,
     /// Whether the exchange a request opens is kept.
     pub keeps: fn(&RequestHead) -> bool,
 }
@@ -50,6 +53,7 @@ impl Interest {
     pub const JSON_AND_SSE: Interest = Interest {
         request_headers: &[],
         response_headers: &[],
+        request_header_prefix: "",
         keeps: RequestHead::may_carry_json_or_sse,
     };
 }
@@ -66,6 +70,13 @@ pub struct RequestHead {
     /// The `Upgrade` header: what a `101 Switching Protocols` answer switches to.
     pub upgrade: Option<String>,
     pub extracted: ExtractedHeaders,
+    /// `X-Forwarded-For`, every occurrence joined with ", " in order (as RFC 9110 combines
+    /// repeated list fields), at most [`MAX_FORWARDED_BYTES`].
+    pub forwarded_for: Option<String>,
+    /// `Forwarded` (RFC 7239), combined as `forwarded_for`.
+    pub forwarded: Option<String>,
+    /// Headers named with [`Interest::request_header_prefix`]: (name as sent, value).
+    pub prefixed: Vec<(String, String)>,
     /// The head or body needed framing leniency a strict peer rejects (bare LF, ...).
     pub lenient: bool,
     /// A header peers read differently was duplicated with differing values; the first
@@ -99,6 +110,37 @@ pub struct ResponseHead {
     /// A second Content-Type with a different media type (the first is `media_type`): the
     /// body is parsed by what it is.
     pub other_media_type: Option<String>,
+}
+
+/// Most headers [`Interest::request_header_prefix`] copies out of one request head.
+pub const MAX_PREFIXED_HEADERS: usize = 16;
+
+/// Longest combined `X-Forwarded-For` or `Forwarded` value kept; longer chains are cut at a
+/// list element boundary (the hops nearest the client are the ones that fall off last).
+pub const MAX_FORWARDED_BYTES: usize = 1024;
+
+/// Appends one occurrence of a list header to its combined value, within the bound.
+fn combine_list(slot: &mut Option<String>, value: &[u8]) {
+    let value = header_str(value);
+    match slot {
+        None => {
+            let mut v = value;
+            v.truncate(floor_char_boundary(&v, MAX_FORWARDED_BYTES));
+            *slot = Some(v);
+        }
+        Some(all) if all.len() + 2 + value.len() <= MAX_FORWARDED_BYTES => {
+            all.push_str(", ");
+            all.push_str(&value);
+        }
+        Some(_) => {}
+    }
+}
+
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    if at >= s.len() {
+        return s.len();
+    }
+    (0..=at).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)
 }
 
 /// Records the first value of a header in `slot`; a later one is a duplicate (returned), and
@@ -139,6 +181,22 @@ fn note_request_header(
         (&mut head.content_type, DuplicateHeader::ContentType)
     } else if name.eq_ignore_ascii_case("upgrade") {
         (&mut head.upgrade, DuplicateHeader::Other)
+    } else if name.eq_ignore_ascii_case("x-forwarded-for") {
+        combine_list(&mut head.forwarded_for, value);
+        return None;
+    } else if name.eq_ignore_ascii_case("forwarded") {
+        combine_list(&mut head.forwarded, value);
+        return None;
+    } else if !interest.request_header_prefix.is_empty()
+        && name.len() > interest.request_header_prefix.len()
+        && name
+            .get(..interest.request_header_prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(interest.request_header_prefix))
+    {
+        if head.prefixed.len() < MAX_PREFIXED_HEADERS {
+            head.prefixed.push((name.to_string(), header_str(value)));
+        }
+        return None;
     } else {
         return extract(
             interest.request_headers,

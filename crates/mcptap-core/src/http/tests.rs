@@ -3,6 +3,7 @@ use super::*;
 /// What the MCP layer asks of HTTP, written out here so that http's tests stand alone.
 const MCP_LIKE: Interest = Interest {
     request_headers: &["mcp-session-id", "mcp-protocol-version"],
+    request_header_prefix: "",
     response_headers: &["mcp-session-id"],
     keeps: |head| head.extracted[0].is_some() || head.may_carry_json_or_sse(),
 };
@@ -320,6 +321,7 @@ fn grow_for_keeps_bytes_and_amortises() {
 fn the_layer_above_names_the_headers_and_the_exchanges_it_keeps() {
     const TRACE_ONLY: Interest = Interest {
         request_headers: &["x-trace"],
+        request_header_prefix: "",
         response_headers: &["x-served-by"],
         keeps: |head| head.extracted[0].is_some(),
     };

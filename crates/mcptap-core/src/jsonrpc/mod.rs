@@ -179,6 +179,14 @@ pub struct ResultFields<'a> {
     pub capabilities: Option<&'a RawValue>,
     pub protocol_version: Option<&'a RawValue>,
     pub server_info: Option<&'a RawValue>,
+    /// `server/discover`: `supportedVersions`.
+    pub supported_versions: Option<&'a RawValue>,
+    /// `_meta` (a discover result's serverInfo lives there).
+    pub meta: Option<&'a RawValue>,
+    /// An `InputRequiredResult`'s `inputRequests` (MRTR).
+    pub input_requests: Option<&'a RawValue>,
+    /// `tools/list`: `tools`, raw JSON text, parsed only when it names `x-mcp-header`.
+    pub tools: Option<&'a str>,
 }
 
 impl ResultFields<'_> {
@@ -245,6 +253,14 @@ impl<'a> ResultFields<'a> {
                     r.protocol_version = Some(parsed()?)
                 }
                 "serverInfo" if r.server_info.is_none() => r.server_info = Some(parsed()?),
+                "supportedVersions" if r.supported_versions.is_none() => {
+                    r.supported_versions = Some(parsed()?)
+                }
+                "_meta" if r.meta.is_none() => r.meta = Some(parsed()?),
+                "inputRequests" if r.input_requests.is_none() => r.input_requests = Some(parsed()?),
+                "tools" => {
+                    r.tools.get_or_insert(value);
+                }
                 _ => {}
             }
         }

@@ -20,9 +20,18 @@ fn fixed_cost<D>() -> usize {
 fn session_cost<D>(sid: &str, s: &Session<D>) -> usize {
     fixed_cost::<D>()
         + sid.len()
-        + s.client_info.len()
+        + s.lineage_id.as_ref().map_or(0, |l| l.len())
+        + s.protocol_version.as_ref().map_or(0, |l| l.len())
         + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
         + s.resuming.iter().map(resuming_cost).sum::<usize>()
+        + s.ext.as_ref().map_or(0, |e| e.heap_bytes())
+        + s.parked.iter().map(|e| e.cost()).sum::<usize>()
+        + s.server_requests
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<super::session::ServerRequest>() + r.id.0.len() + r.method.len()
+            })
+            .sum::<usize>()
 }
 
 /// A request waiting for its resumed stream: the entry, its exchange event and its strings.
@@ -80,6 +89,10 @@ impl<D> SessionTable<D> {
 
     pub fn get_mut(&mut self, key: &SessionKey) -> Option<&mut Session<D>> {
         self.sessions.get_mut(key).map(Box::as_mut)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &SessionKey> {
+        self.sessions.keys()
     }
 
     pub fn contains(&self, key: &SessionKey) -> bool {
@@ -197,7 +210,7 @@ mod tests {
     #[test]
     fn byte_cap_is_reported_by_recharge() {
         // Each costs the fixed part, its id ("s000") and its client info ("null").
-        let one = fixed_cost::<()>() + 4 + 4;
+        let one = fixed_cost::<()>() + 4;
         let mut t: SessionTable<()> = SessionTable::new(1000, 3 * one, Arc::default());
         for i in 0..3 {
             t.insert(
@@ -216,7 +229,7 @@ mod tests {
 
     #[test]
     fn caps_apply_to_the_totals_of_tables_that_share_a_usage() {
-        let one = fixed_cost::<()>() + 4 + 4;
+        let one = fixed_cost::<()>() + 4;
         let usage = Arc::new(SharedUsage::default());
         let mut a: SessionTable<()> = SessionTable::new(3, usize::MAX, usage.clone());
         let mut b: SessionTable<()> = SessionTable::new(3, 4 * one, usage.clone());

@@ -3,7 +3,7 @@
 use super::headers;
 use super::session::CapsRecord;
 use super::transactions::Origin;
-use crate::model::{Handshake, Outcome, Timestamp};
+use crate::model::{Handshake, HandshakeSource, Outcome, Timestamp};
 use serde_json::Value;
 
 /// How an `initialize` was answered.
@@ -74,6 +74,12 @@ pub fn describe(
         client_near_miss: false,
         predecessor_session_id: None,
         lineage: None,
+        v: Default::default(),
+        era: origin.era,
+        source: HandshakeSource::Initialize,
+        lineage_id: origin.lineage_id.as_deref().map(str::to_string),
+        method: None,
+        supported_versions: None,
     };
     (hs, record)
 }

@@ -6,12 +6,28 @@ use crate::http::{Interest, RequestHead, ResponseHead};
 const SESSION_ID: usize = 0;
 /// Index of `MCP-Protocol-Version` in the extracted request headers.
 const PROTOCOL_VERSION: usize = 1;
+/// Index of `Mcp-Method` in the extracted request headers.
+const METHOD: usize = 2;
+/// Index of `Mcp-Name` in the extracted request headers.
+const NAME: usize = 3;
+/// Index of `User-Agent` in the extracted request headers.
+const USER_AGENT: usize = 4;
+
+/// Prefix of the headers a tool's `x-mcp-header` parameters are mirrored into (2026-07-28).
+pub const PARAM_PREFIX: &str = "mcp-param-";
 
 /// The headers MCP reads and the exchanges it keeps: anything on a session, POSTs with JSON
 /// bodies and GETs that accept an event stream.
 pub const HTTP_INTEREST: Interest = Interest {
-    request_headers: &["mcp-session-id", "mcp-protocol-version"],
+    request_headers: &[
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "mcp-method",
+        "mcp-name",
+        "user-agent",
+    ],
     response_headers: &["mcp-session-id"],
+    request_header_prefix: PARAM_PREFIX,
     keeps: may_carry_mcp,
 };
 
@@ -26,6 +42,18 @@ pub fn request_session_id(head: &RequestHead) -> Option<&str> {
 
 pub fn request_protocol_version(head: &RequestHead) -> Option<&str> {
     head.extracted[PROTOCOL_VERSION].as_deref()
+}
+
+pub fn request_mcp_method(head: &RequestHead) -> Option<&str> {
+    head.extracted[METHOD].as_deref()
+}
+
+pub fn request_mcp_name(head: &RequestHead) -> Option<&str> {
+    head.extracted[NAME].as_deref()
+}
+
+pub fn request_user_agent(head: &RequestHead) -> Option<&str> {
+    head.extracted[USER_AGENT].as_deref()
 }
 
 pub fn response_session_id(head: &ResponseHead) -> Option<&str> {
@@ -52,6 +80,12 @@ pub fn request_head(
     head.extracted[SESSION_ID] = session_id.map(str::to_string);
     head.extracted[PROTOCOL_VERSION] = protocol_version.map(str::to_string);
     head
+}
+
+/// Sets the modern revision's `Mcp-Method` and `Mcp-Name` on a head built by [`request_head`].
+pub fn set_request_mcp_headers(head: &mut RequestHead, method: Option<&str>, name: Option<&str>) {
+    head.extracted[METHOD] = method.map(str::to_string);
+    head.extracted[NAME] = name.map(str::to_string);
 }
 
 /// A response head with MCP's headers, as [`request_head`].

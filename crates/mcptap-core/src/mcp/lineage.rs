@@ -9,20 +9,19 @@ use super::session::CapsRecord;
 use crate::model::Timestamp;
 use foldhash::HashMap;
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-/// Who a session belongs to, for lineage: the server endpoint, the client's address and its
-/// `clientInfo` (see `session::client_info_key`).
+/// Who a session belongs to, for lineage: the server endpoint and the client lineage (server
+/// identity, client identity, clientInfo name and version: see [`super::identity`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LineageKey {
     pub server: SocketAddr,
-    pub client_ip: IpAddr,
-    pub client_info: Box<str>,
+    pub lineage_id: Box<str>,
 }
 
 impl LineageKey {
     fn heap_bytes(&self) -> usize {
-        self.client_info.len()
+        self.lineage_id.len()
     }
 }
 
@@ -155,8 +154,7 @@ mod tests {
     fn key(info: &str) -> LineageKey {
         LineageKey {
             server: "127.0.0.2:80".parse().expect("addr"),
-            client_ip: "127.0.0.3".parse().expect("addr"),
-            client_info: Box::from(info),
+            lineage_id: Box::from(info),
         }
     }
 

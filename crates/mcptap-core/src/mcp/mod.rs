@@ -14,27 +14,39 @@ pub mod budget;
 pub mod caps;
 pub mod handshake;
 pub mod headers;
+pub mod identity;
 pub mod lineage;
+pub mod modern;
 pub mod review;
 pub mod session;
 pub mod transactions;
 
 pub use headers::HTTP_INTEREST;
-pub use review::{AnswerReview, Detector, HandshakeReview, HandshakeVerdict, UnansweredReview};
+pub use review::{
+    AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
+    HandshakeVerdict, MismatchReview, UnansweredReview,
+};
 
 use crate::http::sse::SseItem;
 use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
 use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
-    Alert, AlertKind, EndReason, Event, Exchange, FramingMode, HandshakeDiff, Limit, Output,
-    PathDiff, SessionEnd, StreamEnd, Telemetry, Timestamp,
+    Alert, AlertKind, Direction, EndReason, Era, Event, Exchange, FailedAnswer, FramingMode,
+    Handshake, HandshakeDiff, HandshakeSource, InputRequired, Limit, Outcome, Output, PathDiff,
+    SessionEnd, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
+use foldhash::HashMap;
 use handshake::Answer;
+use identity::Identities;
 use lineage::{Ended, Lineage, LineageKey};
+use modern::{ParamHeader, RequestFacts};
 use serde_json::Value;
-use session::{ExchangeKey, Resuming, Session, SessionKey};
+use session::{
+    CapsRecord, EraState, ExchangeKey, InputPending, MethodDeclarations, Resuming, Scope,
+    ServerRequest, Session, SessionKey,
+};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
@@ -69,6 +81,7 @@ fn media_label(mt: Option<&str>) -> &'static str {
 pub struct Tracker<D: Detector> {
     limits: SessionLimits,
     detector: D,
+    identities: Identities,
     sessions: SessionTable<D::SessionState>,
     transactions: Transactions,
     lineage: Lineage,
@@ -78,6 +91,105 @@ pub struct Tracker<D: Detector> {
     published_lineage_bytes: usize,
     /// When each waiting resumption gives up, soonest first.
     resumption_deadlines: BinaryHeap<Reverse<(Timestamp, SessionKey, Id)>>,
+    /// When a lineage's oldest `InputRequiredResult` stops waiting for its retry.
+    input_deadlines: BinaryHeap<Reverse<(Timestamp, SessionKey)>>,
+    /// HTTP+SSE: POST endpoints announced by `endpoint` events, (server, path and query) to
+    /// the session they belong to.
+    sse_endpoints: HashMap<(SocketAddr, Box<str>), Box<str>>,
+    /// Legacy stateless clients: the clientInfo label of the latest `initialize` per (server,
+    /// client identity), so their later requests (which name no client) join its lineage.
+    stateless_labels: HashMap<(SocketAddr, Box<str>), Box<str>>,
+}
+
+/// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
+const MAX_SSE_ENDPOINTS: usize = 4096;
+const MAX_STATELESS_LABELS: usize = 4096;
+
+/// What an alert is about: where, who, which era.
+struct AlertCtx {
+    session_id: Option<String>,
+    lineage_id: Option<String>,
+    era: Era,
+    protocol_version: Option<String>,
+    server: SocketAddr,
+    client: SocketAddr,
+    framing: FramingMode,
+}
+
+impl AlertCtx {
+    fn push(&self, out: &mut Vec<Output>, ts: Timestamp, kind: Option<AlertKind>) {
+        if let Some(kind) = kind {
+            out.push(Output::Event(Event::Alert(Box::new(Alert {
+                v: Default::default(),
+                ts,
+                session_id: self.session_id.clone(),
+                server: self.server,
+                client: self.client,
+                kind,
+                framing: self.framing,
+                era: self.era,
+                protocol_version: self.protocol_version.clone(),
+                lineage_id: self.lineage_id.clone(),
+            }))));
+        }
+    }
+}
+
+/// An answered or ended request, as the era-aware steps need it.
+struct Concluded<'a> {
+    ts: Timestamp,
+    server: SocketAddr,
+    client: SocketAddr,
+    era: Era,
+    lineage_id: Option<&'a str>,
+    session_id: Option<&'a str>,
+    method: &'a str,
+    tool: Option<&'a str>,
+    request_id: &'a Value,
+    status: u16,
+    media_type: Option<&'a str>,
+    error_code: Option<i64>,
+    facts: Option<&'a modern::RequestFacts>,
+    findings: &'a [modern::HeaderFinding],
+    result: Option<&'a ResultFields<'a>>,
+    framing: FramingMode,
+    protocol_version: Option<&'a str>,
+}
+
+/// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
+fn exchange_of(
+    ex: &ExchangeState,
+    method: &str,
+    tool: Option<&str>,
+    request_id: Value,
+    protocol_version: Option<String>,
+) -> Exchange {
+    let (framing, ambiguous) = framing_of(ex);
+    let mt = ex.response.as_ref().and_then(|r| r.media_type.as_deref());
+    Exchange {
+        v: Default::default(),
+        ts: ex.ts,
+        session_id: ex.session_id.clone(),
+        server: ex.server,
+        client: ex.client,
+        method: method.to_string(),
+        request_id,
+        tool: tool.map(str::to_string),
+        protocol_version,
+        http_status: ex.response.as_ref().map_or(0, |r| r.status),
+        media_type: media_label(mt),
+        sse_events: 0,
+        duration_ms: 0.0,
+        answered: false,
+        error_code: None,
+        empty_content: None,
+        framing,
+        ambiguous,
+        era: ex.era,
+        lineage_id: ex.lineage_id.as_deref().map(str::to_string),
+        direction: Direction::ClientToServer,
+        input_required: None,
+    }
 }
 
 impl<D: Detector> Tracker<D> {
@@ -91,6 +203,7 @@ impl<D: Detector> Tracker<D> {
         Tracker {
             limits,
             detector,
+            identities: Identities::default(),
             sessions: SessionTable::new(
                 limits.max_sessions,
                 limits.max_session_bytes,
@@ -102,7 +215,15 @@ impl<D: Detector> Tracker<D> {
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
+            input_deadlines: BinaryHeap::new(),
+            sse_endpoints: HashMap::default(),
+            stateless_labels: HashMap::default(),
         }
+    }
+
+    /// Server names and trusted proxies for server and client identities.
+    pub fn set_identities(&mut self, identities: Identities) {
+        self.identities = identities;
     }
 
     pub fn active_sessions(&self) -> usize {
@@ -138,6 +259,36 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
+    /// Makes sure table entry `key` exists (a session, lineage, server or endpoint state).
+    fn ensure(
+        &mut self,
+        key: &SessionKey,
+        client: SocketAddr,
+        ts: Timestamp,
+        midstream: bool,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(s) = self.sessions.get_mut(key) {
+            s.last_seen = ts;
+            return;
+        }
+        self.make_room(ts, out);
+        if session::scope_of(key) == Scope::Session {
+            out.push(Output::Telemetry(Telemetry::SessionStarted {
+                server: key.0,
+                midstream,
+            }));
+        }
+        self.sessions.insert(key.clone(), Session::new(client, ts));
+        self.recharge(key, ts, out);
+    }
+
+    /// The era state of entry `key`, allocated on first use.
+    fn ext_mut(&mut self, key: &SessionKey) -> Option<&mut EraState> {
+        let s = self.sessions.get_mut(key)?;
+        Some(s.ext.get_or_insert_with(Box::default))
+    }
+
     pub fn on_http(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
         match ev {
             HttpEvent::Request {
@@ -159,6 +310,7 @@ impl<D: Detector> Tracker<D> {
                 out.push(Output::Telemetry(Telemetry::ExchangeAbandoned { reason }));
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
                     self.forget_in_flight(ctx.server, &ex);
+                    self.end_if_expired(&ex, ts, out);
                 }
             }
             HttpEvent::Anomaly { exchange, reason } => {
@@ -220,6 +372,13 @@ impl<D: Detector> Tracker<D> {
                 self.give_up_resumption(&key, &id, Some(deadline), now, true, out);
             }
         }
+        while let Some(Reverse((deadline, _))) = self.input_deadlines.peek()
+            && *deadline <= now
+        {
+            if let Some(Reverse((_, key))) = self.input_deadlines.pop() {
+                self.release_inputs(&key, Some(now), out);
+            }
+        }
     }
 
     /// End of input: streams still waiting for their resumption were cut off by the end of
@@ -228,6 +387,70 @@ impl<D: Detector> Tracker<D> {
         // Soonest first, so the reports come in a fixed order.
         while let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
             self.give_up_resumption(&key, &id, Some(deadline), now, false, out);
+        }
+        while let Some(Reverse((_, key))) = self.input_deadlines.pop() {
+            self.release_inputs(&key, None, out);
+        }
+        // HTTP+SSE requests whose answers never came on the stream.
+        let parked: Vec<SessionKey> = self
+            .sessions
+            .keys()
+            .filter(|k| self.sessions.get(k).is_some_and(|s| !s.parked.is_empty()))
+            .cloned()
+            .collect();
+        let mut sorted = parked;
+        sorted.sort();
+        for key in sorted {
+            self.report_parked(&key, now, out);
+        }
+    }
+
+    /// `InputRequiredResult`s of lineage `key` whose wait is over (`now`: those due by then,
+    /// not retried; `None`: all of them, undecided).
+    fn release_inputs(&mut self, key: &SessionKey, now: Option<Timestamp>, out: &mut Vec<Output>) {
+        let Some(ext) = self.sessions.get_mut(key).and_then(|s| s.ext.as_mut()) else {
+            return;
+        };
+        let mut i = 0;
+        while i < ext.input_pending.len() {
+            if now.is_some_and(|n| ext.input_pending[i].deadline > n) {
+                i += 1;
+                continue;
+            }
+            let mut p = ext.input_pending.remove(i);
+            if let Some(ir) = p.exchange.input_required.as_mut() {
+                ir.retried = now.map(|_| false);
+            }
+            if now.is_some() {
+                out.push(Output::Telemetry(Telemetry::InputRequiredAbandoned {
+                    server: p.exchange.server,
+                }));
+            }
+            out.push(Output::Event(Event::Exchange(p.exchange)));
+        }
+    }
+
+    /// A request retried an `InputRequiredResult` of its lineage: that exchange is reported.
+    fn input_retried(
+        &mut self,
+        key: &SessionKey,
+        method: &str,
+        tool: Option<&str>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(ext) = self.sessions.get_mut(key).and_then(|s| s.ext.as_mut()) else {
+            return;
+        };
+        if let Some(at) = ext
+            .input_pending
+            .iter()
+            .position(|p| &*p.method == method && p.tool.as_deref() == tool)
+        {
+            let mut p = ext.input_pending.remove(at);
+            if let Some(ir) = p.exchange.input_required.as_mut() {
+                ir.retried = Some(true);
+            }
+            out.push(Output::Event(Event::Exchange(p.exchange)));
         }
     }
 
@@ -257,13 +480,20 @@ impl<D: Detector> Tracker<D> {
         };
         let r = s.resuming.swap_remove(at);
         s.in_flight.remove(id);
-        let framing = r.exchange.framing;
-        let client = r.exchange.client;
+        let ctx = AlertCtx {
+            session_id: r.exchange.session_id.clone(),
+            lineage_id: r.exchange.lineage_id.clone(),
+            era: r.exchange.era,
+            protocol_version: r.exchange.protocol_version.clone(),
+            server: key.0,
+            client: r.exchange.client,
+            framing: r.exchange.framing,
+        };
         out.push(Output::Event(Event::Exchange(r.exchange)));
         match (alert, r.alert) {
             (true, Some(kind)) => {
                 s.alerts += 1;
-                push_alert(out, now, key, client, framing, Some(kind));
+                ctx.push(out, now, Some(kind));
             }
             (false, Some(_)) => out.push(Output::Telemetry(Telemetry::ResumptionUnresolved {
                 server: key.0,
@@ -301,6 +531,50 @@ impl<D: Detector> Tracker<D> {
         ok.then(|| id.to_string())
     }
 
+    /// The lineage of a request from `ctx` with `head`: `name` is the client's clientInfo
+    /// (name, version) if the request names it. Legacy requests that name no client take the
+    /// label of their client's latest `initialize`; `remember`: this one is an initialize.
+    fn lineage_of(
+        &mut self,
+        ctx: FlowCtx,
+        head: &RequestHead,
+        name: Option<(&str, Option<&str>)>,
+        legacy: bool,
+        out: &mut Vec<Output>,
+    ) -> Box<str> {
+        let server_ident = self.identities.server_identity(ctx.server, head);
+        let client_ident = self.identities.client_identity(ctx.client.ip(), head);
+        let label = match name {
+            Some((n, v)) => identity::client_label(Some(n), v, None),
+            None => {
+                let known = legacy
+                    .then(|| {
+                        self.stateless_labels
+                            .get(&(ctx.server, Box::from(client_ident.as_str())))
+                    })
+                    .flatten();
+                match known {
+                    Some(l) => l.to_string(),
+                    None => identity::client_label(None, None, headers::request_user_agent(head)),
+                }
+            }
+        };
+        if legacy && name.is_some() {
+            let k = (ctx.server, Box::from(client_ident.as_str()));
+            if !self.stateless_labels.contains_key(&k)
+                && self.stateless_labels.len() >= MAX_STATELESS_LABELS
+            {
+                // Rarely reached: a fleet of distinct stateless clients on one pipeline.
+                self.stateless_labels.clear();
+                out.push(Output::Telemetry(Telemetry::LimitHit {
+                    limit: Limit::LineageRecords,
+                }));
+            }
+            self.stateless_labels.insert(k, Box::from(label.as_str()));
+        }
+        identity::lineage_id(&server_ident, &client_ident, &label).into_boxed_str()
+    }
+
     fn on_request(
         &mut self,
         ctx: FlowCtx,
@@ -310,31 +584,53 @@ impl<D: Detector> Tracker<D> {
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
-        let session_id = self.valid_session_id(headers::request_session_id(&head), out);
+        let mut session_id = self.valid_session_id(headers::request_session_id(&head), out);
+        let mut era = Era::Legacy;
+        if session_id.is_none()
+            && !self.sse_endpoints.is_empty()
+            && let Some(sid) = self
+                .sse_endpoints
+                .get(&(ctx.server, Box::from(head.path.as_str())))
+        {
+            session_id = Some(sid.to_string());
+            era = Era::HttpSse;
+        }
+        let header_modern =
+            headers::request_protocol_version(&head).is_some_and(modern::is_modern_version);
         let mut requests = Vec::new();
+        let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
         if !body.is_empty() {
             match jsonrpc::parse(body) {
                 Ok(msgs) => {
                     for m in msgs {
-                        if let Message::Request { id, method, params } = m {
-                            let method = method.into_owned();
-                            out.push(Output::Telemetry(Telemetry::Request {
-                                server: ctx.server,
-                                method: method.clone(),
-                            }));
-                            let tool = (method == "tools/call")
-                                .then(|| jsonrpc::tool_name(params))
-                                .flatten();
-                            let init_params = (method == "initialize")
-                                .then(|| params.and_then(|p| checked_params(p.get(), out)))
-                                .flatten();
-                            requests.push(PendingRequest {
-                                id,
-                                method,
-                                tool,
-                                init_params,
-                                answered: false,
-                            });
+                        match m {
+                            Message::Request { id, method, params } => {
+                                let method = method.into_owned();
+                                let tool = (method == "tools/call")
+                                    .then(|| jsonrpc::tool_name(params))
+                                    .flatten();
+                                let init_params = (method == "initialize")
+                                    .then(|| params.and_then(|p| checked_params(p.get(), out)))
+                                    .flatten();
+                                let facts = params
+                                    .filter(|p| header_modern || modern::may_declare(p))
+                                    .and_then(|p| modern::request_facts(p, method == "tools/call"))
+                                    .map(Box::new);
+                                requests.push(PendingRequest {
+                                    id,
+                                    method,
+                                    tool,
+                                    init_params,
+                                    answered: false,
+                                    facts,
+                                    findings: Vec::new(),
+                                });
+                            }
+                            Message::Result { id, .. } => client_answers.push((id, None)),
+                            Message::Error {
+                                id: Some(id), code, ..
+                            } => client_answers.push((id, Some(code))),
+                            _ => {}
                         }
                     }
                 }
@@ -346,20 +642,122 @@ impl<D: Detector> Tracker<D> {
                 }
             }
         }
+        let declaration = requests
+            .iter()
+            .find_map(|r| r.facts.as_ref().and_then(|f| f.declaration.as_ref()));
+        if era != Era::HttpSse && (header_modern || declaration.is_some()) {
+            era = Era::Modern;
+        }
+        // Who this client is, for traffic without a session id and for handshakes.
+        let init_name = requests
+            .iter()
+            .find(|r| r.method == "initialize")
+            .and_then(|r| r.init_params.as_deref())
+            .and_then(init_client_name);
+        let lineage_id = if session_id.is_none() || init_name.is_some() {
+            let name = match (declaration, &init_name) {
+                (Some(d), _) if d.client_name.is_some() => d
+                    .client_name
+                    .as_deref()
+                    .map(|n| (n, d.client_version.as_deref())),
+                (_, Some((n, v))) => Some((n.as_str(), v.as_deref())),
+                _ => None,
+            };
+            let legacy = era != Era::Modern;
+            Some(self.lineage_of(ctx, &head, name, legacy, out))
+        } else {
+            session_id.as_ref().and_then(|sid| {
+                self.sessions
+                    .get(&(ctx.server, sid.clone()))
+                    .and_then(|s| s.lineage_id.clone())
+            })
+        };
+        for r in &requests {
+            out.push(Output::Telemetry(Telemetry::Request {
+                server: ctx.server,
+                method: r.method.clone(),
+                era,
+            }));
+        }
+        if era == Era::Modern {
+            for r in &mut requests {
+                let params = (r.method == "tools/call")
+                    .then(|| self.param_headers(ctx.server, r.tool.as_deref()))
+                    .flatten();
+                r.findings = modern::header_findings(
+                    &head,
+                    &r.method,
+                    r.facts.as_deref(),
+                    params.as_deref(),
+                );
+                for f in &r.findings {
+                    out.push(Output::Telemetry(Telemetry::HeaderMismatch {
+                        server: ctx.server,
+                        header: f.header,
+                    }));
+                }
+            }
+        }
+        if let Some(lid) = &lineage_id {
+            let key = session::lineage_key(ctx.server, lid);
+            for r in requests
+                .iter()
+                .filter(|r| r.facts.as_ref().is_some_and(|f| f.input_responses))
+            {
+                self.input_retried(&key, &r.method, r.tool.as_deref(), out);
+            }
+        }
+        let mut server_answers = Vec::new();
         if let Some(sid) = &session_id {
             let key = (ctx.server, sid.clone());
             self.touch_session(&key, ctx, ts, out);
             let max_in_flight = self.limits.max_in_flight;
             if let Some(s) = self.sessions.get_mut(&key) {
                 s.requests += requests.len() as u64;
+                if era == Era::HttpSse {
+                    s.era = Era::HttpSse;
+                }
                 for r in &requests {
                     if s.in_flight.len() < max_in_flight {
                         s.in_flight.insert(r.id.clone(), (ctx.flow, exchange));
                     }
                 }
+                for (id, code) in client_answers {
+                    let Some(at) = s.server_requests.iter().position(|r| r.id == id) else {
+                        continue;
+                    };
+                    let asked = s.server_requests.swap_remove(at);
+                    server_answers.push(Box::new(Exchange {
+                        v: Default::default(),
+                        ts: asked.ts,
+                        session_id: Some(sid.clone()),
+                        server: ctx.server,
+                        client: ctx.client,
+                        method: asked.method.to_string(),
+                        request_id: id.to_value(),
+                        tool: None,
+                        protocol_version: headers::request_protocol_version(&head)
+                            .map(str::to_string)
+                            .or_else(|| s.protocol_version.as_deref().map(str::to_string)),
+                        http_status: 0,
+                        media_type: "none",
+                        sse_events: 0,
+                        duration_ms: ts.millis_since(asked.ts),
+                        answered: true,
+                        error_code: code,
+                        empty_content: None,
+                        framing: FramingMode::of(head.lenient),
+                        ambiguous: head.ambiguous,
+                        era: s.era,
+                        lineage_id: s.lineage_id.as_deref().map(str::to_string),
+                        direction: Direction::ServerToClient,
+                        input_required: None,
+                    }));
+                }
             }
         }
         let opened = ExchangeState {
+            flow: ctx.flow,
             number: exchange,
             ts,
             client: ctx.client,
@@ -369,6 +767,10 @@ impl<D: Detector> Tracker<D> {
             requests: Requests::new(requests),
             response: None,
             stream: Default::default(),
+            era,
+            lineage_id,
+            ends_session: false,
+            server_answers,
             charged: 0,
         };
         if let Some(dropped) = self.transactions.open(ctx.flow, opened) {
@@ -379,6 +781,20 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
+    /// The `x-mcp-header` parameters `tool` of `server` declared in `tools/list`.
+    fn param_headers(&self, server: SocketAddr, tool: Option<&str>) -> Option<Vec<ParamHeader>> {
+        let tool = tool?;
+        let ext = self
+            .sessions
+            .get(&session::server_key(server))?
+            .ext
+            .as_ref()?;
+        ext.param_tools
+            .iter()
+            .find(|(t, _)| &**t == tool)
+            .map(|(_, p)| p.clone())
+    }
+
     /// Makes sure a session exists for a request that names it (midstream pickup).
     fn touch_session(
         &mut self,
@@ -387,18 +803,7 @@ impl<D: Detector> Tracker<D> {
         ts: Timestamp,
         out: &mut Vec<Output>,
     ) {
-        if let Some(s) = self.sessions.get_mut(key) {
-            s.last_seen = ts;
-            return;
-        }
-        self.make_room(ts, out);
-        out.push(Output::Telemetry(Telemetry::SessionStarted {
-            server: ctx.server,
-            midstream: true,
-        }));
-        self.sessions
-            .insert(key.clone(), Session::new(ctx.client, ts));
-        self.recharge(key, ts, out);
+        self.ensure(key, ctx.client, ts, true, out);
     }
 
     fn on_response_head(
@@ -417,7 +822,7 @@ impl<D: Detector> Tracker<D> {
         let Some(ex) = self.transactions.get_mut((ctx.flow, exchange)) else {
             return;
         };
-        if ex.session_id.is_none() && is_2xx(head.status) {
+        if ex.session_id.is_none() && is_2xx(head.status) && ex.era != Era::Modern {
             ex.session_id = learned;
         }
         let status = head.status;
@@ -425,14 +830,28 @@ impl<D: Detector> Tracker<D> {
         let named_session = headers::request_session_id(&ex.head).is_some();
         let sid = ex.session_id.clone();
         ex.response = Some(head);
+        for mut answer in std::mem::take(&mut ex.server_answers) {
+            answer.http_status = status;
+            out.push(Output::Event(Event::Exchange(answer)));
+        }
         let Some(sid) = sid else { return };
         let key = (ctx.server, sid);
         if status == 404 && named_session {
-            self.end_session(&key, ts, EndReason::Expired, out);
+            // The session ends once this answer is reported.
+            ex.ends_session = true;
         } else if is_delete && is_2xx(status) {
             self.end_session(&key, ts, EndReason::Deleted, out);
         } else if let Some(s) = self.sessions.get_mut(&key) {
             s.last_seen = ts;
+        }
+    }
+
+    /// A 404 ended the session the exchange named: reported after the exchange.
+    fn end_if_expired(&mut self, ex: &ExchangeState, ts: Timestamp, out: &mut Vec<Output>) {
+        if ex.ends_session
+            && let Some(sid) = &ex.session_id
+        {
+            self.end_session(&(ex.server, sid.clone()), ts, EndReason::Expired, out);
         }
     }
 
@@ -444,6 +863,16 @@ impl<D: Detector> Tracker<D> {
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
+        // A 202 answers a notification or a client's response, or (HTTP+SSE) says the answer
+        // comes on the stream; its body (`Accepted`) is no JSON-RPC.
+        let accepted_only = self
+            .transactions
+            .get((ctx.flow, exchange))
+            .and_then(|ex| ex.response.as_ref())
+            .is_some_and(|r| r.status == 202);
+        if accepted_only {
+            return;
+        }
         match jsonrpc::parse(body) {
             Ok(msgs) => {
                 for m in msgs {
@@ -478,6 +907,10 @@ impl<D: Detector> Tracker<D> {
         if event.retry.is_some() {
             ex.stream.retry_ms = event.retry;
         }
+        if event.event_type.as_deref() == Some("endpoint") && ex.head.method == "GET" {
+            self.bind_sse_endpoint(ctx, ts, key, event.data.trim(), out);
+            return;
+        }
         if event.data.trim().is_empty() {
             return; // priming event
         }
@@ -488,6 +921,9 @@ impl<D: Detector> Tracker<D> {
                         if let Some(ex) = self.transactions.get_mut(key) {
                             ex.stream.messages = ex.stream.messages.saturating_add(1);
                         }
+                        if let Message::Request { id, method, .. } = &m {
+                            self.server_request(ctx, ts, key, id, method, out);
+                        }
                     } else {
                         self.on_answer(ctx, ts, exchange, m, true, out);
                     }
@@ -496,6 +932,75 @@ impl<D: Detector> Tracker<D> {
             Err(e) => out.push(Output::Telemetry(Telemetry::JsonRpcError {
                 reason: e.into(),
             })),
+        }
+    }
+
+    /// A server's request on a stream of a session: remembered until the client answers it.
+    fn server_request(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        here: ExchangeKey,
+        id: &Id,
+        method: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(sid) = self
+            .transactions
+            .get(here)
+            .and_then(|ex| ex.session_id.clone())
+        else {
+            return;
+        };
+        let key = (ctx.server, sid);
+        let Some(s) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if s.server_requests.len() >= session::MAX_SERVER_REQUESTS {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ServerRequests,
+            }));
+            return;
+        }
+        s.server_requests.push(ServerRequest {
+            id: id.clone(),
+            method: method.into(),
+            ts,
+        });
+        self.recharge(&key, ts, out);
+    }
+
+    /// An HTTP+SSE `endpoint` event: POSTs to that URL belong to this stream's session.
+    fn bind_sse_endpoint(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        here: ExchangeKey,
+        url: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let path = endpoint_path(url);
+        let Some(sid) = self.valid_session_id(Some(endpoint_session_id(path)), out) else {
+            return;
+        };
+        let binding = (ctx.server, Box::from(path));
+        if !self.sse_endpoints.contains_key(&binding)
+            && self.sse_endpoints.len() >= MAX_SSE_ENDPOINTS
+        {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::SseEndpoints,
+            }));
+            return;
+        }
+        self.sse_endpoints.insert(binding, Box::from(sid.as_str()));
+        let key = (ctx.server, sid.clone());
+        self.ensure(&key, ctx.client, ts, false, out);
+        if let Some(s) = self.sessions.get_mut(&key) {
+            s.era = Era::HttpSse;
+        }
+        if let Some(ex) = self.transactions.get_mut(here) {
+            ex.session_id = Some(sid);
+            ex.era = Era::HttpSse;
         }
     }
 
@@ -514,6 +1019,28 @@ impl<D: Detector> Tracker<D> {
     fn sole_open_request(&self, here: ExchangeKey) -> Option<Id> {
         let ex = self.transactions.get(here)?;
         ex.requests.sole_open().map(|r| r.id.clone())
+    }
+
+    /// The protocol version an exchange ran under: its header, else the session's negotiated
+    /// one, else its `_meta` declaration.
+    fn protocol_version_of(
+        &self,
+        ex: &ExchangeState,
+        facts: Option<&RequestFacts>,
+    ) -> Option<String> {
+        headers::request_protocol_version(&ex.head)
+            .map(str::to_string)
+            .or_else(|| {
+                let sid = ex.session_id.as_ref()?;
+                let s = self.sessions.get(&(ex.server, sid.clone()))?;
+                s.protocol_version.as_deref().map(str::to_string)
+            })
+            .or_else(|| {
+                facts
+                    .and_then(|f| f.declaration.as_ref())
+                    .and_then(|d| d.protocol_version.as_deref())
+                    .map(str::to_string)
+            })
     }
 
     /// A JSON-RPC response arrived on exchange `exchange` (its body or its stream).
@@ -549,16 +1076,34 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         let carrier = self.transactions.get(here).map(|ex| ex.stream);
-        let Some(ex) = self.transactions.get_mut(target) else {
-            // The exchange that carried the request is over: a resumed stream, perhaps.
-            let sid = self
-                .transactions
-                .get(here)
-                .and_then(|ex| ex.session_id.clone());
-            if let Some(sid) = sid {
-                self.resumed(&(ctx.server, sid), &id, ts, out);
-            }
-            return;
+        let here_sid = self
+            .transactions
+            .get(here)
+            .and_then(|ex| ex.session_id.clone());
+        // HTTP+SSE: the POST that carried the request was answered 202 and parked.
+        let mut parked = None;
+        if self.transactions.get(target).is_none()
+            && let Some(sid) = &here_sid
+            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+            && let Some(at) = s
+                .parked
+                .iter()
+                .position(|p| (ctx_flow_of(p), p.number) == target)
+        {
+            parked = Some(s.parked.swap_remove(at));
+        }
+        let ex = match parked.as_mut() {
+            Some(p) => p,
+            None => match self.transactions.get_mut(target) {
+                Some(ex) => ex,
+                None => {
+                    // The exchange that carried the request is over: a resumed stream, perhaps.
+                    if let Some(sid) = here_sid {
+                        self.resumed(&(ctx.server, sid), &id, ts, out);
+                    }
+                    return;
+                }
+            },
         };
         let Some(idx) = ex.requests.find_open(&id) else {
             return;
@@ -578,20 +1123,32 @@ impl<D: Detector> Tracker<D> {
         } else {
             AnswerShape::SseResultOnly
         };
-        let req_ts = ex.ts;
         let client = ex.client;
         let (framing, ambiguous) = framing_of(ex);
         let accept = ex.head.accept.clone();
+        let era = ex.era;
         let Some(request) = ex.requests.answer(idx) else {
             return;
         };
         let method = request.method.clone();
         let tool = request.tool.clone();
         let init_params = request.init_params.take();
-        let protocol_version = headers::request_protocol_version(&ex.head).map(str::to_string);
+        let facts = request.facts.take();
+        let findings = std::mem::take(&mut request.findings);
         // The whole request side is only needed for a handshake.
         let origin = (method == "initialize").then(|| ex.origin());
         let sid = ex.session_id.clone();
+        let lineage_id = ex.lineage_id.clone();
+        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), None);
+        let still_open =
+            ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
+        if let Some(p) = parked.take()
+            && still_open
+            && let Some(sid) = &here_sid
+            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+        {
+            s.parked.push(p);
+        }
 
         if let Some(origin) = &origin {
             let result = result.as_ref().map(|r| {
@@ -609,35 +1166,81 @@ impl<D: Detector> Tracker<D> {
             };
             self.on_handshake(ts, origin, init_params.as_deref(), answer, framing, out);
         }
+        let protocol_version = match self.transactions.get(target) {
+            Some(ex) => self.protocol_version_of(ex, facts.as_deref()),
+            None => event.protocol_version.clone().or_else(|| {
+                facts
+                    .as_ref()
+                    .and_then(|f| f.declaration.as_ref())
+                    .and_then(|d| d.protocol_version.as_deref())
+                    .map(str::to_string)
+            }),
+        };
+        let protocol_version = protocol_version.or_else(|| {
+            sid.as_ref()
+                .and_then(|s| self.sessions.get(&(ctx.server, s.clone())))
+                .and_then(|s| s.protocol_version.as_deref().map(str::to_string))
+        });
+        event.protocol_version = protocol_version.clone();
         let empty_content = (method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
             .flatten();
-        let request_id = id.to_value();
-        out.push(Output::Event(Event::Exchange(Box::new(Exchange {
-            ts: req_ts,
-            session_id: sid.clone(),
+        let request_id = event.request_id.clone();
+        event.http_status = status;
+        event.media_type = media_label(mt.as_deref());
+        event.sse_events = sse_events;
+        event.duration_ms = ts.millis_since(event.ts);
+        event.answered = true;
+        event.error_code = error.as_ref().map(|(c, _)| *c);
+        event.empty_content = empty_content;
+        let concluded = Concluded {
+            ts,
             server: ctx.server,
             client,
-            method: method.clone(),
-            request_id: request_id.clone(),
-            tool: tool.clone(),
-            protocol_version,
-            http_status: status,
-            media_type: media_label(mt.as_deref()),
-            sse_events,
-            duration_ms: ts.millis_since(req_ts),
-            answered: true,
-            error_code: error.as_ref().map(|(c, _)| *c),
-            empty_content,
+            era,
+            lineage_id: lineage_id.as_deref(),
+            session_id: sid.as_deref(),
+            method: &method,
+            tool: tool.as_deref(),
+            request_id: &request_id,
+            status,
+            media_type: mt.as_deref(),
+            error_code: event.error_code,
+            facts: facts.as_deref(),
+            findings: &findings,
+            result: result.as_ref(),
             framing,
-            ambiguous,
-        }))));
-        let Some(sid) = sid else { return };
-        let key = (ctx.server, sid);
-        let Some(session) = self.sessions.get_mut(&key) else {
-            return;
+            protocol_version: protocol_version.as_deref(),
         };
-        session.in_flight.remove(&id);
+        let mut alerts = Vec::new();
+        let input = self.conclude(&concluded, out, &mut alerts);
+        if let (Some(kinds), Some(lid)) = (input, &lineage_id) {
+            event.input_required = Some(InputRequired {
+                requests: kinds,
+                retried: None,
+            });
+            self.hold_input(
+                ctx.server,
+                lid,
+                &method,
+                tool.as_deref(),
+                ts,
+                Box::new(event),
+                out,
+            );
+        } else {
+            out.push(Output::Event(Event::Exchange(Box::new(event))));
+        }
+        out.append(&mut alerts);
+        let alert_ctx = AlertCtx {
+            session_id: sid.clone(),
+            lineage_id: lineage_id.as_deref().map(str::to_string),
+            era,
+            protocol_version,
+            server: ctx.server,
+            client,
+            framing,
+        };
         let review = AnswerReview {
             method: &method,
             tool: tool.as_deref(),
@@ -646,13 +1249,471 @@ impl<D: Detector> Tracker<D> {
             is_error: error.is_some(),
             shape,
             on_other_stream: target != here && on_stream,
-            streaming_negotiated: session.streaming_negotiated,
+            streaming_negotiated: false,
             accept: accept.as_deref(),
             ambiguous,
         };
-        let alert = self.detector.answer(&mut session.detection, &review);
-        session.alerts += u32::from(alert.is_some());
-        push_alert(out, ts, &key, client, framing, alert);
+        match (&sid, era) {
+            (Some(sid), _) => {
+                let key = (ctx.server, sid.clone());
+                let Some(session) = self.sessions.get_mut(&key) else {
+                    return;
+                };
+                session.in_flight.remove(&id);
+                let review = AnswerReview {
+                    streaming_negotiated: session.streaming_negotiated,
+                    ..review
+                };
+                let alert = self.detector.answer(&mut session.detection, &review);
+                session.alerts += u32::from(alert.is_some());
+                alert_ctx.push(out, ts, alert);
+            }
+            // A stateless legacy server: its response mode belongs to the endpoint, per
+            // method and tool. (Modern servers choose per request: nothing to compare.)
+            (None, Era::Legacy) => {
+                let Some(lid) = &lineage_id else { return };
+                let streaming = self
+                    .sessions
+                    .get(&session::lineage_key(ctx.server, lid))
+                    .is_some_and(|s| s.streaming_negotiated);
+                let key = session::endpoint_key(ctx.server, &method, tool.as_deref());
+                self.ensure(&key, client, ts, false, out);
+                let Some(endpoint) = self.sessions.get_mut(&key) else {
+                    return;
+                };
+                let review = AnswerReview {
+                    streaming_negotiated: streaming,
+                    ..review
+                };
+                let alert = self.detector.answer(&mut endpoint.detection, &review);
+                if alert.is_some()
+                    && let Some(l) = self
+                        .sessions
+                        .get_mut(&session::lineage_key(ctx.server, lid))
+                {
+                    l.alerts += 1;
+                }
+                alert_ctx.push(out, ts, alert);
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// Holds the exchange of an `InputRequiredResult` until its lineage retries it or the
+    /// lineage window passes.
+    #[allow(clippy::too_many_arguments)]
+    fn hold_input(
+        &mut self,
+        server: SocketAddr,
+        lineage_id: &str,
+        method: &str,
+        tool: Option<&str>,
+        ts: Timestamp,
+        exchange: Box<Exchange>,
+        out: &mut Vec<Output>,
+    ) {
+        let key = session::lineage_key(server, lineage_id);
+        let client = exchange.client;
+        self.ensure(&key, client, ts, false, out);
+        let deadline = Timestamp(ts.0.saturating_add(self.limits.lineage_window_ns));
+        let Some(ext) = self.ext_mut(&key) else {
+            out.push(Output::Event(Event::Exchange(exchange)));
+            return;
+        };
+        if ext.input_pending.len() >= session::MAX_INPUT_PENDING {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageDeclarations,
+            }));
+            out.push(Output::Event(Event::Exchange(exchange)));
+            return;
+        }
+        ext.input_pending.push(InputPending {
+            method: method.into(),
+            tool: tool.map(Box::from),
+            deadline,
+            exchange,
+        });
+        self.input_deadlines.push(Reverse((deadline, key.clone())));
+        self.recharge(&key, ts, out);
+    }
+
+    /// The era-aware steps once a request is answered or ended: modern declarations, modern
+    /// successes and failures, header mismatches, `server/discover` results, `x-mcp-header`
+    /// tools. Handshake events go to `out` (before the exchange), alerts to `alerts` (after
+    /// it). Returns what an `InputRequiredResult` asked for.
+    fn conclude(
+        &mut self,
+        c: &Concluded<'_>,
+        out: &mut Vec<Output>,
+        alerts: &mut Vec<Output>,
+    ) -> Option<Vec<String>> {
+        let alert_ctx = AlertCtx {
+            session_id: c.session_id.map(str::to_string),
+            lineage_id: c.lineage_id.map(str::to_string),
+            era: c.era,
+            protocol_version: c.protocol_version.map(str::to_string),
+            server: c.server,
+            client: c.client,
+            framing: c.framing,
+        };
+        let accepted = is_2xx(c.status) && c.error_code.is_none();
+        let lineage_key = c.lineage_id.map(|l| session::lineage_key(c.server, l));
+        if c.era == Era::Modern
+            && let Some(key) = &lineage_key
+        {
+            self.ensure(key, c.client, c.ts, false, out);
+            if let Some(decl) = c.facts.and_then(|f| f.declaration.as_ref()) {
+                self.declaration(c, key, decl, &alert_ctx, out, alerts);
+            }
+            let failure = (!accepted).then(|| FailedAnswer {
+                method: c.method.to_string(),
+                http_status: c.status,
+                media_type: media_label(c.media_type),
+                content_type: c
+                    .media_type
+                    .filter(|m| media_label(Some(m)) == "other")
+                    .map(str::to_string),
+                error_code: c.error_code,
+            });
+            if let Some(ext) = self.ext_mut(key) {
+                match failure {
+                    None => ext.modern_ok = true,
+                    Some(f) => {
+                        if ext.failures.len() >= session::MAX_FAILURES {
+                            ext.failures.pop_front();
+                        }
+                        ext.failures.push_back(f);
+                    }
+                }
+            }
+        }
+        if !c.findings.is_empty() {
+            let alert = self.detector.header_mismatch(&MismatchReview {
+                findings: c.findings,
+                method: c.method,
+                tool: c.tool,
+                request_id: c.request_id,
+                http_status: c.status,
+                error_code: c.error_code,
+            });
+            if alert.is_some()
+                && let Some(s) = lineage_key.as_ref().and_then(|k| self.sessions.get_mut(k))
+            {
+                s.alerts += 1;
+            }
+            alert_ctx.push(alerts, c.ts, alert);
+        }
+        let result = c.result?;
+        if accepted && c.method == "server/discover" {
+            self.discover(c, result, &alert_ctx, out, alerts);
+        }
+        if accepted
+            && c.method == "tools/list"
+            && let Some(tools) = result.tools
+        {
+            let (found, truncated) = modern::param_headers(tools);
+            if truncated {
+                out.push(Output::Telemetry(Telemetry::LimitHit {
+                    limit: Limit::ParamHeaders,
+                }));
+            }
+            if !found.is_empty() {
+                let key = session::server_key(c.server);
+                self.ensure(&key, c.client, c.ts, false, out);
+                if let Some(ext) = self.ext_mut(&key) {
+                    for (tool, params) in found {
+                        let full = ext.param_tools.len() >= modern::MAX_PARAM_TOOLS;
+                        match ext.param_tools.iter_mut().find(|(t, _)| *t == tool) {
+                            Some(entry) => entry.1 = params,
+                            None if !full => ext.param_tools.push((tool, params)),
+                            None => {}
+                        }
+                    }
+                }
+                self.recharge(&key, c.ts, out);
+            }
+        }
+        let requests = result.input_requests?;
+        Some(input_request_methods(requests.get()))
+    }
+
+    /// One modern declaration of lineage `key`: logged when first seen, compared with the
+    /// method's first declaration.
+    fn declaration(
+        &mut self,
+        c: &Concluded<'_>,
+        key: &SessionKey,
+        decl: &modern::Declaration,
+        alert_ctx: &AlertCtx,
+        out: &mut Vec<Output>,
+        alerts: &mut Vec<Output>,
+    ) {
+        let Some(ext) = self.ext_mut(key) else { return };
+        let logged_before = ext.logged.contains(&decl.digest);
+        if !logged_before && ext.logged.len() < session::MAX_LOGGED_SETS {
+            ext.logged.push(decl.digest);
+        }
+        ext.declaration_seq += 1;
+        let seq = ext.declaration_seq;
+        let at = ext.declarations.iter().position(|d| &*d.method == c.method);
+        let mut truncated = false;
+        // Parsed only when this method meets a set it has not seen.
+        let current_caps = decl.capabilities_value();
+        let (current_paths, cut) = caps::bounded_paths(&current_caps);
+        truncated |= cut;
+        let mut review_data = None;
+        match at {
+            None if ext.declarations.len() >= session::MAX_DECLARED_METHODS => truncated = true,
+            None => ext.declarations.push(MethodDeclarations {
+                method: c.method.into(),
+                first_paths: current_paths.clone(),
+                first_caps: session::compact_json(&current_caps),
+                first_digest: decl.digest,
+                last_digest: decl.digest,
+                seen: vec![decl.digest],
+                multiplexed: false,
+                alerted: Vec::new(),
+            }),
+            Some(at) => {
+                let d = &mut ext.declarations[at];
+                let repeated = d.last_digest == decl.digest;
+                if !repeated && d.seen.contains(&decl.digest) {
+                    // Back to an earlier set: the lineage interleaves conversations.
+                    d.multiplexed = true;
+                }
+                if !d.seen.contains(&decl.digest) {
+                    if d.seen.len() < session::MAX_SETS_PER_METHOD {
+                        d.seen.push(decl.digest);
+                    } else {
+                        truncated = true;
+                    }
+                }
+                d.last_digest = decl.digest;
+                let diff = PathDiff::between(&d.first_paths, &current_paths);
+                let already = d.alerted.contains(&diff.removed);
+                review_data = Some((diff, repeated, d.multiplexed, already, d.first_caps.clone()));
+            }
+        }
+        if truncated {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageDeclarations,
+            }));
+        }
+        let first_diff = review_data.as_ref().map(|(diff, ..)| diff.clone());
+        if !first_diff.as_ref().is_none_or(|d| d.removed.is_empty()) {
+            out.push(Output::Telemetry(Telemetry::ClientCapabilityLoss {
+                server: c.server,
+            }));
+        }
+        if logged_before {
+            out.push(Output::Telemetry(Telemetry::DeclarationRepeated {
+                server: c.server,
+            }));
+        } else {
+            out.push(Output::Event(Event::Handshake(Box::new(Handshake {
+                v: Default::default(),
+                ts: c.ts,
+                session_id: None,
+                seq,
+                outcome: if is_2xx(c.status) && c.error_code.is_none() {
+                    Outcome::Accepted
+                } else {
+                    Outcome::Rejected
+                },
+                http_status: c.status,
+                error_code: c.error_code,
+                error_message: None,
+                client: c.client,
+                server: c.server,
+                host: None,
+                path: String::new(),
+                protocol_version_requested: decl.protocol_version.as_deref().map(str::to_string),
+                protocol_version: decl.protocol_version.as_deref().map(str::to_string),
+                client_info: decl.client_info_value(),
+                server_info: Value::Null,
+                client_capabilities: current_caps.clone(),
+                server_capabilities: Value::Null,
+                diff: first_diff.map(|client| HandshakeDiff {
+                    client,
+                    server: PathDiff::default(),
+                }),
+                client_near_miss: false,
+                predecessor_session_id: None,
+                lineage: None,
+                era: Era::Modern,
+                source: HandshakeSource::RequestMeta,
+                lineage_id: c.lineage_id.map(str::to_string),
+                method: Some(c.method.to_string()),
+                supported_versions: None,
+            }))));
+        }
+        if let Some((diff, repeated, multiplexed, already, first_caps)) = review_data {
+            let previous: Value = serde_json::from_str(&first_caps).unwrap_or(Value::Null);
+            let alert = self.detector.declaration(&DeclarationReview {
+                method: c.method,
+                seq,
+                diff: &diff,
+                repeated,
+                multiplexed,
+                already_alerted: already,
+                previous: &previous,
+                current: &current_caps,
+            });
+            if alert.is_some()
+                && let Some(s) = self.sessions.get_mut(key)
+            {
+                s.alerts += 1;
+                if let Some(d) = s
+                    .ext
+                    .as_mut()
+                    .and_then(|e| e.declarations.iter_mut().find(|d| &*d.method == c.method))
+                {
+                    d.alerted.push(diff.removed.clone());
+                }
+            }
+            alert_ctx.push(alerts, c.ts, alert);
+        }
+        self.recharge(key, c.ts, out);
+    }
+
+    /// A `server/discover` result: logged when it differs from the server's previous one,
+    /// compared with its first.
+    fn discover(
+        &mut self,
+        c: &Concluded<'_>,
+        result: &ResultFields<'_>,
+        alert_ctx: &AlertCtx,
+        out: &mut Vec<Output>,
+        alerts: &mut Vec<Output>,
+    ) {
+        let key = session::server_key(c.server);
+        self.ensure(&key, c.client, c.ts, false, out);
+        let caps_value = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
+        let versions: Vec<String> = result
+            .supported_versions
+            .and_then(|v| serde_json::from_str(v.get()).ok())
+            .unwrap_or_default();
+        let server_info = result
+            .meta
+            .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+            .and_then(|m| m.get("io.modelcontextprotocol/serverInfo").cloned())
+            .unwrap_or(Value::Null);
+        let digest = {
+            use std::hash::BuildHasher;
+            foldhash::fast::FixedState::with_seed(0x6469_7363_6f76_6572).hash_one((
+                result.capabilities.map(|c| c.get()),
+                result.supported_versions.map(|c| c.get()),
+                session::compact_json(&server_info),
+            ))
+        };
+        let Some(s) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        s.handshakes += 1;
+        let seq = s.handshakes;
+        let record = CapsRecord::new(&Value::Null, &caps_value);
+        let ext = s.ext.get_or_insert_with(Box::default);
+        let changed = ext.discover_digest != Some(digest);
+        ext.discover_digest = Some(digest);
+        let first_versions = ext
+            .first_versions
+            .get_or_insert_with(|| versions.iter().map(|v| Box::from(v.as_str())).collect())
+            .clone();
+        let removed_versions: Vec<String> = first_versions
+            .iter()
+            .filter(|v| !versions.iter().any(|x| x == &***v))
+            .map(|v| v.to_string())
+            .collect();
+        let versions_alerted = !removed_versions.is_empty()
+            && removed_versions
+                .iter()
+                .all(|v| ext.alerted_versions.iter().any(|a| &**a == v.as_str()));
+        let diff = s
+            .baseline
+            .as_ref()
+            .map(|b| PathDiff::between(&b.server_paths, &record.server_paths));
+        let previous = s
+            .baseline
+            .as_ref()
+            .map_or(Value::Null, CapsRecord::server_caps);
+        let paths_alerted = diff
+            .as_ref()
+            .is_some_and(|d| ext.alerted_paths.contains(&d.removed));
+        if s.baseline.is_none() {
+            s.baseline = Some(record);
+        }
+        if changed {
+            out.push(Output::Event(Event::Handshake(Box::new(Handshake {
+                v: Default::default(),
+                ts: c.ts,
+                session_id: None,
+                seq,
+                outcome: Outcome::Accepted,
+                http_status: c.status,
+                error_code: None,
+                error_message: None,
+                client: c.client,
+                server: c.server,
+                host: None,
+                path: String::new(),
+                protocol_version_requested: c
+                    .facts
+                    .and_then(|f| f.declaration.as_ref())
+                    .and_then(|d| d.protocol_version.as_deref())
+                    .map(str::to_string),
+                protocol_version: c.protocol_version.map(str::to_string),
+                client_info: Value::Null,
+                server_info,
+                client_capabilities: Value::Null,
+                server_capabilities: caps_value.clone(),
+                diff: diff.clone().map(|server| HandshakeDiff {
+                    client: PathDiff::default(),
+                    server,
+                }),
+                client_near_miss: false,
+                predecessor_session_id: None,
+                lineage: None,
+                era: Era::Modern,
+                source: HandshakeSource::Discover,
+                lineage_id: c.lineage_id.map(str::to_string),
+                method: None,
+                supported_versions: Some(versions.clone()),
+            }))));
+        } else {
+            out.push(Output::Telemetry(Telemetry::DeclarationRepeated {
+                server: c.server,
+            }));
+        }
+        let no_diff = PathDiff::default();
+        let found = self.detector.discover(&DiscoverReview {
+            seq,
+            diff: diff.as_ref().unwrap_or(&no_diff),
+            paths_alerted,
+            previous: &previous,
+            current: &caps_value,
+            removed_versions: &removed_versions,
+            versions_alerted,
+            supported_versions: &versions,
+        });
+        if let Some(ext) = self.sessions.get_mut(&key).and_then(|s| s.ext.as_mut()) {
+            for kind in &found {
+                match kind {
+                    AlertKind::CapabilityNarrowing(_) => {
+                        if let Some(d) = &diff {
+                            ext.alerted_paths.push(d.removed.clone());
+                        }
+                    }
+                    AlertKind::ProtocolDowngrade(_) => ext
+                        .alerted_versions
+                        .extend(removed_versions.iter().map(|v| Box::from(v.as_str()))),
+                    _ => {}
+                }
+            }
+        }
+        for kind in found {
+            alert_ctx.push(alerts, c.ts, Some(kind));
+        }
+        self.recharge(&key, c.ts, out);
     }
 
     fn on_handshake(
@@ -675,35 +1736,54 @@ impl<D: Detector> Tracker<D> {
             }
         };
         let accepted = answer.accepted();
-        let reinit = handshake::reinitialized_session(origin).is_some();
         let (mut hs, record) = handshake::describe(ts, origin, &params, answer);
         if record.truncated {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::CapabilityPaths,
             }));
         }
-        let Some(sid) = origin.session_id.clone() else {
-            // Stateless server: nothing to compare against.
-            out.push(Output::Event(Event::Handshake(Box::new(hs))));
-            return;
-        };
-        let key = (origin.server, sid);
-        if !self.sessions.contains(&key) {
-            self.make_room(ts, out);
-            out.push(Output::Telemetry(Telemetry::SessionStarted {
-                server: origin.server,
-                midstream: false,
-            }));
-            self.sessions
-                .insert(key.clone(), Session::new(origin.client, ts));
-            self.recharge(&key, ts, out);
+        // A dual-era client falling back: did this lineage have a modern answer before?
+        let mut downgrade = None;
+        if let Some(lid) = &origin.lineage_id {
+            let lkey = session::lineage_key(origin.server, lid);
+            if let Some(ext) = self.sessions.get_mut(&lkey).and_then(|s| s.ext.as_mut()) {
+                let before: Vec<FailedAnswer> = ext.failures.iter().cloned().collect();
+                downgrade = self.detector.downgrade(&DowngradeReview {
+                    modern_ok: ext.modern_ok,
+                    before: &before,
+                    requested_version: hs.protocol_version_requested.as_deref(),
+                });
+                if downgrade.is_some() {
+                    ext.modern_ok = false;
+                    ext.failures.clear();
+                }
+            }
         }
-        let client_info_text = session::client_info_key(&hs.client_info);
-        if accepted && !reinit {
+        let key = match (&origin.session_id, &origin.lineage_id) {
+            (Some(sid), _) => (origin.server, sid.clone()),
+            (None, Some(lid)) => session::lineage_key(origin.server, lid),
+            (None, None) => {
+                out.push(Output::Event(Event::Handshake(Box::new(hs))));
+                return;
+            }
+        };
+        let scope = session::scope_of(&key);
+        self.ensure(&key, origin.client, ts, false, out);
+        let reinit = match scope {
+            Scope::Session if origin.era == Era::HttpSse => {
+                self.sessions.get(&key).is_some_and(|s| s.handshakes > 0)
+            }
+            Scope::Session => handshake::reinitialized_session(origin).is_some(),
+            _ => self.sessions.get(&key).is_some_and(|s| s.handshakes > 0),
+        };
+        if accepted
+            && !reinit
+            && scope == Scope::Session
+            && let Some(lid) = &origin.lineage_id
+        {
             let lineage_key = LineageKey {
                 server: origin.server,
-                client_ip: origin.client.ip(),
-                client_info: client_info_text.clone(),
+                lineage_id: lid.clone(),
             };
             let window = self.limits.lineage_window_ns;
             let predecessor = self.lineage.predecessor(&lineage_key, ts, window);
@@ -721,8 +1801,11 @@ impl<D: Detector> Tracker<D> {
         session.last_seen = ts;
         session.handshakes += 1;
         hs.seq = session.handshakes;
-        if !hs.client_info.is_null() {
-            session.client_info = client_info_text;
+        if origin.lineage_id.is_some() {
+            session.lineage_id = origin.lineage_id.clone();
+        }
+        if scope == Scope::Session && origin.era == Era::HttpSse {
+            session.era = Era::HttpSse;
         }
         hs.diff = session.baseline.as_ref().map(|base| HandshakeDiff {
             client: PathDiff::between(&base.client_paths, &record.client_paths),
@@ -742,17 +1825,27 @@ impl<D: Detector> Tracker<D> {
         hs.client_near_miss = verdict.client_near_miss;
         if accepted {
             session.streaming_negotiated = record.streaming;
+            session.protocol_version = hs.protocol_version.as_deref().map(Box::from);
             if session.baseline.is_none() {
                 session.baseline = Some(record);
             }
         }
-        session.alerts += u32::from(verdict.alert.is_some());
-        let client = origin.client;
+        session.alerts += u32::from(verdict.alert.is_some()) + u32::from(downgrade.is_some());
+        let alert_ctx = AlertCtx {
+            session_id: session::public_session_id(&key),
+            lineage_id: origin.lineage_id.as_deref().map(str::to_string),
+            era: origin.era,
+            protocol_version: hs.protocol_version.clone(),
+            server: origin.server,
+            client: origin.client,
+            framing,
+        };
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
-        push_alert(out, ts, &key, client, framing, verdict.alert);
+        alert_ctx.push(out, ts, verdict.alert);
+        alert_ctx.push(out, ts, downgrade);
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
-        if !accepted && reinit {
+        if !accepted && reinit && scope == Scope::Session {
             // A rejected re-initialize: the client will most likely start over in a new session.
             self.remember_ended(&key, ts, out);
         }
@@ -762,10 +1855,12 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.get(key) else {
             return;
         };
+        let Some(lineage_id) = s.lineage_id.clone() else {
+            return;
+        };
         let lineage_key = LineageKey {
             server: key.0,
-            client_ip: s.client.ip(),
-            client_info: s.client_info.clone(),
+            lineage_id,
         };
         let record = Ended {
             ts,
@@ -789,6 +1884,26 @@ impl<D: Detector> Tracker<D> {
         self.published_lineage_bytes = now;
     }
 
+    /// HTTP+SSE POSTs of session `key` still waiting for answers on the stream: reported
+    /// unanswered (their stream is gone, or the capture ended).
+    fn report_parked(&mut self, key: &SessionKey, _now: Timestamp, out: &mut Vec<Output>) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        let parked = std::mem::take(&mut s.parked);
+        let negotiated = s.protocol_version.as_deref().map(str::to_string);
+        for ex in parked {
+            for r in ex.requests.iter().filter(|r| !r.answered) {
+                s.in_flight.remove(&r.id);
+                let pv = headers::request_protocol_version(&ex.head)
+                    .map(str::to_string)
+                    .or_else(|| negotiated.clone());
+                let event = exchange_of(&ex, &r.method, r.tool.as_deref(), r.id.to_value(), pv);
+                out.push(Output::Event(Event::Exchange(Box::new(event))));
+            }
+        }
+    }
+
     fn end_session(
         &mut self,
         key: &SessionKey,
@@ -796,11 +1911,14 @@ impl<D: Detector> Tracker<D> {
         reason: EndReason,
         out: &mut Vec<Output>,
     ) {
+        let scope = session::scope_of(key);
         // An evicted session keeps its lineage record: its client may well come back.
-        if matches!(
-            reason,
-            EndReason::Expired | EndReason::Deleted | EndReason::Evicted
-        ) {
+        if scope == Scope::Session
+            && matches!(
+                reason,
+                EndReason::Expired | EndReason::Deleted | EndReason::Evicted
+            )
+        {
             self.remember_ended(key, ts, out);
         }
         // Requests still waiting for a resumed stream wait in vain now; an eviction is the
@@ -813,18 +1931,44 @@ impl<D: Detector> Tracker<D> {
         for id in waiting {
             self.give_up_resumption(key, &id, None, ts, reason != EndReason::Evicted, out);
         }
+        self.report_parked(key, ts, out);
+        self.release_inputs(key, None, out);
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
-        out.push(Output::Event(Event::SessionEnd(SessionEnd {
-            ts,
-            session_id: Some(key.1.clone()),
-            server: key.0,
-            reason,
-            handshakes: s.handshakes,
-            requests: s.requests,
-            alerts: s.alerts,
-        })));
+        if s.era == Era::HttpSse {
+            self.sse_endpoints
+                .retain(|(server, _), sid| !(*server == key.0 && **sid == *key.1));
+        }
+        let lineage_id = s.lineage_id.as_deref().map(str::to_string);
+        match scope {
+            Scope::Session => out.push(Output::Event(Event::SessionEnd(SessionEnd {
+                v: Default::default(),
+                ts,
+                session_id: Some(key.1.clone()),
+                server: key.0,
+                reason,
+                handshakes: s.handshakes,
+                requests: s.requests,
+                alerts: s.alerts,
+                lineage_id: None,
+            }))),
+            // A lineage's state is dropped: its next declarations compare against new ones.
+            Scope::Lineage if s.handshakes > 0 || s.alerts > 0 => {
+                out.push(Output::Event(Event::SessionEnd(SessionEnd {
+                    v: Default::default(),
+                    ts,
+                    session_id: None,
+                    server: key.0,
+                    reason,
+                    handshakes: s.handshakes,
+                    requests: s.requests,
+                    alerts: s.alerts,
+                    lineage_id: lineage_id.or_else(|| key.1.get(2..).map(str::to_string)),
+                })))
+            }
+            _ => {}
+        }
     }
 
     fn on_response_end(
@@ -840,11 +1984,30 @@ impl<D: Detector> Tracker<D> {
         };
         if end == BodyEnd::Unfinished {
             // Cut off by the end of the capture or a timeout: not ended, nothing to conclude.
+            self.end_if_expired(&ex, ts, out);
             return;
         }
         let status = ex.response.as_ref().map_or(0, |r| r.status);
+        // HTTP+SSE: a POST accepted with 202 is answered on the GET stream.
+        if ex.era == Era::HttpSse
+            && is_2xx(status)
+            && ex.head.method == "POST"
+            && ex.requests.iter().any(|r| !r.answered)
+            && let Some(sid) = &ex.session_id
+            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+        {
+            if s.parked.len() < session::MAX_PARKED {
+                let key = (ctx.server, sid.clone());
+                s.parked.push(ex);
+                self.recharge(&key, ts, out);
+                return;
+            }
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ServerRequests,
+            }));
+        }
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
-        let (framing, ambiguous) = framing_of(&ex);
+        let (framing, _) = framing_of(&ex);
         let ended_by = match end {
             BodyEnd::Complete => Some(StreamEnd::FinalChunk),
             BodyEnd::ServerClosed => Some(StreamEnd::ServerClosed),
@@ -870,25 +2033,40 @@ impl<D: Detector> Tracker<D> {
                 self.on_handshake(ts, origin, r.init_params.as_deref(), answer, framing, out);
             }
             let request_id = r.id.to_value();
-            let exchange = Box::new(Exchange {
-                ts: ex.ts,
-                session_id: ex.session_id.clone(),
-                server: ex.server,
-                client: ex.client,
-                method: r.method.clone(),
-                request_id: request_id.clone(),
-                tool: r.tool.clone(),
-                protocol_version: headers::request_protocol_version(&ex.head).map(str::to_string),
-                http_status: status,
-                media_type: media_label(mt.as_deref()),
-                sse_events: ex.stream.items,
-                duration_ms: ts.millis_since(ex.ts),
-                answered: false,
-                error_code: None,
-                empty_content: None,
-                framing,
-                ambiguous,
-            });
+            let pv = self.protocol_version_of(&ex, r.facts.as_deref());
+            let mut event = exchange_of(
+                &ex,
+                &r.method,
+                r.tool.as_deref(),
+                request_id.clone(),
+                pv.clone(),
+            );
+            event.sse_events = ex.stream.items;
+            event.duration_ms = ts.millis_since(ex.ts);
+            let exchange = Box::new(event);
+            let mut alerts = Vec::new();
+            if ended_by.is_some() {
+                let concluded = Concluded {
+                    ts,
+                    server: ctx.server,
+                    client: ex.client,
+                    era: ex.era,
+                    lineage_id: ex.lineage_id.as_deref(),
+                    session_id: ex.session_id.as_deref(),
+                    method: &r.method,
+                    tool: r.tool.as_deref(),
+                    request_id: &request_id,
+                    status,
+                    media_type: mt.as_deref(),
+                    error_code: None,
+                    facts: r.facts.as_deref(),
+                    findings: &r.findings,
+                    result: None,
+                    framing,
+                    protocol_version: pv.as_deref(),
+                };
+                self.conclude(&concluded, out, &mut alerts);
+            }
             let alert = self.detector.unanswered(&UnansweredReview {
                 method: &r.method,
                 tool: r.tool.as_deref(),
@@ -898,6 +2076,15 @@ impl<D: Detector> Tracker<D> {
                 stream: ex.stream,
                 ended_by,
             });
+            let alert_ctx = AlertCtx {
+                session_id: ex.session_id.clone(),
+                lineage_id: ex.lineage_id.as_deref().map(str::to_string),
+                era: ex.era,
+                protocol_version: pv,
+                server: ex.server,
+                client: ex.client,
+                framing,
+            };
             let key = ex.session_id.as_ref().map(|sid| (ctx.server, sid.clone()));
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             // The server may close a stream after an event with an id and answer on the
@@ -927,26 +2114,82 @@ impl<D: Detector> Tracker<D> {
                 self.resumption_deadlines
                     .push(Reverse((deadline, key.clone(), r.id.clone())));
                 self.recharge(key, ts, out);
+                out.append(&mut alerts);
                 continue;
             }
             out.push(Output::Event(Event::Exchange(exchange)));
+            out.append(&mut alerts);
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             if let Some(s) = session {
                 s.in_flight.remove(&r.id);
                 s.alerts += u32::from(alert.is_some());
             }
-            if let Some(kind) = alert {
-                out.push(Output::Event(Event::Alert(Box::new(Alert {
-                    ts,
-                    session_id: ex.session_id.clone(),
-                    server: ex.server,
-                    client: ex.client,
-                    kind,
-                    framing,
-                }))));
-            }
+            alert_ctx.push(out, ts, alert);
+        }
+        self.end_if_expired(&ex, ts, out);
+    }
+}
+
+/// The flow a (parked) exchange came on.
+fn ctx_flow_of(ex: &ExchangeState) -> u64 {
+    ex.flow
+}
+
+/// `clientInfo` name and version of `initialize` params (JSON text).
+fn init_client_name(params: &str) -> Option<(String, Option<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "clientInfo", default)]
+        client_info: Option<Info>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Info {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        version: Option<String>,
+    }
+    let p: Params = serde_json::from_str(params).ok()?;
+    let info = p.client_info?;
+    Some((info.name?, info.version))
+}
+
+/// The methods an `InputRequiredResult`'s `inputRequests` (a map of key to request) ask for.
+fn input_request_methods(raw: &str) -> Vec<String> {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(raw) else {
+        return Vec::new();
+    };
+    let mut methods: Vec<String> = map
+        .values()
+        .filter_map(|r| r.get("method").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    methods.sort();
+    methods.truncate(16);
+    methods
+}
+
+/// The path and query of an `endpoint` event's URL (absolute URLs lose scheme and authority).
+fn endpoint_path(url: &str) -> &str {
+    for scheme in ["http://", "https://"] {
+        if let Some(rest) = url.strip_prefix(scheme) {
+            return rest.find('/').map_or("/", |at| &rest[at..]);
         }
     }
+    url
+}
+
+/// The session an HTTP+SSE endpoint names: its `sessionId` (TypeScript) or `session_id`
+/// (Python) query parameter, else the whole path.
+fn endpoint_session_id(path: &str) -> &str {
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    query
+        .split('&')
+        .find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k == "sessionId" || k == "session_id").then_some(v)
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or(path)
 }
 
 impl<D: Detector> Drop for Tracker<D> {
@@ -1011,27 +2254,6 @@ fn framing_of(ex: &ExchangeState) -> (FramingMode, bool) {
     let lenient = ex.head.lenient || response.is_some_and(|r| r.lenient);
     let ambiguous = ex.head.ambiguous || response.is_some_and(|r| r.ambiguous);
     (FramingMode::of(lenient), ambiguous)
-}
-
-/// An alert of session `key` about an exchange framed `framing`, as an event.
-fn push_alert(
-    out: &mut Vec<Output>,
-    ts: Timestamp,
-    key: &SessionKey,
-    client: SocketAddr,
-    framing: FramingMode,
-    alert: Option<AlertKind>,
-) {
-    if let Some(kind) = alert {
-        out.push(Output::Event(Event::Alert(Box::new(Alert {
-            ts,
-            session_id: Some(key.1.clone()),
-            server: key.0,
-            client,
-            kind,
-            framing,
-        }))));
-    }
 }
 
 #[cfg(test)]

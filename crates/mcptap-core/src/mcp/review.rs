@@ -3,9 +3,10 @@
 //! defines the interface and keeps state only; [`crate::detect`] implements it and decides
 //! what is an alert.
 
+use super::modern::HeaderFinding;
 use super::session::CapsRecord;
 use super::transactions::{AnswerShape, StreamContent};
-use crate::model::{AlertKind, HandshakeDiff, StreamEnd};
+use crate::model::{AlertKind, FailedAnswer, HandshakeDiff, PathDiff, StreamEnd};
 use serde_json::Value;
 
 /// The detection layer, as the session layer sees it.
@@ -26,6 +27,69 @@ pub trait Detector {
 
     /// An exchange ended with a request still unanswered.
     fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind>;
+
+    /// A modern lineage declared client capabilities for a method (a set first seen for
+    /// that method, or a repeat of the previous one).
+    fn declaration(&self, review: &DeclarationReview<'_>) -> Option<AlertKind>;
+
+    /// A server answered `server/discover`, against its first discover result.
+    fn discover(&self, review: &DiscoverReview<'_>) -> Vec<AlertKind>;
+
+    /// A lineage sent `initialize` to a server.
+    fn downgrade(&self, review: &DowngradeReview<'_>) -> Option<AlertKind>;
+
+    /// A request whose headers disagreed with its body was answered.
+    fn header_mismatch(&self, review: &MismatchReview<'_>) -> Option<AlertKind>;
+}
+
+/// One modern declaration of a method, against the method's first one.
+#[derive(Debug)]
+pub struct DeclarationReview<'a> {
+    pub method: &'a str,
+    pub seq: u32,
+    pub diff: &'a PathDiff,
+    /// The same set as the method's previous declaration.
+    pub repeated: bool,
+    /// The lineage alternates between sets for this method.
+    pub multiplexed: bool,
+    /// These lost paths were alerted before for this method.
+    pub already_alerted: bool,
+    pub previous: &'a Value,
+    pub current: &'a Value,
+}
+
+/// A `server/discover` result against the server's first.
+#[derive(Debug)]
+pub struct DiscoverReview<'a> {
+    pub seq: u32,
+    pub diff: &'a PathDiff,
+    /// The lost paths were alerted before.
+    pub paths_alerted: bool,
+    pub previous: &'a Value,
+    pub current: &'a Value,
+    pub removed_versions: &'a [String],
+    pub versions_alerted: bool,
+    pub supported_versions: &'a [String],
+}
+
+/// An `initialize` from a lineage.
+#[derive(Debug)]
+pub struct DowngradeReview<'a> {
+    /// The lineage had a 2xx modern answer from this server.
+    pub modern_ok: bool,
+    pub before: &'a [FailedAnswer],
+    pub requested_version: Option<&'a str>,
+}
+
+/// The answer to a request with mismatched headers.
+#[derive(Debug)]
+pub struct MismatchReview<'a> {
+    pub findings: &'a [HeaderFinding],
+    pub method: &'a str,
+    pub tool: Option<&'a str>,
+    pub request_id: &'a Value,
+    pub http_status: u16,
+    pub error_code: Option<i64>,
 }
 
 /// A finished handshake of a session, against the session's baseline.

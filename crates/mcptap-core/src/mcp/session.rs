@@ -1,14 +1,80 @@
 //! One MCP session's state: what the session layer remembers between messages.
 
 use super::caps::{self, CapPaths};
+use super::modern::ParamHeader;
+use super::transactions::ExchangeState;
 use crate::jsonrpc::Id;
-use crate::model::Timestamp;
+use crate::model::{Era, Exchange, FailedAnswer, Timestamp};
 use foldhash::HashMap;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-/// Sessions are keyed by (server endpoint, `Mcp-Session-Id`).
+/// Sessions are keyed by (server endpoint, `Mcp-Session-Id`). State without a session id
+/// lives in the same table under keys no session id can take (they start with NUL, which is
+/// not visible ASCII): a lineage's, a server's, an endpoint method's (see [`Scope`]).
 pub type SessionKey = (SocketAddr, String);
+
+/// What an entry of the session table tracks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A session with an `Mcp-Session-Id` (or an HTTP+SSE `sessionId`).
+    Session,
+    /// A client lineage without a session id (modern, legacy stateless).
+    Lineage,
+    /// A server's own state (`server/discover` results, `x-mcp-header` tools).
+    Server,
+    /// How a stateless server answers one method (and tool): its response mode.
+    Endpoint,
+}
+
+const LINEAGE_PREFIX: &str = "\0L";
+const SERVER_KEY: &str = "\0S";
+const ENDPOINT_PREFIX: &str = "\0E";
+
+pub fn lineage_key(server: SocketAddr, lineage_id: &str) -> SessionKey {
+    (server, format!("{LINEAGE_PREFIX}{lineage_id}"))
+}
+
+pub fn server_key(server: SocketAddr) -> SessionKey {
+    (server, SERVER_KEY.to_string())
+}
+
+/// The mode of a stateless endpoint is per method and, for `tools/call`, per tool.
+pub fn endpoint_key(server: SocketAddr, method: &str, tool: Option<&str>) -> SessionKey {
+    let mut k = format!("{ENDPOINT_PREFIX}{method}");
+    if let Some(t) = tool {
+        k.push('\0');
+        k.push_str(&t[..floor_boundary(t, 128)]);
+    }
+    (server, k)
+}
+
+fn floor_boundary(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+pub fn scope_of(key: &SessionKey) -> Scope {
+    let k = key.1.as_str();
+    if !k.starts_with('\0') {
+        Scope::Session
+    } else if k.starts_with(LINEAGE_PREFIX) {
+        Scope::Lineage
+    } else if k == SERVER_KEY {
+        Scope::Server
+    } else {
+        Scope::Endpoint
+    }
+}
+
+/// The session id an event shows for a table key: `None` for state without a session id.
+pub fn public_session_id(key: &SessionKey) -> Option<String> {
+    (scope_of(key) == Scope::Session).then(|| key.1.clone())
+}
 
 /// An exchange: (flow id, request number on that connection).
 pub type ExchangeKey = (u64, u64);
@@ -74,8 +140,11 @@ pub struct Session<D> {
     /// Bytes this session is charged against the session budget (see `budget`).
     pub(super) charged: usize,
     pub client: SocketAddr,
-    /// `clientInfo` of the latest handshake, as compact JSON (for lineage matching).
-    pub client_info: Box<str>,
+    /// The client lineage (see `identity::lineage_id`), once a handshake or declaration named it.
+    pub lineage_id: Option<Box<str>>,
+    pub era: Era,
+    /// The protocol version the latest accepted handshake negotiated.
+    pub protocol_version: Option<Box<str>>,
     pub last_seen: Timestamp,
     pub handshakes: u32,
     /// The first accepted handshake: the baseline, never replaced.
@@ -89,6 +158,130 @@ pub struct Session<D> {
     /// Requests whose stream ended without their answer but may be resumed.
     pub resuming: Vec<Resuming>,
     pub detection: D,
+    /// Era state: modern declarations, failures, discover results; allocated on first use.
+    pub ext: Option<Box<EraState>>,
+    /// HTTP+SSE: POST exchanges answered 202 whose answers come on the GET stream.
+    pub parked: Vec<ExchangeState>,
+    /// Requests the server sent on a stream, waiting for the client's POSTed answer.
+    pub server_requests: Vec<ServerRequest>,
+}
+
+/// A request a server sent on an SSE stream (legacy revisions).
+#[derive(Debug, Clone)]
+pub struct ServerRequest {
+    pub id: Id,
+    pub method: Box<str>,
+    pub ts: Timestamp,
+}
+
+/// Most server requests awaiting the client's answer per session, and parked POSTs.
+pub const MAX_SERVER_REQUESTS: usize = 64;
+pub const MAX_PARKED: usize = 64;
+
+/// One method's declarations by one modern lineage.
+#[derive(Debug, Clone)]
+pub struct MethodDeclarations {
+    pub method: Box<str>,
+    /// The first declared set: its paths and its capability object's text.
+    pub first_paths: CapPaths,
+    pub first_caps: Box<str>,
+    pub first_digest: u64,
+    /// The previous declaration of this method.
+    pub last_digest: u64,
+    /// Declarations seen for this method (digests), bounded.
+    pub seen: Vec<u64>,
+    /// Its requests alternate between sets: interleaved conversations, never alerted.
+    pub multiplexed: bool,
+    /// Lost path sets already alerted.
+    pub alerted: Vec<Vec<String>>,
+}
+
+/// An `InputRequiredResult` waiting for its retry.
+#[derive(Debug)]
+pub struct InputPending {
+    pub method: Box<str>,
+    pub tool: Option<Box<str>>,
+    pub deadline: Timestamp,
+    pub exchange: Box<Exchange>,
+}
+
+/// What the era-aware detectors remember for a lineage or a server.
+#[derive(Debug, Default)]
+pub struct EraState {
+    pub declarations: Vec<MethodDeclarations>,
+    /// Declaration digests already logged as handshakes.
+    pub logged: Vec<u64>,
+    pub declaration_seq: u32,
+    /// The lineage had a 2xx modern answer (reset by a downgrade alert).
+    pub modern_ok: bool,
+    /// The latest failing answers, oldest first.
+    pub failures: VecDeque<FailedAnswer>,
+    pub input_pending: Vec<InputPending>,
+    /// Server scope: the latest discover result's digest and the first `supportedVersions`.
+    pub discover_digest: Option<u64>,
+    pub first_versions: Option<Vec<Box<str>>>,
+    pub alerted_versions: Vec<Box<str>>,
+    pub alerted_paths: Vec<Vec<String>>,
+    /// Server scope: tools with `x-mcp-header` parameters (from `tools/list`).
+    pub param_tools: Vec<(Box<str>, Vec<ParamHeader>)>,
+}
+
+fn strings_bytes(s: &[String]) -> usize {
+    s.iter().map(|x| x.len() + 24).sum::<usize>() + 24
+}
+
+/// Bounds of [`EraState`] (counted when hit).
+pub const MAX_DECLARED_METHODS: usize = 32;
+pub const MAX_SETS_PER_METHOD: usize = 16;
+pub const MAX_LOGGED_SETS: usize = 64;
+pub const MAX_FAILURES: usize = 4;
+pub const MAX_INPUT_PENDING: usize = 16;
+
+impl EraState {
+    pub fn heap_bytes(&self) -> usize {
+        let paths = |p: &CapPaths| paths_bytes(p);
+        let decl: usize = self
+            .declarations
+            .iter()
+            .map(|d| {
+                std::mem::size_of::<MethodDeclarations>()
+                    + d.method.len()
+                    + paths(&d.first_paths)
+                    + d.first_caps.len()
+                    + d.seen.len() * 8
+                    + d.alerted.iter().map(|a| strings_bytes(a)).sum::<usize>()
+            })
+            .sum();
+        let params: usize = self
+            .param_tools
+            .iter()
+            .map(|(t, ps)| {
+                t.len()
+                    + 32
+                    + ps.iter()
+                        .map(|p| {
+                            p.name.len() + p.path.iter().map(|k| k.len() + 16).sum::<usize>() + 48
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        std::mem::size_of::<EraState>()
+            + decl
+            + self.logged.len() * 8
+            + self.failures.len() * (std::mem::size_of::<FailedAnswer>() + 64)
+            + self.input_pending.len()
+                * (std::mem::size_of::<InputPending>() + std::mem::size_of::<Exchange>() + 256)
+            + self
+                .first_versions
+                .as_ref()
+                .map_or(0, |v| v.iter().map(|s| s.len() + 16).sum())
+            + self
+                .alerted_paths
+                .iter()
+                .map(|a| strings_bytes(a))
+                .sum::<usize>()
+            + params
+    }
 }
 
 /// A request whose SSE stream ended without its answer after an event with an id: the client
@@ -109,7 +302,9 @@ impl<D: Default> Session<D> {
         Box::new(Session {
             charged: 0,
             client,
-            client_info: Box::from("null"),
+            lineage_id: None,
+            era: Era::Legacy,
+            protocol_version: None,
             last_seen: ts,
             handshakes: 0,
             baseline: None,
@@ -119,6 +314,9 @@ impl<D: Default> Session<D> {
             in_flight: HashMap::default(),
             resuming: Vec::new(),
             detection: D::default(),
+            ext: None,
+            parked: Vec::new(),
+            server_requests: Vec::new(),
         })
     }
 }

@@ -19,6 +19,11 @@ pub struct PendingRequest {
     /// when the handshake is answered.
     pub init_params: Option<Box<str>>,
     pub answered: bool,
+    /// What the params declare and name (modern requests, and requests whose headers mirror
+    /// body fields).
+    pub facts: Option<Box<super::modern::RequestFacts>>,
+    /// Headers that disagreed with the body (counted at the request; alerted if accepted).
+    pub findings: Vec<super::modern::HeaderFinding>,
 }
 
 /// The JSON-RPC requests of one HTTP request (one, or a batch), with the unanswered ones
@@ -139,6 +144,8 @@ impl AnswerShape {
 /// One HTTP request/response pair that may carry MCP, while it is open.
 #[derive(Debug)]
 pub struct ExchangeState {
+    /// The flow it came on (an HTTP+SSE POST outlives its place in the flow's queue).
+    pub flow: u64,
     /// The request's number on its connection.
     pub number: u64,
     pub ts: Timestamp,
@@ -150,6 +157,13 @@ pub struct ExchangeState {
     pub requests: Requests,
     pub response: Option<ResponseHead>,
     pub stream: StreamContent,
+    pub era: crate::model::Era,
+    /// The lineage of the exchange's client (without a session id, or from its session).
+    pub lineage_id: Option<Box<str>>,
+    /// A 404 on a named session: the session ends once this exchange is reported.
+    pub ends_session: bool,
+    /// Client answers to server requests this POST carried, reported with its status.
+    pub server_answers: Vec<Box<crate::model::Exchange>>,
     /// What [`Transactions`] charged for it when it opened.
     pub charged: usize,
 }
@@ -161,6 +175,8 @@ pub struct Origin {
     pub server: SocketAddr,
     pub head: RequestHead,
     pub session_id: Option<String>,
+    pub era: crate::model::Era,
+    pub lineage_id: Option<Box<str>>,
 }
 
 impl ExchangeState {
@@ -174,7 +190,14 @@ impl ExchangeState {
             + text(&head.host)
             + text(&head.accept)
             + text(&head.content_type)
-            + head.extracted.iter().map(text).sum::<usize>();
+            + head.extracted.iter().map(text).sum::<usize>()
+            + text(&head.forwarded_for)
+            + text(&head.forwarded)
+            + head
+                .prefixed
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + 48)
+                .sum::<usize>();
         let request_bytes: usize = self
             .requests
             .iter()
@@ -184,9 +207,20 @@ impl ExchangeState {
                     + r.method.len()
                     + r.tool.as_ref().map_or(0, String::len)
                     + r.init_params.as_ref().map_or(0, |p| p.len())
+                    + r.facts.as_ref().map_or(0, |f| {
+                        std::mem::size_of::<super::modern::RequestFacts>()
+                            + f.declaration.as_ref().map_or(0, |d| d.heap_bytes())
+                            + f.name_or_uri.as_ref().map_or(0, String::len)
+                            + f.arguments.as_ref().map_or(0, |a| a.len())
+                    })
+                    + r.findings.len() * (std::mem::size_of::<super::modern::HeaderFinding>() + 64)
             })
             .sum();
-        std::mem::size_of::<ExchangeState>() + head_bytes + request_bytes
+        std::mem::size_of::<ExchangeState>()
+            + head_bytes
+            + request_bytes
+            + self.lineage_id.as_ref().map_or(0, |l| l.len())
+            + self.server_answers.len() * (std::mem::size_of::<crate::model::Exchange>() + 128)
     }
 
     pub fn origin(&self) -> Origin {
@@ -195,6 +229,8 @@ impl ExchangeState {
             server: self.server,
             head: self.head.clone(),
             session_id: self.session_id.clone(),
+            era: self.era,
+            lineage_id: self.lineage_id.clone(),
         }
     }
 }
@@ -294,6 +330,7 @@ mod tests {
     fn exchange(number: u64) -> ExchangeState {
         let addr: SocketAddr = "127.0.0.2:1".parse().expect("addr");
         ExchangeState {
+            flow: 0,
             number,
             ts: Timestamp(0),
             client: addr,
@@ -303,6 +340,10 @@ mod tests {
             requests: Requests::default(),
             response: None,
             stream: StreamContent::default(),
+            era: crate::model::Era::Legacy,
+            lineage_id: None,
+            ends_session: false,
+            server_answers: Vec::new(),
             charged: 0,
         }
     }
@@ -356,6 +397,8 @@ mod tests {
             tool: None,
             init_params: None,
             answered: false,
+            facts: None,
+            findings: Vec::new(),
         }
     }
 

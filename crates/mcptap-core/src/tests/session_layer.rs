@@ -572,7 +572,9 @@ fn stateless_servers_log_handshakes_without_a_session() {
     let hs = h.of("handshake");
     assert_eq!(hs.len(), 1);
     assert!(hs[0]["session_id"].is_null());
-    assert_eq!(h.t.active_sessions(), 0);
+    // The lineage is what a stateless client is tracked by.
+    assert_eq!(hs[0]["lineage_id"].as_str().map(str::len), Some(16));
+    assert_eq!(hs[0]["era"], "legacy");
 }
 
 #[test]

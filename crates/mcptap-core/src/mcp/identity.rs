@@ -1,0 +1,322 @@
+//! Who talks to whom, the same on every gateway host: server identity, client identity and the
+//! client lineage traffic without a session id is tracked by.
+//!
+//! - *server identity*: the endpoint's configured name (`[servers]`), else the request's `Host`
+//!   plus path, else `ip:port`;
+//! - *client identity*: behind trusted proxies the first untrusted hop of `Forwarded` or
+//!   `X-Forwarded-For` (walked from the nearest hop outwards), else the peer address;
+//! - *lineage*: (server identity, client identity, clientInfo name and version, or the
+//!   `User-Agent` without clientInfo), named on events by [`lineage_id`].
+
+use crate::http::RequestHead;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+/// An address block (`10.0.0.0/8`, `::1/128`, or a single address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 addresses compare as the IPv4 address they carry.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr = canonical(
+            addr.trim()
+                .parse::<IpAddr>()
+                .map_err(|_| format!("`{s}` is not an address or address/prefix"))?,
+        );
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("`{s}`: the prefix must be 0..={max}"))?,
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The `[identity]` settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentitySettings {
+    /// Proxies whose `Forwarded` / `X-Forwarded-For` headers are believed. Without any, the
+    /// client is the connection's peer.
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+/// Longest identity text kept (hostile `Host` headers are kilobytes).
+const MAX_IDENTITY_BYTES: usize = 256;
+
+/// Resolves server and client identities.
+#[derive(Debug, Clone, Default)]
+pub struct Identities {
+    servers: BTreeMap<SocketAddr, String>,
+    trusted: Vec<Cidr>,
+}
+
+impl Identities {
+    pub fn new(servers: BTreeMap<SocketAddr, String>, settings: &IdentitySettings) -> Self {
+        Identities {
+            servers,
+            trusted: settings.trusted_proxies.clone(),
+        }
+    }
+
+    /// The configured name of `server`, else `Host` + path (without the query), else `ip:port`.
+    pub fn server_identity(&self, server: SocketAddr, head: &RequestHead) -> String {
+        if let Some(name) = self.servers.get(&server) {
+            return name.clone();
+        }
+        match head.host.as_deref().filter(|h| !h.is_empty()) {
+            Some(host) => {
+                let path = head.path.split(['?', '#']).next().unwrap_or("");
+                bounded(format!("{}{}", host.to_ascii_lowercase(), path))
+            }
+            None => server.to_string(),
+        }
+    }
+
+    fn trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
+    }
+
+    /// The client behind the connection from `peer`: with `peer` a trusted proxy, the first
+    /// untrusted hop of `Forwarded` (preferred) or `X-Forwarded-For`, nearest hop first.
+    pub fn client_identity(&self, peer: IpAddr, head: &RequestHead) -> String {
+        if self.trusted.is_empty() || !self.trusted(peer) {
+            return canonical(peer).to_string();
+        }
+        let hops: Vec<String> = match (&head.forwarded, &head.forwarded_for) {
+            (Some(fwd), _) => forwarded_hops(fwd),
+            (None, Some(xff)) => xff
+                .split(',')
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect(),
+            (None, None) => Vec::new(),
+        };
+        let mut client = canonical(peer).to_string();
+        for hop in hops.iter().rev() {
+            let addr = hop_address(hop);
+            client = bounded(addr.map_or_else(|| hop.clone(), |a| a.to_string()));
+            match addr {
+                Some(a) if self.trusted(a) => continue,
+                _ => break,
+            }
+        }
+        client
+    }
+}
+
+fn bounded(mut s: String) -> String {
+    if s.len() > MAX_IDENTITY_BYTES {
+        let mut at = MAX_IDENTITY_BYTES;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+    }
+    s
+}
+
+/// The `for=` values of a `Forwarded` header (RFC 7239), in order.
+fn forwarded_hops(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .filter_map(|element| {
+            element.split(';').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                k.trim()
+                    .eq_ignore_ascii_case("for")
+                    .then(|| v.trim().trim_matches('"').to_string())
+            })
+        })
+        .collect()
+}
+
+/// The address of one hop: `1.2.3.4`, `1.2.3.4:5678`, `[::1]:80`, `::1`; `None` for
+/// obfuscated (`_hidden`) or `unknown` hops.
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(canonical(ip));
+    }
+    if let Ok(sa) = hop.parse::<SocketAddr>() {
+        return Some(canonical(sa.ip()));
+    }
+    let inner = hop.strip_prefix('[')?.split(']').next()?;
+    inner.parse::<IpAddr>().ok().map(canonical)
+}
+
+/// The stable short name of a lineage: 16 hex digits of SHA-256 over its parts, so that every
+/// gateway host of a fleet names a lineage alike.
+pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [server_identity, client_identity, client_label] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let digest = h.finalize();
+    let mut out = String::with_capacity(16);
+    for b in digest.iter().take(8) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// What names a client within a lineage: clientInfo's name and version, else the User-Agent.
+pub fn client_label(name: Option<&str>, version: Option<&str>, user_agent: Option<&str>) -> String {
+    match (name, version) {
+        (Some(n), v) => bounded(format!("{n}/{}", v.unwrap_or(""))),
+        (None, _) => bounded(format!("ua:{}", user_agent.unwrap_or(""))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(xff: Option<&str>, fwd: Option<&str>) -> RequestHead {
+        RequestHead {
+            forwarded_for: xff.map(str::to_string),
+            forwarded: fwd.map(str::to_string),
+            host: Some("GW.example:8080".into()),
+            path: "/mcp?x=1".into(),
+            ..RequestHead::default()
+        }
+    }
+
+    fn ids(trusted: &[&str]) -> Identities {
+        let settings = IdentitySettings {
+            trusted_proxies: trusted.iter().map(|t| t.parse().unwrap()).collect(),
+        };
+        Identities::new(BTreeMap::new(), &settings)
+    }
+
+    #[test]
+    fn cidr_parse_and_contains() {
+        let c: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert!(c.contains("10.2.3.4".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        let one: Cidr = "::1".parse().unwrap();
+        assert!(one.contains("::1".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("nope".parse::<Cidr>().is_err());
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("192.0.2.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn untrusted_peer_is_the_client() {
+        let peer = "127.0.0.1".parse().unwrap();
+        let h = head(Some("127.0.9.1"), None);
+        assert_eq!(ids(&[]).client_identity(peer, &h), "127.0.0.1");
+        assert_eq!(ids(&["10.0.0.0/8"]).client_identity(peer, &h), "127.0.0.1");
+    }
+
+    #[test]
+    fn first_untrusted_hop_from_the_right() {
+        let peer = "127.0.0.1".parse().unwrap();
+        let i = ids(&["127.0.0.1/32", "127.0.8.0/24"]);
+        // A client may forge the leftmost entries; the trusted chain appended the rest.
+        let h = head(Some("6.6.6.6, 127.0.9.1, 127.0.8.5"), None);
+        assert_eq!(i.client_identity(peer, &h), "127.0.9.1");
+        let h = head(None, Some(r#"for=127.0.9.2;proto=http, for="[::1]:4711""#));
+        assert_eq!(i.client_identity(peer, &h), "::1");
+        let h = head(None, Some("for=_hidden"));
+        assert_eq!(i.client_identity(peer, &h), "_hidden");
+        // Only trusted hops: the leftmost one.
+        let h = head(Some("127.0.8.1"), None);
+        assert_eq!(i.client_identity(peer, &h), "127.0.8.1");
+    }
+
+    #[test]
+    fn server_identity_prefers_names_then_host_and_path() {
+        let server: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let i = ids(&[]);
+        assert_eq!(
+            i.server_identity(server, &head(None, None)),
+            "gw.example:8080/mcp"
+        );
+        let mut named = BTreeMap::new();
+        named.insert(server, "tools-gw".to_string());
+        let n = Identities::new(named, &IdentitySettings::default());
+        assert_eq!(n.server_identity(server, &head(None, None)), "tools-gw");
+        assert_eq!(
+            i.server_identity(server, &RequestHead::default()),
+            "127.0.0.1:8080"
+        );
+    }
+
+    #[test]
+    fn lineage_ids_are_stable_and_distinct() {
+        let a = lineage_id("gw/mcp", "127.0.9.1", "client/1.0");
+        assert_eq!(a, lineage_id("gw/mcp", "127.0.9.1", "client/1.0"));
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, lineage_id("gw/mcp", "127.0.9.2", "client/1.0"));
+        // Parts are length-prefixed: moving bytes between parts changes the id.
+        assert_ne!(lineage_id("ab", "c", "d"), lineage_id("a", "bc", "d"));
+    }
+}

@@ -1,0 +1,530 @@
+//! The modern revision (2026-07-28) on the wire: per-request `_meta` declarations, the headers
+//! that mirror body fields, and `x-mcp-header` tool parameters. Pure parsing, no state.
+
+use crate::http::RequestHead;
+use crate::model::MismatchHeader;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::hash::{BuildHasher, Hasher};
+
+/// The first modern revision; later ones are later dates.
+pub const MODERN_SINCE: &str = "2026-07-28";
+
+/// The `_meta` key prefix of the modern declarations.
+const META_MARKER: &[u8] = b"io.modelcontextprotocol/";
+
+/// Whether a protocol version string names a modern revision (`YYYY-MM-DD` dates compare as
+/// text).
+pub fn is_modern_version(v: &str) -> bool {
+    v.len() == MODERN_SINCE.len() && v >= MODERN_SINCE && v.as_bytes()[4] == b'-'
+}
+
+/// Whether a request's params may carry modern declarations: a byte search before any parse,
+/// so legacy requests pay almost nothing.
+pub fn may_declare(params: &RawValue) -> bool {
+    memchr::memmem::find(params.get().as_bytes(), META_MARKER).is_some()
+}
+
+/// Longest value text kept in a finding (header and body values may be large or secret-ish).
+const MAX_VALUE_BYTES: usize = 256;
+
+/// What a modern request's params declare and name.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Declaration {
+    pub protocol_version: Option<Box<str>>,
+    /// `io.modelcontextprotocol/clientCapabilities` as its JSON text.
+    pub capabilities: Option<Box<str>>,
+    pub client_name: Option<Box<str>>,
+    pub client_version: Option<Box<str>>,
+    /// `io.modelcontextprotocol/clientInfo` as its JSON text.
+    pub client_info: Option<Box<str>>,
+    /// A digest of the three declared members' text: equal declarations, equal digests.
+    pub digest: u64,
+}
+
+impl Declaration {
+    pub fn heap_bytes(&self) -> usize {
+        let t = |s: &Option<Box<str>>| s.as_ref().map_or(0, |s| s.len());
+        t(&self.protocol_version)
+            + t(&self.capabilities)
+            + t(&self.client_name)
+            + t(&self.client_version)
+            + t(&self.client_info)
+    }
+
+    pub fn capabilities_value(&self) -> Value {
+        self.capabilities
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn client_info_value(&self) -> Value {
+        self.client_info
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// What a request's params hold for the monitor: the declaration and the fields headers mirror.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RequestFacts {
+    pub declaration: Option<Declaration>,
+    /// `params.name` or `params.uri` (what `Mcp-Name` mirrors).
+    pub name_or_uri: Option<String>,
+    /// `tools/call` arguments as JSON text, kept only when `Mcp-Param-*` checks need them.
+    pub arguments: Option<Box<str>>,
+    /// The request retries an `InputRequiredResult` (MRTR).
+    pub input_responses: bool,
+}
+
+#[derive(Deserialize)]
+struct Params<'a> {
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<Meta<'a>>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(rename = "inputResponses", borrow, default)]
+    input_responses: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+    protocol_version: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow, default)]
+    capabilities: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientInfo", borrow, default)]
+    client_info: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Info<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    version: Option<Cow<'a, str>>,
+}
+
+fn raw_str(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<Cow<'_, str>>(r.get()).ok())
+        .map(Cow::into_owned)
+}
+
+fn digest_of(parts: [Option<&RawValue>; 3]) -> u64 {
+    let mut h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170_6465).build_hasher();
+    for p in parts {
+        match p {
+            Some(raw) => {
+                h.write_u8(1);
+                h.write(raw.get().as_bytes());
+            }
+            None => h.write_u8(0),
+        }
+    }
+    h.finish()
+}
+
+/// The facts of one request's params (`None`: not an object the monitor can read).
+/// `keep_arguments`: keep `arguments` text for `Mcp-Param-*` checks.
+pub fn request_facts(params: &RawValue, keep_arguments: bool) -> Option<RequestFacts> {
+    let p: Params<'_> = serde_json::from_str(params.get()).ok()?;
+    let declaration = p.meta.and_then(|m| {
+        if m.protocol_version.is_none() && m.capabilities.is_none() && m.client_info.is_none() {
+            return None;
+        }
+        let info: Option<Info<'_>> = m
+            .client_info
+            .and_then(|i| serde_json::from_str(i.get()).ok());
+        let (client_name, client_version) = info
+            .map(|i| {
+                (
+                    i.name.map(|n| Box::from(n.as_ref())),
+                    i.version.map(|v| Box::from(v.as_ref())),
+                )
+            })
+            .unwrap_or_default();
+        Some(Declaration {
+            protocol_version: raw_str(m.protocol_version).map(String::into_boxed_str),
+            capabilities: m.capabilities.map(|c| Box::from(c.get())),
+            client_name,
+            client_version,
+            client_info: m.client_info.map(|c| Box::from(c.get())),
+            digest: digest_of([m.protocol_version, m.capabilities, m.client_info]),
+        })
+    });
+    Some(RequestFacts {
+        declaration,
+        name_or_uri: raw_str(p.name).or_else(|| raw_str(p.uri)),
+        arguments: keep_arguments
+            .then(|| p.arguments.map(|a| Box::from(a.get())))
+            .flatten(),
+        input_responses: p.input_responses.is_some(),
+    })
+}
+
+/// Decodes a `=?base64?...?=` header value (2026-07-28 value encoding); plain values as is.
+/// `None`: the sentinel is there but its content is not base64 of UTF-8.
+pub fn decode_header_value(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        None => Some(value.to_string()),
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+    }
+}
+
+/// An `x-mcp-header` parameter of a tool: the header's name part (lowercased) and the property
+/// path to the argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamHeader {
+    pub name: Box<str>,
+    pub path: Vec<Box<str>>,
+}
+
+/// Most tools with `x-mcp-header` parameters remembered per server, and parameters per tool.
+pub const MAX_PARAM_TOOLS: usize = 256;
+pub const MAX_PARAMS_PER_TOOL: usize = 16;
+const MAX_SCHEMA_DEPTH: usize = 8;
+
+#[derive(Deserialize)]
+struct Tool {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(rename = "inputSchema", default)]
+    input_schema: Option<Value>,
+}
+
+/// Tools with their `x-mcp-header` parameters.
+pub type ToolParams = Vec<(Box<str>, Vec<ParamHeader>)>;
+
+/// The `x-mcp-header` parameters of a `tools/list` result's `tools` (JSON text), per tool that
+/// has any; `truncated` when a bound cut them short. Only statically reachable properties
+/// (chains of `properties` keys) count, as the revision requires.
+pub fn param_headers(tools: &str) -> (ToolParams, bool) {
+    if memchr::memmem::find(tools.as_bytes(), b"x-mcp-header").is_none() {
+        return (Vec::new(), false);
+    }
+    let Ok(list) = serde_json::from_str::<Vec<Tool>>(tools) else {
+        return (Vec::new(), false);
+    };
+    let mut out = Vec::new();
+    let mut truncated = false;
+    for tool in list {
+        let (Some(name), Some(schema)) = (tool.name, tool.input_schema) else {
+            continue;
+        };
+        let mut params = Vec::new();
+        collect_params(&schema, &mut Vec::new(), &mut params, &mut truncated);
+        if params.is_empty() {
+            continue;
+        }
+        if out.len() >= MAX_PARAM_TOOLS {
+            truncated = true;
+            break;
+        }
+        out.push((name.into_boxed_str(), params));
+    }
+    (out, truncated)
+}
+
+fn collect_params(
+    schema: &Value,
+    path: &mut Vec<Box<str>>,
+    out: &mut Vec<ParamHeader>,
+    truncated: &mut bool,
+) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    if path.len() >= MAX_SCHEMA_DEPTH {
+        *truncated = true;
+        return;
+    }
+    for (key, prop) in props {
+        path.push(key.as_str().into());
+        if let Some(h) = prop.get("x-mcp-header").and_then(Value::as_str)
+            && !h.is_empty()
+        {
+            if out.len() < MAX_PARAMS_PER_TOOL {
+                out.push(ParamHeader {
+                    name: h.to_ascii_lowercase().into_boxed_str(),
+                    path: path.clone(),
+                });
+            } else {
+                *truncated = true;
+            }
+        }
+        collect_params(prop, path, out, truncated);
+        path.pop();
+    }
+}
+
+/// One header that disagreed with the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderFinding {
+    pub header: MismatchHeader,
+    pub header_name: String,
+    pub header_value: Option<String>,
+    pub body_value: Option<String>,
+}
+
+fn cut(s: &str) -> String {
+    let mut at = s.len().min(MAX_VALUE_BYTES);
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    s[..at].to_string()
+}
+
+/// Methods whose `Mcp-Name` mirrors `params.name` or `params.uri`.
+fn named_method(method: &str) -> bool {
+    matches!(method, "tools/call" | "resources/read" | "prompts/get")
+}
+
+/// The headers of a modern request that disagree with its body. `declared_version`: the
+/// `_meta` protocol version; `params`: the tool's `x-mcp-header` parameters, when known.
+pub fn header_findings(
+    head: &RequestHead,
+    method: &str,
+    facts: Option<&RequestFacts>,
+    params: Option<&[ParamHeader]>,
+) -> Vec<HeaderFinding> {
+    let mut found = Vec::new();
+    if let Some(h) = super::headers::request_mcp_method(head)
+        && h != method
+    {
+        found.push(HeaderFinding {
+            header: MismatchHeader::McpMethod,
+            header_name: "Mcp-Method".into(),
+            header_value: Some(cut(h)),
+            body_value: Some(cut(method)),
+        });
+    }
+    let declared = facts
+        .and_then(|f| f.declaration.as_ref())
+        .and_then(|d| d.protocol_version.as_deref());
+    if let (Some(h), Some(body)) = (super::headers::request_protocol_version(head), declared)
+        && h != body
+    {
+        found.push(HeaderFinding {
+            header: MismatchHeader::McpProtocolVersion,
+            header_name: "MCP-Protocol-Version".into(),
+            header_value: Some(cut(h)),
+            body_value: Some(cut(body)),
+        });
+    }
+    let body_name = facts.and_then(|f| f.name_or_uri.as_deref());
+    if let Some(h) = super::headers::request_mcp_name(head)
+        && named_method(method)
+    {
+        let decoded = decode_header_value(h);
+        if decoded.as_deref() != body_name {
+            found.push(HeaderFinding {
+                header: MismatchHeader::McpName,
+                header_name: "Mcp-Name".into(),
+                header_value: Some(cut(decoded.as_deref().unwrap_or(h))),
+                body_value: body_name.map(cut),
+            });
+        }
+    }
+    if let Some(params) = params {
+        let args: Option<Value> = facts
+            .and_then(|f| f.arguments.as_deref())
+            .and_then(|a| serde_json::from_str(a).ok());
+        for p in params {
+            let sent = head.prefixed.iter().find(|(n, _)| {
+                n.len() == super::headers::PARAM_PREFIX.len() + p.name.len()
+                    && n[super::headers::PARAM_PREFIX.len()..].eq_ignore_ascii_case(&p.name)
+            });
+            let body = args.as_ref().and_then(|a| argument_at(a, &p.path));
+            let header = sent.map(|(_, v)| decode_header_value(v));
+            let agree = match (&header, &body) {
+                (None, None) => true,
+                (Some(Some(h)), Some(b)) => values_agree(h, b),
+                _ => false,
+            };
+            if !agree {
+                found.push(HeaderFinding {
+                    header: MismatchHeader::McpParam,
+                    header_name: sent
+                        .map_or_else(|| format!("Mcp-Param-{}", p.name), |(n, _)| n.clone()),
+                    header_value: sent
+                        .map(|(_, v)| cut(&decode_header_value(v).unwrap_or_else(|| v.clone()))),
+                    body_value: body.as_ref().map(|b| cut(&header_text(b))),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// The argument at a property path; `null` counts as absent.
+fn argument_at<'v>(args: &'v Value, path: &[Box<str>]) -> Option<&'v Value> {
+    let mut v = args;
+    for key in path {
+        v = v.get(&**key)?;
+    }
+    (!v.is_null()).then_some(v)
+}
+
+/// A primitive argument as its header text.
+fn header_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a header value states a body value: strings as is, integers numerically, booleans
+/// in lowercase.
+fn values_agree(header: &str, body: &Value) -> bool {
+    match body {
+        Value::String(s) => header == s,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (header.trim().parse::<f64>(), n.as_f64()) {
+            (Ok(h), Some(b)) => h == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_string()).unwrap()
+    }
+
+    #[test]
+    fn versions() {
+        assert!(is_modern_version("2026-07-28"));
+        assert!(is_modern_version("2027-01-01"));
+        assert!(!is_modern_version("2025-11-25"));
+        assert!(!is_modern_version("2026-07-2"));
+        assert!(!is_modern_version("DRAFT-2026"));
+    }
+
+    #[test]
+    fn declarations_and_digests() {
+        let p = raw(
+            r#"{"name":"t","arguments":{"a":1},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#,
+        );
+        assert!(may_declare(&p));
+        let f = request_facts(&p, true).unwrap();
+        let d = f.declaration.clone().unwrap();
+        assert_eq!(d.protocol_version.as_deref(), Some("2026-07-28"));
+        assert_eq!(d.capabilities.as_deref(), Some(r#"{"sampling":{}}"#));
+        assert_eq!(d.client_name.as_deref(), Some("c"));
+        assert_eq!(f.name_or_uri.as_deref(), Some("t"));
+        assert_eq!(f.arguments.as_deref(), Some(r#"{"a":1}"#));
+        // The progress token differs per request; the digest does not.
+        let q = raw(
+            r#"{"name":"t","_meta":{"progressToken":8,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#,
+        );
+        assert_eq!(
+            request_facts(&q, false)
+                .unwrap()
+                .declaration
+                .unwrap()
+                .digest,
+            d.digest
+        );
+        let legacy = raw(r#"{"name":"t","arguments":{}}"#);
+        assert!(!may_declare(&legacy));
+        assert_eq!(request_facts(&legacy, false).unwrap().declaration, None);
+        assert_eq!(request_facts(&raw("[1]"), false), None);
+    }
+
+    #[test]
+    fn base64_sentinel() {
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(decode_header_value("=?base64?!!?="), None);
+    }
+
+    #[test]
+    fn x_mcp_header_params_and_findings() {
+        let tools = r#"[{"name":"execute_sql","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"opts":{"properties":{"n":{"type":"integer","x-mcp-header":"N"}}},"list":{"items":{"properties":{"x":{"x-mcp-header":"X"}}}}}}},{"name":"plain","inputSchema":{}}]"#;
+        let (list, truncated) = param_headers(tools);
+        assert!(!truncated);
+        assert_eq!(list.len(), 1);
+        let params = &list[0].1;
+        assert_eq!(
+            params.len(),
+            2,
+            "items is not statically reachable: {params:?}"
+        );
+        let mut head = RequestHead {
+            prefixed: vec![
+                ("Mcp-Param-Region".into(), "us-west1".into()),
+                ("mcp-param-n".into(), "42".into()),
+            ],
+            ..RequestHead::default()
+        };
+        let facts = |args: &str| RequestFacts {
+            arguments: Some(args.into()),
+            name_or_uri: Some("execute_sql".into()),
+            ..RequestFacts::default()
+        };
+        let ok = facts(r#"{"region":"us-west1","opts":{"n":42.0}}"#);
+        assert!(header_findings(&head, "tools/call", Some(&ok), Some(params)).is_empty());
+        let bad = facts(r#"{"region":"eu-central1","opts":{"n":42}}"#);
+        let f = header_findings(&head, "tools/call", Some(&bad), Some(params));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].header, MismatchHeader::McpParam);
+        assert_eq!(f[0].body_value.as_deref(), Some("eu-central1"));
+        // A value in the body without its header is a mismatch too.
+        head.prefixed.remove(1);
+        let f = header_findings(&head, "tools/call", Some(&ok), Some(params));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].header_value, None);
+    }
+
+    #[test]
+    fn standard_header_findings() {
+        let mut head = crate::mcp::headers::request_head(
+            "POST",
+            "/mcp",
+            Some("application/json"),
+            None,
+            None,
+            Some("2026-07-28"),
+        );
+        crate::mcp::headers::set_request_mcp_headers(
+            &mut head,
+            Some("tools/list"),
+            Some("=?base64?ZGVsZXRlX2FsbA==?="),
+        );
+        let facts = RequestFacts {
+            name_or_uri: Some("delete_all".into()),
+            declaration: Some(Declaration {
+                protocol_version: Some("2026-07-28".into()),
+                ..Declaration::default()
+            }),
+            ..RequestFacts::default()
+        };
+        let f = header_findings(&head, "tools/call", Some(&facts), None);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].header, MismatchHeader::McpMethod);
+    }
+}
