@@ -61,8 +61,6 @@ pub fn replay_collect_with(
     analysis: Analysis,
 ) -> Result<(Vec<Output>, ReplayReport), CaptureError> {
     let mut all = Vec::new();
-    let report = replay(paths, limits, analysis, &mut |o| {
-        all.push(o.clone())
-    })?;
+    let report = replay(paths, limits, analysis, &mut |o| all.push(o.clone()))?;
     Ok((all, report))
 }

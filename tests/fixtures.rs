@@ -4,8 +4,8 @@
 //! alerts, lineage, exchange counts); `every_fixture_meets_expected_json` checks all of it.
 //! The tests after it check details of single fixtures that the table does not state.
 
-use mcptap_core::model::{Output, Telemetry};
 use mcptap_core::mcp::identity::{Identities, IdentitySettings};
+use mcptap_core::model::{Output, Telemetry};
 use mcptap_core::pipeline::{Analysis, Limits};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -58,10 +58,7 @@ fn diff_of(client_removed: &Value, client_added: &Value, removed: &Value, added:
 
 /// Checks one fixture against its entry in expected.json.
 fn check_expected(fixture: &str, want: &Value) {
-    let trusted: Vec<String> = want
-        .get("trusted_proxies")
-        .map(strings)
-        .unwrap_or_default();
+    let trusted: Vec<String> = want.get("trusted_proxies").map(strings).unwrap_or_default();
     let (evs, responses) = replay_trusting(fixture, &trusted);
     if let Some(eras) = want.get("eras") {
         // Every exchange's era, as a set.
@@ -87,7 +84,11 @@ fn check_expected(fixture: &str, want: &Value) {
             .filter(|e| e["session_id"].is_null())
             .filter_map(|e| e["lineage_id"].as_str().map(str::to_string))
             .collect();
-        assert_eq!(Some(lineages.len() as u64), n.as_u64(), "{fixture}: lineages");
+        assert_eq!(
+            Some(lineages.len() as u64),
+            n.as_u64(),
+            "{fixture}: lineages"
+        );
     }
     for e in &evs {
         assert_eq!(e["v"], 2, "{fixture}: schema version on {e}");
@@ -198,7 +199,10 @@ fn check_expected(fixture: &str, want: &Value) {
                     .map(|b| serde_json::json!([b["http_status"], b["content_type"]]))
                     .collect();
                 assert_eq!(Value::Array(before), a["before"], "{fixture}: {first}");
-                assert_eq!(first["removed_versions"], a["removed_versions"], "{fixture}");
+                assert_eq!(
+                    first["removed_versions"], a["removed_versions"],
+                    "{fixture}"
+                );
             }
             Some("header_mismatch") => {
                 assert_eq!(first["header"], a["header"], "{fixture}: {first}");
