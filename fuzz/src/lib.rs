@@ -602,7 +602,7 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
     let mut r = Reader::new(data);
     let mut ops = Vec::new();
     while !r.is_empty() {
-        let kind = r.u8() % 14;
+        let kind = r.u8() % 16;
         let flow = r.u8();
         let dt = r.u8();
         if kind == 7 {
@@ -716,6 +716,13 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 half: usize::from(r.u8() & 1),
                 reason: pick(UndecodableFlowReason::ALL, r.u8()),
             },
+            15 => HttpEvent::ProxyHeader {
+                half: usize::from(r.u8() & 1),
+                source: match r.u8() {
+                    0 => None,
+                    b => Some(std::net::SocketAddr::from(([127, 0, 9, b], 40_000))),
+                },
+            },
             _ => HttpEvent::Error(pick(HttpError::ALL, r.u8())),
         };
         ops.push(McpOp::Http { flow, dt, ev });
@@ -775,6 +782,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::DuplicateHeader { .. } => 12,
             HttpEvent::Undecodable { .. } => 13,
             HttpEvent::NotDecodable { .. } => 14,
+            HttpEvent::ProxyHeader { .. } => 15,
         };
         w.buf.extend_from_slice(&[kind, *flow, *dt]);
         let exchange = match ev {
@@ -848,6 +856,13 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::NotDecodable { half, reason } => {
                 w.u8(*half as u8);
                 w.u8(index_of(UndecodableFlowReason::ALL, reason));
+            }
+            HttpEvent::ProxyHeader { half, source } => {
+                w.u8(*half as u8);
+                w.u8(match source {
+                    Some(std::net::SocketAddr::V4(a)) => a.ip().octets()[3].max(1),
+                    _ => 0,
+                });
             }
         }
     }

@@ -129,6 +129,8 @@ pub struct Metrics {
     declarations_repeated: IntCounterVec,
     client_capability_losses: IntCounterVec,
     input_required_abandoned: IntCounterVec,
+    proxy_headers: IntCounterVec,
+    lineages_ended: IntCounterVec,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
@@ -438,6 +440,18 @@ impl Metrics {
                 "InputRequiredResults their lineage did not retry within the lineage window.",
                 &["server"],
             )?,
+            proxy_headers: counter_vec(
+                &r,
+                "mcptap_proxy_headers_total",
+                "Connections that opened with a PROXY protocol header, by whether it named a client (named) or not (UNKNOWN, LOCAL).",
+                &["server", "source"],
+            )?,
+            lineages_ended: counter_vec(
+                &r,
+                "mcptap_lineages_ended_total",
+                "Client lineages without a session id (modern, legacy stateless) whose state was dropped, by reason (idle, evicted).",
+                &["server", "reason"],
+            )?,
             request_duration,
             server_directory: DirectoryMetrics::new(&r)?,
             metrics_endpoint_errors: counter_vec(
@@ -651,7 +665,11 @@ impl Metrics {
                 }
             }
             // A lineage's state dropped is no session.
-            Event::SessionEnd(s) if s.session_id.is_none() => {}
+            Event::SessionEnd(s) if s.session_id.is_none() => {
+                self.lineages_ended
+                    .with_label_values(&[&server, s.reason.as_str()])
+                    .inc();
+            }
             Event::SessionEnd(s) => {
                 self.sessions_ended
                     .with_label_values(&[&server, s.reason.as_str()])
@@ -721,6 +739,16 @@ impl Metrics {
                 let server = self.server(*server);
                 self.client_capability_losses
                     .with_label_values(&[server.as_str()])
+                    .inc();
+            }
+            Telemetry::ProxyHeader {
+                server,
+                named_client,
+            } => {
+                let server = self.server(*server);
+                let source = if *named_client { "named" } else { "none" };
+                self.proxy_headers
+                    .with_label_values(&[server.as_str(), source])
                     .inc();
             }
             Telemetry::InputRequiredAbandoned { server } => {

@@ -701,6 +701,8 @@ label_enum! {
         UnsupportedHttpVersion => "unsupported_http_version",
         /// Bytes of an open body were lost (a gap): the body is cut.
         TruncatedBody => "truncated_body",
+        /// A connection started like a PROXY protocol header that is malformed: skipped.
+        MalformedProxyHeader => "malformed_proxy_header",
     }
 }
 
@@ -836,6 +838,8 @@ label_enum! {
         /// More server requests awaiting the client's answer (or HTTP+SSE POSTs awaiting
         /// theirs) per session than tracked.
         ServerRequests => "server_requests",
+        /// More connections with a PROXY protocol source than remembered at once.
+        ProxiedFlows => "proxied_flows",
     }
 }
 
@@ -933,6 +937,11 @@ pub enum Telemetry {
     /// An `InputRequiredResult` its lineage never retried within the window.
     InputRequiredAbandoned {
         server: SocketAddr,
+    },
+    /// A connection opened with a PROXY protocol header (`named_client`: it named one).
+    ProxyHeader {
+        server: SocketAddr,
+        named_client: bool,
     },
 }
 

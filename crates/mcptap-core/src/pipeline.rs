@@ -779,9 +779,10 @@ impl Pipeline {
         self.buffered = self.buffered + now_buffered - flow.charged;
         flow.charged = now_buffered;
         let ctx = flow.ctx();
+        let flow_id = flow.id;
         let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
         let both_done = flow.streams.iter().all(Reassembler::is_finished);
-        self.deliver(ctx, seen_from, ts, &mut events, out);
+        self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         if seg.flags.rst {
             self.remove_flow(key, Removal::Rst, out);
@@ -913,8 +914,9 @@ impl Pipeline {
         self.buffered = self.buffered + now_buffered - flow.charged;
         flow.charged = now_buffered;
         let ctx = flow.ctx();
+        let flow_id = flow.id;
         let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
-        self.deliver(ctx, seen_from, ts, &mut events, out);
+        self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         if matches!(msg, HttpMessage::Closed) {
             self.remove_flow(key, Removal::Fin, out);
@@ -925,8 +927,10 @@ impl Pipeline {
 
     /// Hands HTTP events to the session layer. `server_seen_from[half]` names the server of a
     /// connection reported undecodable from that half, known before any request is.
+    #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
+        flow_id: u64,
         ctx: Option<FlowCtx>,
         server_seen_from: [SocketAddr; 2],
         ts: Timestamp,
@@ -944,6 +948,11 @@ impl Pipeline {
                         server,
                         reason,
                     }))
+                }
+                // Sent before the first request: the flow's client side is not known yet.
+                (_, HttpEvent::ProxyHeader { half, source }) => {
+                    let server = server_seen_from[half.min(1)];
+                    self.tracker.on_proxy_header(flow_id, server, source, out);
                 }
                 (Some(ctx), ev) => self.tracker.on_http(ctx, ts, ev, out),
                 (None, _) => {}
@@ -989,9 +998,10 @@ impl Pipeline {
             flow.http.on_close(half, end, &mut events);
         }
         let ctx = flow.ctx();
+        let flow_id = flow.id;
         let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
         let ts = self.now;
-        self.deliver(ctx, seen_from, ts, &mut events, out);
+        self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         self.tracker.on_flow_closed(flow.id);
         let telemetry = match why {

@@ -342,3 +342,67 @@ pub mod hostile {
         )
     }
 }
+
+/// The modern revision (2026-07-28): requests declare themselves in `params._meta` and the
+/// mirrored headers; there is no session.
+pub mod modern {
+    use std::fmt::Write;
+
+    pub const VERSION: &str = "2026-07-28";
+    pub const FULL_CAPS: &str = r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}"#;
+    pub const RESET_CAPS: &str = r#"{"roots":{"listChanged":true}}"#;
+
+    /// A modern request body: `params` (a JSON object's members, may be empty) plus the
+    /// `_meta` declaration of `caps` by client `name`/`version`.
+    pub fn request(
+        id: u64,
+        method: &str,
+        params: &str,
+        caps: &str,
+        name: &str,
+        version: &str,
+    ) -> String {
+        let sep = if params.is_empty() { "" } else { "," };
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}{sep}"_meta":{{"io.modelcontextprotocol/protocolVersion":"{VERSION}","io.modelcontextprotocol/clientInfo":{{"name":"{name}","version":"{version}"}},"io.modelcontextprotocol/clientCapabilities":{caps}}}}}}}"#
+        )
+    }
+
+    /// `POST /mcp` of a modern request with `MCP-Protocol-Version`, `Mcp-Method` and, given,
+    /// `Mcp-Name`; `extra` header lines (each ending in CRLF) go before Content-Length.
+    pub fn post(body: &str, method: &str, name: Option<&str>, extra: &str) -> Vec<u8> {
+        let mut s = format!(
+            "POST /mcp HTTP/1.1\r\nHost: mcp.internal:8080\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: {method}\r\n"
+        );
+        if let Some(n) = name {
+            let _ = write!(s, "Mcp-Name: {n}\r\n");
+        }
+        let _ = write!(s, "{extra}Content-Length: {}\r\n\r\n{body}", body.len());
+        s.into_bytes()
+    }
+
+    /// A 200 answer without a session id: JSON, or SSE with one event.
+    pub fn answer(sse: bool, msg: &str) -> Vec<u8> {
+        if sse {
+            let event = format!("event: message\r\ndata: {msg}\r\n\r\n");
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n0\r\n\r\n",
+                event.len()
+            )
+            .into_bytes()
+        } else {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{msg}",
+                msg.len()
+            )
+            .into_bytes()
+        }
+    }
+
+    /// A `tools/call` result with text content.
+    pub fn tool_result(id: u64) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","content":[{{"type":"text","text":"ok"}}]}}}}"#
+        )
+    }
+}

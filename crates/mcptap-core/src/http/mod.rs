@@ -10,6 +10,7 @@
 mod buffer;
 pub mod chunked;
 pub mod coding;
+pub mod proxy;
 pub mod sse;
 
 use crate::http::sse::{SseItem, SseParser};
@@ -324,6 +325,12 @@ pub enum HttpEvent {
         half: usize,
         reason: UndecodableFlowReason,
     },
+    /// A PROXY protocol header (v1 or v2) opened half `half`: `source` is the client the load
+    /// balancer accepted (`None`: `UNKNOWN` or `LOCAL`).
+    ProxyHeader {
+        half: usize,
+        source: Option<std::net::SocketAddr>,
+    },
     Error(HttpError),
 }
 
@@ -456,6 +463,19 @@ pub struct Connection {
     spare_sse: Option<Box<SseParser>>,
     /// [`HttpEvent::NotDecodable`] was reported for this connection.
     undecodable_reported: bool,
+    /// A PROXY protocol header may still start each half (only before its first byte was
+    /// parsed as HTTP, on a connection seen from its SYN).
+    proxy: [ProxyScan; 2],
+}
+
+/// Where a half stands with a leading PROXY protocol header.
+#[derive(Debug)]
+enum ProxyScan {
+    /// Undecided: the bytes so far (at most a header's examined length).
+    Open(Vec<u8>),
+    /// A header's remaining bytes to skip (a v2 TLV block beyond the addresses).
+    Skip(usize),
+    Done,
 }
 
 /// Requests awaiting their response, in order, with the bytes their heads hold: pipelined
@@ -551,6 +571,11 @@ impl Connection {
             interest,
             spare_sse: None,
             undecodable_reported: false,
+            proxy: if synchronised {
+                [ProxyScan::Open(Vec::new()), ProxyScan::Open(Vec::new())]
+            } else {
+                [ProxyScan::Done, ProxyScan::Done]
+            },
         }
     }
 
@@ -574,8 +599,46 @@ impl Connection {
     }
 
     /// Feeds reassembled bytes of half `half` (0 or 1).
-    pub fn on_data(&mut self, half: usize, mut data: &[u8], out: &mut Vec<HttpEvent>) {
+    pub fn on_data(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
+        match std::mem::replace(&mut self.proxy[half], ProxyScan::Done) {
+            ProxyScan::Done => self.feed(half, data, out),
+            ProxyScan::Skip(n) => {
+                let skipped = n.min(data.len());
+                if n > skipped {
+                    self.proxy[half] = ProxyScan::Skip(n - skipped);
+                }
+                self.feed(half, &data[skipped..], out);
+            }
+            ProxyScan::Open(mut held) => {
+                held.extend_from_slice(data);
+                match proxy::examine(&held) {
+                    proxy::ProxyVerdict::Incomplete => self.proxy[half] = ProxyScan::Open(held),
+                    proxy::ProxyVerdict::Absent => self.feed(half, &held, out),
+                    verdict => {
+                        let len = match verdict {
+                            proxy::ProxyVerdict::Header { len, source } => {
+                                out.push(HttpEvent::ProxyHeader { half, source });
+                                len
+                            }
+                            proxy::ProxyVerdict::Malformed { len } => {
+                                out.push(HttpEvent::Error(HttpError::MalformedProxyHeader));
+                                len
+                            }
+                            _ => 0,
+                        };
+                        if len > held.len() {
+                            self.proxy[half] = ProxyScan::Skip(len - held.len());
+                        } else {
+                            self.feed(half, &held[len..], out);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn feed(&mut self, half: usize, mut data: &[u8], out: &mut Vec<HttpEvent>) {
         while !data.is_empty() {
             let used = self.step(half, data, out);
             if used == 0 {

@@ -145,9 +145,25 @@ impl Identities {
     /// The client behind the connection from `peer`: with `peer` a trusted proxy, the first
     /// untrusted hop of `Forwarded` (preferred) or `X-Forwarded-For`, nearest hop first.
     pub fn client_identity(&self, peer: IpAddr, head: &RequestHead) -> String {
+        self.client_identity_via(peer, None, head)
+    }
+
+    /// As [`Identities::client_identity`], for a connection that opened with a PROXY protocol
+    /// header naming `proxied`: believed when `peer` is trusted, and then the hop to start from.
+    pub fn client_identity_via(
+        &self,
+        peer: IpAddr,
+        proxied: Option<IpAddr>,
+        head: &RequestHead,
+    ) -> String {
         if self.trusted.is_empty() || !self.trusted(peer) {
             return canonical(peer).to_string();
         }
+        let peer = match proxied {
+            Some(p) if !self.trusted(p) => return canonical(p).to_string(),
+            Some(p) => p,
+            None => peer,
+        };
         let hops: Vec<String> = match (&head.forwarded, &head.forwarded_for) {
             (Some(fwd), _) => forwarded_hops(fwd),
             (None, Some(xff)) => xff
@@ -290,6 +306,21 @@ mod tests {
         // Only trusted hops: the leftmost one.
         let h = head(Some("127.0.8.1"), None);
         assert_eq!(i.client_identity(peer, &h), "127.0.8.1");
+    }
+
+    #[test]
+    fn proxy_protocol_source_is_believed_from_trusted_peers_only() {
+        let h = head(Some("127.0.9.9"), None);
+        let lb = "127.0.0.1".parse().unwrap();
+        let src = Some("127.0.9.1".parse().unwrap());
+        assert_eq!(
+            ids(&["127.0.0.1"]).client_identity_via(lb, src, &h),
+            "127.0.9.1"
+        );
+        assert_eq!(ids(&[]).client_identity_via(lb, src, &h), "127.0.0.1");
+        // The PROXY source is a trusted proxy too: its X-Forwarded-For counts.
+        let i = ids(&["127.0.0.1", "127.0.9.1"]);
+        assert_eq!(i.client_identity_via(lb, src, &h), "127.0.9.9");
     }
 
     #[test]

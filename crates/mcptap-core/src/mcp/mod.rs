@@ -99,7 +99,13 @@ pub struct Tracker<D: Detector> {
     /// Legacy stateless clients: the clientInfo label of the latest `initialize` per (server,
     /// client identity), so their later requests (which name no client) join its lineage.
     stateless_labels: HashMap<(SocketAddr, Box<str>), Box<str>>,
+    /// Connections that opened with a PROXY protocol header: the client it named.
+    proxied: HashMap<u64, std::net::IpAddr>,
 }
+
+/// Most connections whose PROXY protocol source is remembered at once (beyond: counted, and
+/// their clients are identified by the peer address).
+const MAX_PROXIED_FLOWS: usize = 65_536;
 
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
@@ -218,6 +224,7 @@ impl<D: Detector> Tracker<D> {
             input_deadlines: BinaryHeap::new(),
             sse_endpoints: HashMap::default(),
             stateless_labels: HashMap::default(),
+            proxied: HashMap::default(),
         }
     }
 
@@ -338,6 +345,31 @@ impl<D: Detector> Tracker<D> {
             }
             // The pipeline reports these (it knows the server before any request does).
             HttpEvent::NotDecodable { .. } => {}
+            HttpEvent::ProxyHeader { source, .. } => {
+                self.on_proxy_header(ctx.flow, ctx.server, source, out)
+            }
+        }
+    }
+
+    /// Connection `flow` to `server` opened with a PROXY protocol header naming `source`.
+    pub fn on_proxy_header(
+        &mut self,
+        flow: u64,
+        server: SocketAddr,
+        source: Option<SocketAddr>,
+        out: &mut Vec<Output>,
+    ) {
+        out.push(Output::Telemetry(Telemetry::ProxyHeader {
+            server,
+            named_client: source.is_some(),
+        }));
+        let Some(source) = source else { return };
+        if self.proxied.len() < MAX_PROXIED_FLOWS || self.proxied.contains_key(&flow) {
+            self.proxied.insert(flow, source.ip());
+        } else {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ProxiedFlows,
+            }));
         }
     }
 
@@ -356,6 +388,7 @@ impl<D: Detector> Tracker<D> {
     /// The flow is gone: forget its exchanges (their ends were reported by the HTTP layer).
     pub fn on_flow_closed(&mut self, flow: u64) {
         self.transactions.close_flow(flow);
+        self.proxied.remove(&flow);
     }
 
     /// Ends sessions idle for longer than the limit.
@@ -543,7 +576,10 @@ impl<D: Detector> Tracker<D> {
         out: &mut Vec<Output>,
     ) -> Box<str> {
         let server_ident = self.identities.server_identity(ctx.server, head);
-        let client_ident = self.identities.client_identity(ctx.client.ip(), head);
+        let proxied = self.proxied.get(&ctx.flow).copied();
+        let client_ident = self
+            .identities
+            .client_identity_via(ctx.client.ip(), proxied, head);
         let label = match name {
             Some((n, v)) => identity::client_label(Some(n), v, None),
             None => {
@@ -1954,7 +1990,7 @@ impl<D: Detector> Tracker<D> {
                 lineage_id: None,
             }))),
             // A lineage's state is dropped: its next declarations compare against new ones.
-            Scope::Lineage if s.handshakes > 0 || s.alerts > 0 => {
+            Scope::Lineage if s.handshakes > 0 || s.alerts > 0 || s.ext.is_some() => {
                 out.push(Output::Event(Event::SessionEnd(SessionEnd {
                     v: Default::default(),
                     ts,
