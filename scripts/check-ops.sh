@@ -323,6 +323,7 @@ mcptap_handshakes_total{server="10.0.0.5:8080",outcome="accepted",kind="reinitia
 # TYPE mcptap_requests_total counter
 mcptap_requests_total{server="10.0.0.5:8080",method="tools/call"} 20
 mcptap_requests_total{server="10.0.0.5:8080",method="initialize"} 4
+mcptap_requests_total{server="10.0.0.5:8080",method="tools/call",era="modern"} 3
 # TYPE mcptap_responses_total counter
 mcptap_responses_total{server="10.0.0.5:8080",method="tools/call",media_type="sse"} 12
 mcptap_responses_total{server="10.0.0.5:8080",method="tools/call",media_type="json"} 8
@@ -334,6 +335,11 @@ mcptap_alerts_total{server="10.0.0.5:8080",kind="capability_narrowing"} 0
 mcptap_alerts_total{server="10.0.0.5:8080",kind="capability_widening"} 0
 mcptap_alerts_total{server="10.0.0.5:8080",kind="content_type_divergence"} 1
 mcptap_alerts_total{server="10.0.0.5:8080",kind="empty_tool_result"} 8
+mcptap_alerts_total{server="10.0.0.5:8080",kind="client_capability_narrowing",era="modern"} 0
+mcptap_alerts_total{server="10.0.0.5:8080",kind="protocol_downgrade",era="modern"} 0
+mcptap_alerts_total{server="10.0.0.5:8080",kind="header_mismatch",era="modern"} 0
+# TYPE mcptap_header_mismatches_total counter
+mcptap_header_mismatches_total{server="10.0.0.5:8080",header="mcp-param"} 1
 # TYPE mcptap_capability_changes_total counter
 mcptap_capability_changes_total{server="10.0.0.5:8080",direction="narrowing",side="server",scope="tools"} 1
 mcptap_capability_changes_total{server="10.0.0.5:8080",direction="narrowing",side="client",scope="roots"} 1

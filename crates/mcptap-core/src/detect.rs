@@ -203,7 +203,7 @@ fn expectation(mask: u8) -> &'static str {
     }
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct MethodState {
     /// Modes consistent with every answer seen so far; all three at first.
     modes: u8,
@@ -222,7 +222,7 @@ pub struct DivergenceFinding {
 }
 
 /// Per-session record of how the server answers each method.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModeTracker {
     /// A handful of methods per session: a linear search beats hashing the name.
     methods: Vec<(Box<str>, MethodState)>,

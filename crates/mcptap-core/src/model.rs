@@ -41,6 +41,17 @@ macro_rules! label_enum {
             }
         }
 
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let label = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == label)
+                    .ok_or_else(|| serde::de::Error::custom(format!("unknown {}: {label}", stringify!($name))))
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -498,7 +509,7 @@ pub struct Divergence {
     pub also: Vec<DivergenceReason>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DivergenceReason {
     /// No server response mode (sse, json, auto) explains every answer of the session.

@@ -4,7 +4,7 @@
 //! Replay and live capture drive this same type, so they behave identically.
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
-use crate::detect::Detectors;
+use crate::detect::{Detectors, ModeTracker};
 use crate::http::{BodyEnd, Connection, HttpEvent};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
@@ -476,6 +476,21 @@ impl Pipeline {
             slack,
             eviction_queue: VecDeque::new(),
         }
+    }
+
+    /// The session layer's lasting state (see [`crate::mcp::snapshot`]), for a snapshot file.
+    pub fn export_state(&self) -> crate::mcp::snapshot::StateSnapshot<ModeTracker> {
+        self.tracker.export_state()
+    }
+
+    /// Loads exported state as of `now` (wall-clock nanoseconds for a live start).
+    pub fn import_state(
+        &mut self,
+        snap: crate::mcp::snapshot::StateSnapshot<ModeTracker>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) -> crate::mcp::snapshot::ImportReport {
+        self.tracker.import_state(snap, now, out)
     }
 
     /// Flow overhead and buffers held by this pipeline.

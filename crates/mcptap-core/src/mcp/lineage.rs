@@ -85,6 +85,17 @@ impl Lineage {
         self.order.is_empty()
     }
 
+    /// Every record, oldest first.
+    pub fn records(&self) -> impl Iterator<Item = (&LineageKey, &Ended)> {
+        self.order.iter().filter_map(|(serial, key)| {
+            let entries = self.by_key.get(key)?;
+            entries
+                .iter()
+                .find(|e| e.serial == *serial)
+                .map(|e| (key, &e.ended))
+        })
+    }
+
     /// Remembers an ended session under `key`; drops the oldest records beyond the byte bound.
     pub fn remember(&mut self, key: LineageKey, ended: Ended) -> Dropped {
         let bytes = ENTRY_OVERHEAD

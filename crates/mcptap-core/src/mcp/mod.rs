@@ -19,6 +19,7 @@ pub mod lineage;
 pub mod modern;
 pub mod review;
 pub mod session;
+pub mod snapshot;
 pub mod transactions;
 
 pub use headers::HTTP_INTEREST;
@@ -226,6 +227,118 @@ impl<D: Detector> Tracker<D> {
             stateless_labels: HashMap::default(),
             proxied: HashMap::default(),
         }
+    }
+
+    /// The lasting state of every session, lineage and server, and the records of ended
+    /// sessions (see [`snapshot`]).
+    pub fn export_state(&self) -> snapshot::StateSnapshot<D::SessionState>
+    where
+        D::SessionState: Clone,
+    {
+        let mut snap = snapshot::StateSnapshot::default();
+        let mut keys: Vec<&SessionKey> = self.sessions.keys().collect();
+        keys.sort();
+        for key in keys {
+            let Some(s) = self.sessions.get(key) else {
+                continue;
+            };
+            snap.sessions.push(snapshot::SessionEntry {
+                server: key.0,
+                key: key.1.clone(),
+                client: s.client,
+                last_seen_ns: s.last_seen.0,
+                lineage_id: s.lineage_id.clone(),
+                era: s.era,
+                protocol_version: s.protocol_version.clone(),
+                handshakes: s.handshakes,
+                baseline: s.baseline.clone(),
+                streaming_negotiated: s.streaming_negotiated,
+                requests: s.requests,
+                alerts: s.alerts,
+                detection: s.detection.clone(),
+                era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
+            });
+        }
+        for (key, ended) in self.lineage.records() {
+            snap.ended.push(snapshot::EndedEntry {
+                server: key.server,
+                lineage_id: key.lineage_id.clone(),
+                ts_ns: ended.ts.0,
+                session_id: ended.session_id.clone(),
+                baseline: ended.baseline.clone(),
+            });
+        }
+        snap
+    }
+
+    /// Loads exported state at time `now`: entries idle beyond the session idle timeout and
+    /// ended-session records beyond the lineage window are dropped; entries already tracked
+    /// are kept as they are. Everything loaded is charged and bounded like live state.
+    pub fn import_state(
+        &mut self,
+        snap: snapshot::StateSnapshot<D::SessionState>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) -> snapshot::ImportReport {
+        let mut report = snapshot::ImportReport::default();
+        for e in snap.sessions {
+            let key = (e.server, e.key);
+            let public = session::scope_of(&key) == Scope::Session;
+            if (public && !session::is_valid_session_id(&key.1, self.limits.max_session_id_len))
+                || key.1.len() > 512
+            {
+                report.refused += 1;
+                continue;
+            }
+            if now.0.saturating_sub(e.last_seen_ns) > self.limits.session_idle_timeout_ns {
+                report.expired += 1;
+                continue;
+            }
+            if self.sessions.contains(&key) {
+                continue;
+            }
+            self.make_room(now, out);
+            let mut s = Session::new(e.client, Timestamp(e.last_seen_ns.min(now.0)));
+            s.lineage_id = e.lineage_id;
+            s.era = e.era;
+            s.protocol_version = e.protocol_version;
+            s.handshakes = e.handshakes;
+            s.baseline = e.baseline;
+            s.streaming_negotiated = e.streaming_negotiated;
+            s.requests = e.requests;
+            s.alerts = e.alerts;
+            s.detection = e.detection;
+            s.ext = e.era_state.map(|r| Box::new(EraState::from(r)));
+            self.sessions.insert(key.clone(), s);
+            self.recharge(&key, now, out);
+            report.sessions += 1;
+        }
+        for e in snap.ended {
+            if now.0.saturating_sub(e.ts_ns) > self.limits.lineage_window_ns {
+                report.expired += 1;
+                continue;
+            }
+            let key = LineageKey {
+                server: e.server,
+                lineage_id: e.lineage_id,
+            };
+            let dropped = self.lineage.remember(
+                key,
+                Ended {
+                    ts: Timestamp(e.ts_ns),
+                    session_id: e.session_id,
+                    baseline: e.baseline,
+                },
+            );
+            for _ in 0..dropped.0 {
+                out.push(Output::Telemetry(Telemetry::LimitHit {
+                    limit: Limit::LineageRecords,
+                }));
+            }
+            report.ended += 1;
+        }
+        self.publish_lineage_bytes();
+        report
     }
 
     /// Server names and trusted proxies for server and client identities.

@@ -190,7 +190,7 @@ pub fn decode_header_value(value: &str) -> Option<String> {
 
 /// An `x-mcp-header` parameter of a tool: the header's name part (lowercased) and the property
 /// path to the argument.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParamHeader {
     pub name: Box<str>,
     pub path: Vec<Box<str>>,

@@ -82,7 +82,7 @@ pub type ExchangeKey = (u64, u64);
 /// One handshake's capability sets, kept as the baseline of comparisons. Every tracked session
 /// holds one, so it is kept compact: the server's capability object as JSON text (a `Value`
 /// tree costs several KB), parsed again only when an alert needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CapsRecord {
     server_caps: Box<str>,
     /// A bound cut a path set short (see [`caps::bounded_paths`]).
@@ -179,7 +179,7 @@ pub const MAX_SERVER_REQUESTS: usize = 64;
 pub const MAX_PARKED: usize = 64;
 
 /// One method's declarations by one modern lineage.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct MethodDeclarations {
     pub method: Box<str>,
     /// The first declared set: its paths and its capability object's text.

@@ -585,3 +585,35 @@ fn idle_sessions_end() {
     h.t.sweep(later, &mut h.out);
     assert_eq!(h.of("session_end")[0]["reason"], "idle");
 }
+
+#[test]
+fn a_snapshot_keeps_the_baseline_across_a_restart() {
+    let mut before = Harness::new();
+    before.handshake(
+        ctx(1, 5000),
+        0,
+        None,
+        "s1",
+        json!({"sampling":{}, "tools":{"streaming":true}}),
+        json!({"tools":{"streaming":true}}),
+    );
+    let text = serde_json::to_string(&before.t.export_state()).expect("serialises");
+    let mut after = Harness::new();
+    after.now = before.now;
+    let snap = serde_json::from_str(&text).expect("parses");
+    let report = after
+        .t
+        .import_state(snap, Timestamp(after.now), &mut after.out);
+    assert_eq!(report.sessions, 1);
+    after.handshake(ctx(2, 5001), 0, Some("s1"), "s1", json!({}), json!({}));
+    let alerts = after.of("alert");
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0]["kind"], "capability_narrowing");
+    assert_eq!(after.of("handshake")[0]["seq"], 2);
+    // Past the idle timeout a snapshot's sessions are dropped, not revived.
+    let mut late = Harness::new();
+    let snap = serde_json::from_str(&text).expect("parses");
+    let stale = Timestamp(before.now + SessionLimits::default().session_idle_timeout_ns + 1);
+    let report = late.t.import_state(snap, stale, &mut late.out);
+    assert_eq!((report.sessions, report.expired), (0, 1));
+}

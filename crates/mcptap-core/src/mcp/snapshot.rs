@@ -1,0 +1,152 @@
+//! The session layer's lasting state as plain data, so that an adapter can keep it across a
+//! restart (a snapshot file) and hand it back: sessions' and lineages' baselines, handshake
+//! sequence numbers, response-mode state, modern declarations, discover results and records
+//! of ended sessions. Never bodies, arguments or results; nothing in flight.
+
+use super::modern::ParamHeader;
+use super::session::{CapsRecord, EraState, MethodDeclarations};
+use crate::model::Era;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// The snapshot format's version: a snapshot of another version is refused, not guessed at.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound(deserialize = "D: serde::de::DeserializeOwned"))]
+pub struct StateSnapshot<D> {
+    pub v: u32,
+    pub sessions: Vec<SessionEntry<D>>,
+    pub ended: Vec<EndedEntry>,
+}
+
+impl<D> Default for StateSnapshot<D> {
+    fn default() -> Self {
+        StateSnapshot {
+            v: SNAPSHOT_VERSION,
+            sessions: Vec::new(),
+            ended: Vec::new(),
+        }
+    }
+}
+
+impl<D> StateSnapshot<D> {
+    /// Adds another snapshot's entries (one per pipeline worker).
+    pub fn merge(&mut self, other: StateSnapshot<D>) {
+        self.sessions.extend(other.sessions);
+        self.ended.extend(other.ended);
+    }
+
+    /// Keeps only the entries of servers `keep` says yes to (one worker's share).
+    pub fn split_off(&mut self, keep: impl Fn(SocketAddr) -> bool) -> StateSnapshot<D> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sessions)
+            .into_iter()
+            .partition(|e| keep(e.server));
+        self.sessions = rest;
+        let (ended_mine, ended_rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ended)
+            .into_iter()
+            .partition(|e| keep(e.server));
+        self.ended = ended_rest;
+        StateSnapshot {
+            v: self.v,
+            sessions: mine,
+            ended: ended_mine,
+        }
+    }
+}
+
+/// One entry of the session table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionEntry<D> {
+    pub server: SocketAddr,
+    /// The table key: a session id, or the internal key of a lineage, server or endpoint.
+    pub key: String,
+    pub client: SocketAddr,
+    pub last_seen_ns: i64,
+    pub lineage_id: Option<Box<str>>,
+    pub era: Era,
+    pub protocol_version: Option<Box<str>>,
+    pub handshakes: u32,
+    pub baseline: Option<CapsRecord>,
+    pub streaming_negotiated: bool,
+    pub requests: u64,
+    pub alerts: u32,
+    pub detection: D,
+    pub era_state: Option<EraRecord>,
+}
+
+/// What of [`EraState`] outlives a restart (not failures or waiting MRTR results: those are
+/// about the moment).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EraRecord {
+    pub declarations: Vec<MethodDeclarations>,
+    pub logged: Vec<u64>,
+    pub declaration_seq: u32,
+    pub modern_ok: bool,
+    pub discover_digest: Option<u64>,
+    pub first_versions: Option<Vec<Box<str>>>,
+    pub alerted_versions: Vec<Box<str>>,
+    pub alerted_paths: Vec<Vec<String>>,
+    pub param_tools: Vec<(Box<str>, Vec<ParamHeader>)>,
+}
+
+impl From<&EraState> for EraRecord {
+    fn from(e: &EraState) -> Self {
+        EraRecord {
+            declarations: e.declarations.clone(),
+            logged: e.logged.clone(),
+            declaration_seq: e.declaration_seq,
+            modern_ok: e.modern_ok,
+            discover_digest: e.discover_digest,
+            first_versions: e.first_versions.clone(),
+            alerted_versions: e.alerted_versions.clone(),
+            alerted_paths: e.alerted_paths.clone(),
+            param_tools: e.param_tools.clone(),
+        }
+    }
+}
+
+impl From<EraRecord> for EraState {
+    fn from(r: EraRecord) -> Self {
+        // Bounds hold for a snapshot from elsewhere too.
+        let mut declarations = r.declarations;
+        declarations.truncate(super::session::MAX_DECLARED_METHODS);
+        let mut logged = r.logged;
+        logged.truncate(super::session::MAX_LOGGED_SETS);
+        let mut param_tools = r.param_tools;
+        param_tools.truncate(super::modern::MAX_PARAM_TOOLS);
+        EraState {
+            declarations,
+            logged,
+            declaration_seq: r.declaration_seq,
+            modern_ok: r.modern_ok,
+            discover_digest: r.discover_digest,
+            first_versions: r.first_versions,
+            alerted_versions: r.alerted_versions,
+            alerted_paths: r.alerted_paths,
+            param_tools,
+            ..EraState::default()
+        }
+    }
+}
+
+/// A record of an ended session, for lineage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndedEntry {
+    pub server: SocketAddr,
+    pub lineage_id: Box<str>,
+    pub ts_ns: i64,
+    pub session_id: String,
+    pub baseline: Option<CapsRecord>,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    pub sessions: usize,
+    pub ended: usize,
+    /// Entries older than their time to live, dropped.
+    pub expired: usize,
+    /// Entries refused: a bad key or a table that is full.
+    pub refused: usize,
+}
