@@ -23,6 +23,8 @@ pub struct Config {
     /// `[identity]`: trusted proxies whose Forwarded / X-Forwarded-For headers name the client
     /// (the core's own type, `mcptap_core::mcp::identity::IdentitySettings`).
     pub identity: IdentitySettings,
+    /// `[state]`: the snapshot file that keeps session state across restarts.
+    pub state: StateConfig,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
@@ -75,6 +77,24 @@ pub struct EventsConfig {
     pub file: Option<String>,
     /// Also write events to standard output.
     pub stdout: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// Snapshot file (e.g. /var/lib/mcptap/state.json); none: state lives in memory only.
+    pub snapshot_file: Option<String>,
+    /// Seconds between snapshots besides the one at SIGTERM.
+    pub snapshot_interval_secs: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            snapshot_file: None,
+            snapshot_interval_secs: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +185,12 @@ impl Config {
         }
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());
+        }
+        if !(1..=MAX_METRICS_TIMEOUT_SECS).contains(&self.state.snapshot_interval_secs) {
+            return Err(format!(
+                "state.snapshot_interval_secs must be 1..={MAX_METRICS_TIMEOUT_SECS} (got {})",
+                self.state.snapshot_interval_secs
+            ));
         }
         if !(1..=MAX_METRICS_CONNECTIONS).contains(&self.metrics.max_connections) {
             return Err(format!(

@@ -3,12 +3,14 @@
 
 use crate::capture::{self, ReadSummary};
 use crate::config::{CaptureConfig, Config};
+use crate::live::worker_of_server;
 use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
 use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::Summary;
+use crate::state::{self, Snapshot, SnapshotSlots};
 use mcptap_core::mcp::identity::Identities;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
@@ -81,6 +83,10 @@ struct Worker {
     /// Live capture: time passes on a quiet link (idle flows and sessions expire by the wall
     /// clock). A replay's time is its packets' alone.
     wall_clock_when_idle: bool,
+    /// This worker's index, and where it leaves its part of periodic snapshots.
+    index: usize,
+    snapshots: Option<Arc<SnapshotSlots>>,
+    answered_snapshot: u64,
 }
 
 impl Worker {
@@ -106,8 +112,20 @@ impl Worker {
         self.reported_flows = flows;
     }
 
-    fn run(mut self, rx: Receiver<Batch>) -> (Summary, PacketStats) {
+    fn run(mut self, rx: Receiver<Batch>, initial: Option<Snapshot>) -> WorkerEnd {
         let mut outputs = Vec::new();
+        if let Some(snap) = initial {
+            let report = self.pipeline.import_state(snap, wall_clock(), &mut outputs);
+            tracing::info!(
+                worker = self.index,
+                sessions = report.sessions,
+                ended_sessions = report.ended,
+                expired = report.expired,
+                refused = report.refused,
+                "session state loaded from the snapshot"
+            );
+            self.drain(&mut outputs);
+        }
         loop {
             match rx.recv_timeout(Duration::from_millis(250)) {
                 Ok(batch) => {
@@ -141,12 +159,23 @@ impl Worker {
             }
             // Flushed after every batch: an alert reaches the file within the batch latency.
             sinks.flush();
+            drop(sinks);
+            if let Some(slots) = &self.snapshots
+                && let Some(generation) = slots.pending(self.answered_snapshot)
+            {
+                slots.answer(self.index, generation, self.pipeline.export_state());
+                self.answered_snapshot = generation;
+            }
         }
         self.pipeline.finish(&mut outputs);
         self.drain(&mut outputs);
         self.sinks.lock().unwrap_or_else(|p| p.into_inner()).flush();
         self.report();
-        (self.summary, self.pipeline.stats().clone())
+        let state = self
+            .snapshots
+            .is_some()
+            .then(|| self.pipeline.export_state());
+        (self.summary, self.pipeline.stats().clone(), state)
     }
 }
 
@@ -161,9 +190,14 @@ struct WorkerPool {
     /// Batches queued per worker. Live capture absorbs bursts here; a replay reads as fast as
     /// the workers go, so a short queue only bounds what waits in it (outside the budget).
     queue_batches: usize,
+    /// Periodic snapshots (with a snapshot file), and each worker's share of the loaded one.
+    snapshots: Option<Arc<SnapshotSlots>>,
+    initial: Mutex<Vec<Option<Snapshot>>>,
 }
 
-type WorkerHandle = JoinHandle<(Summary, PacketStats)>;
+/// What a worker hands back: its summary, counters and (with a snapshot file) its state.
+type WorkerEnd = (Summary, PacketStats, Option<Snapshot>);
+type WorkerHandle = JoinHandle<WorkerEnd>;
 
 impl WorkerPool {
     /// Starts `n` workers. Their limits are process-wide totals: every pipeline counts what it
@@ -184,11 +218,20 @@ impl WorkerPool {
                 reported: PacketStats::default(),
                 reported_flows: 0,
                 wall_clock_when_idle: self.wall_clock_when_idle,
+                index: i,
+                snapshots: self.snapshots.clone(),
+                answered_snapshot: 0,
             };
+            let initial = self
+                .initial
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(i)
+                .and_then(Option::take);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("pipeline-{i}"))
-                    .spawn(move || worker.run(rx))
+                    .spawn(move || worker.run(rx, initial))
                     .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
             );
         }
@@ -196,17 +239,23 @@ impl WorkerPool {
     }
 }
 
-fn join_workers(workers: Vec<WorkerHandle>) -> Result<(Summary, PacketStats), String> {
+fn join_workers(
+    workers: Vec<WorkerHandle>,
+) -> Result<(Summary, PacketStats, Option<Snapshot>), String> {
     let mut summary = Summary::default();
     let mut stats = PacketStats::default();
+    let mut state: Option<Snapshot> = None;
     for w in workers {
-        let (s, p) = w
+        let (s, p, part) = w
             .join()
             .map_err(|_| "pipeline thread panicked".to_string())?;
         summary.merge(&s);
         stats.merge(&p);
+        if let Some(part) = part {
+            state.get_or_insert_with(Snapshot::default).merge(part);
+        }
     }
-    Ok((summary, stats))
+    Ok((summary, stats, state))
 }
 
 /// What [`replay_through_workers`] read and what its workers saw.
@@ -250,6 +299,8 @@ pub fn replay_through_workers(
         reopen: Arc::new(AtomicBool::new(false)),
         wall_clock_when_idle: false,
         queue_batches: 4,
+        snapshots: None,
+        initial: Mutex::new(Vec::new()),
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -280,7 +331,7 @@ pub fn replay_through_workers(
         }
     }
     drop(senders);
-    let (summary, stats) = join_workers(workers)?;
+    let (summary, stats, _) = join_workers(workers)?;
     let read = read.map_err(|e| e.to_string())?;
     if send_failed {
         return Err("a pipeline worker stopped early".into());
@@ -374,6 +425,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
         dirty: false,
     }));
     let started = Instant::now();
+    let snapshot_path = cfg
+        .state
+        .snapshot_file
+        .as_ref()
+        .map(std::path::PathBuf::from);
+    let initial = load_snapshot(snapshot_path.as_deref(), n_workers, &metrics);
+    let snapshots = snapshot_path
+        .as_ref()
+        .map(|_| Arc::new(SnapshotSlots::new(n_workers)));
     let pool = WorkerPool {
         limits: cfg.limits,
         analysis: Analysis {
@@ -385,6 +445,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         reopen: reopen.clone(),
         wall_clock_when_idle: true,
         queue_batches: 64,
+        snapshots: snapshots.clone(),
+        initial: Mutex::new(initial),
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
@@ -425,6 +487,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // Workers end when every capture thread has dropped its senders.
     drop(senders);
+    let saver = match (&snapshot_path, &snapshots) {
+        (Some(path), Some(slots)) => Some(spawn_snapshot_saver(
+            path.clone(),
+            slots.clone(),
+            Duration::from_secs(cfg.state.snapshot_interval_secs),
+            stop.clone(),
+            metrics.clone(),
+        )?),
+        _ => None,
+    };
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -465,7 +537,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     for t in threads {
         let _ = t.join();
     }
-    let (summary, stats) = join_workers(workers)?;
+    if let Some(t) = saver {
+        let _ = t.join();
+    }
+    let (summary, stats, state) = join_workers(workers)?;
+    if let (Some(path), Some(state)) = (&snapshot_path, state) {
+        save_snapshot(path, &state, &metrics);
+    }
     let mut err = std::io::stderr();
     let _ = writeln!(err, "{}", summary.render(&stats, started.elapsed()));
     if failed {
@@ -473,6 +551,84 @@ pub fn run(cfg: Config) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// The snapshot at `path`, split into each worker's share (by the dispatcher's sharding of
+/// server endpoints). A missing file is a first start; a bad one is logged, counted, ignored.
+fn load_snapshot(
+    path: Option<&std::path::Path>,
+    workers: usize,
+    metrics: &Metrics,
+) -> Vec<Option<Snapshot>> {
+    let mut shares: Vec<Option<Snapshot>> = (0..workers).map(|_| None).collect();
+    let Some(path) = path else { return shares };
+    match state::load(path) {
+        Ok(None) => tracing::info!(path = %path.display(), "no snapshot yet: starting empty"),
+        Ok(Some(mut snap)) => {
+            metrics.add_snapshot("load", "ok");
+            for (i, share) in shares.iter_mut().enumerate() {
+                *share = Some(snap.split_off(|server| worker_of_server(server, workers) == i));
+            }
+        }
+        Err(e) => {
+            metrics.add_snapshot("load", e.label());
+            tracing::warn!(path = %path.display(), "snapshot ignored: {e}");
+        }
+    }
+    shares
+}
+
+fn save_snapshot(path: &std::path::Path, snap: &Snapshot, metrics: &Metrics) {
+    match state::save(path, snap) {
+        Ok(()) => {
+            metrics.add_snapshot("save", "ok");
+            tracing::debug!(path = %path.display(), sessions = snap.sessions.len(), "snapshot written");
+        }
+        Err(e) => {
+            metrics.add_snapshot("save", "io");
+            tracing::warn!(path = %path.display(), "cannot write the snapshot: {e}");
+        }
+    }
+}
+
+/// Every `interval`, asks the workers for their state and writes the snapshot.
+fn spawn_snapshot_saver(
+    path: std::path::PathBuf,
+    slots: Arc<SnapshotSlots>,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name("snapshot".into())
+        .spawn(move || {
+            let tick = Duration::from_millis(100);
+            let mut next = Instant::now() + interval;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(tick);
+                if Instant::now() < next {
+                    continue;
+                }
+                next = Instant::now() + interval;
+                let generation = slots.request();
+                // Workers answer after their next batch or idle tick (250 ms).
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let snap = loop {
+                    if let Some(s) = slots.collect(generation) {
+                        break Some(s);
+                    }
+                    if Instant::now() > deadline || stop.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
+                match snap {
+                    Some(s) => save_snapshot(&path, &s, &metrics),
+                    None => metrics.add_snapshot("save", "timeout"),
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start snapshot thread: {e}"))
 }
 
 /// Waits for SIGTERM/SIGINT (returns false) or a failed capture (returns true); SIGHUP asks

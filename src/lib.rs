@@ -10,3 +10,4 @@ pub mod live;
 pub mod replay;
 pub mod server;
 pub mod sink;
+pub mod state;

@@ -135,6 +135,10 @@ struct RunArgs {
     /// Drop root privileges to this user after opening the capture.
     #[arg(long)]
     user: Option<String>,
+    /// Keep session state across restarts in this file (written on SIGTERM and every
+    /// `state.snapshot_interval_secs`, loaded at start).
+    #[arg(long)]
+    snapshot_file: Option<String>,
 }
 
 impl RunArgs {
@@ -165,6 +169,9 @@ impl RunArgs {
         cfg.events.stdout |= self.events_stdout;
         if let Some(u) = &self.user {
             cfg.user = Some(u.clone());
+        }
+        if let Some(s) = &self.snapshot_file {
+            cfg.state.snapshot_file = Some(s.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -487,6 +494,8 @@ mod tests {
     /// the daemon, which replay has none of. Every other key, and every `[limits]` key, has one.
     const LIVE_ONLY_KEYS: &[&str] = &[
         "user",
+        "state.snapshot_file",
+        "state.snapshot_interval_secs",
         "capture.interfaces",
         "capture.filter",
         "capture.snaplen",
@@ -520,6 +529,7 @@ mod tests {
             ..Config::default()
         };
         cfg.events.file = Some("events.ndjson".into());
+        cfg.state.snapshot_file = Some("state.json".into());
         let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
         cfg.servers.insert(server, "gw".into());
         cfg.metrics.server_names.insert(server, "gw".into());

@@ -401,3 +401,148 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
     assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
     assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
 }
+
+/// Plays one connection's writes over real sockets on lo: `client` connects to `server`.
+fn play_connection(
+    server: &std::net::TcpListener,
+    from: std::net::SocketAddr,
+    writes: Vec<mcptap_testkit::tcp::AppWrite>,
+) {
+    use mcptap_testkit::tcp::Piece;
+    use std::io::{Read, Write};
+    let to = server.local_addr().expect("addr");
+    let sock = socket2_free_connect(from, to);
+    let mut client = sock;
+    let (mut srv, _) = server.accept().expect("accept");
+    for w in writes {
+        let bytes: Vec<u8> = w
+            .pieces
+            .iter()
+            .flat_map(|p| match p {
+                Piece::Bytes(b) => b.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let (a, b) = if w.from_client {
+            (&mut client, &mut srv)
+        } else {
+            (&mut srv, &mut client)
+        };
+        a.write_all(&bytes).expect("write");
+        let mut got = vec![0; bytes.len()];
+        b.read_exact(&mut got).expect("read");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A connection from `from` (an address on lo) to `to`.
+fn socket2_free_connect(
+    from: std::net::SocketAddr,
+    to: std::net::SocketAddr,
+) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(from).expect("bind client");
+    let s = rt.block_on(sock.connect(to)).expect("connect");
+    let s = s.into_std().expect("std stream");
+    s.set_nonblocking(false).expect("blocking");
+    s
+}
+
+fn start_daemon(filter: &str, snapshot: &std::path::Path) -> (std::process::Child, u16) {
+    let port = free_port();
+    let child = bin()
+        .args([
+            "run",
+            "-i",
+            "lo",
+            "-f",
+            filter,
+            "--threads",
+            "2",
+            "--events-stdout",
+            "--snapshot-file",
+            snapshot.to_str().expect("path"),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, port)
+}
+
+fn stop_daemon(child: std::process::Child) -> (String, String) {
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let out = child.wait_with_output().expect("output");
+    assert!(out.status.success(), "{out:?}");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 14: mcptap restarted (SIGTERM, start) between the first handshake and the narrowed
+/// re-initialize still raises both alerts, from the snapshot file.
+#[test]
+fn a_restart_between_the_handshakes_keeps_the_baseline_through_the_snapshot() {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    if !is_root() {
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.4:0").expect("bind server");
+    let server_port = server.local_addr().expect("addr").port();
+    let filter = format!("tcp and host 127.0.0.4 and port {server_port}");
+    let dir = std::env::temp_dir().join(format!("mcptap-snapshot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let snapshot = dir.join("state.json");
+    let _ = std::fs::remove_file(&snapshot);
+
+    let mut talk = Conversation::new("restart-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    let second = talk.take_writes();
+
+    let (a, _) = start_daemon(&filter, &snapshot);
+    play_connection(&server, "127.0.0.5:0".parse().expect("addr"), first);
+    let (out_a, err_a) = stop_daemon(a);
+    assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
+    let text = std::fs::read_to_string(&snapshot).unwrap_or_else(|e| panic!("{e}: {err_a}"));
+    assert!(text.contains("restart-s1"), "{text}");
+
+    let (b, port_b) = start_daemon(&filter, &snapshot);
+    play_connection(&server, "127.0.0.5:0".parse().expect("addr"), second);
+    let metrics = http_get(port_b, "/metrics").expect("metrics");
+    assert!(
+        metrics.contains(r#"mcptap_state_snapshots_total{op="load",result="ok"} 1"#),
+        "{metrics}"
+    );
+    let (out_b, _) = stop_daemon(b);
+    let alerts: Vec<&str> = out_b
+        .lines()
+        .filter(|l| l.contains(r#""event":"alert""#))
+        .collect();
+    assert_eq!(alerts.len(), 2, "{out_b}");
+    assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
+    assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+    let _ = std::fs::remove_dir_all(&dir);
+}

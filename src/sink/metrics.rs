@@ -131,6 +131,7 @@ pub struct Metrics {
     input_required_abandoned: IntCounterVec,
     proxy_headers: IntCounterVec,
     lineages_ended: IntCounterVec,
+    snapshots: IntCounterVec,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
@@ -452,6 +453,12 @@ impl Metrics {
                 "Client lineages without a session id (modern, legacy stateless) whose state was dropped, by reason (idle, evicted).",
                 &["server", "reason"],
             )?,
+            snapshots: counter_vec(
+                &r,
+                "mcptap_state_snapshots_total",
+                "Snapshot file loads and saves, by result: ok, io (cannot read or write), garbage (not a snapshot), version (another format version), timeout (workers did not answer in time).",
+                &["op", "result"],
+            )?,
             request_duration,
             server_directory: DirectoryMetrics::new(&r)?,
             metrics_endpoint_errors: counter_vec(
@@ -579,6 +586,11 @@ impl Metrics {
         self.metrics_endpoint_errors
             .with_label_values(&[reason])
             .inc();
+    }
+
+    /// A snapshot file load or save and how it went.
+    pub fn add_snapshot(&self, op: &str, result: &str) {
+        self.snapshots.with_label_values(&[op, result]).inc();
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).

@@ -610,6 +610,12 @@ impl Connection {
                 }
                 self.feed(half, &data[skipped..], out);
             }
+            // The usual case: the first bytes decide at once, nothing is copied.
+            ProxyScan::Open(held)
+                if held.is_empty() && proxy::examine(data) == proxy::ProxyVerdict::Absent =>
+            {
+                self.feed(half, data, out)
+            }
             ProxyScan::Open(mut held) => {
                 held.extend_from_slice(data);
                 match proxy::examine(&held) {

@@ -234,9 +234,11 @@ pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &s
         h.update(part.as_bytes());
     }
     let digest = h.finalize();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(16);
     for b in digest.iter().take(8) {
-        out.push_str(&format!("{b:02x}"));
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
     out
 }

@@ -113,30 +113,31 @@ const MAX_SSE_ENDPOINTS: usize = 4096;
 const MAX_STATELESS_LABELS: usize = 4096;
 
 /// What an alert is about: where, who, which era.
-struct AlertCtx {
-    session_id: Option<String>,
-    lineage_id: Option<String>,
+/// Borrowed: most answers raise nothing, so the strings are copied only into an alert.
+struct AlertCtx<'a> {
+    session_id: Option<&'a str>,
+    lineage_id: Option<&'a str>,
     era: Era,
-    protocol_version: Option<String>,
+    protocol_version: Option<&'a str>,
     server: SocketAddr,
     client: SocketAddr,
     framing: FramingMode,
 }
 
-impl AlertCtx {
+impl AlertCtx<'_> {
     fn push(&self, out: &mut Vec<Output>, ts: Timestamp, kind: Option<AlertKind>) {
         if let Some(kind) = kind {
             out.push(Output::Event(Event::Alert(Box::new(Alert {
                 v: Default::default(),
                 ts,
-                session_id: self.session_id.clone(),
+                session_id: self.session_id.map(str::to_string),
                 server: self.server,
                 client: self.client,
                 kind,
                 framing: self.framing,
                 era: self.era,
-                protocol_version: self.protocol_version.clone(),
-                lineage_id: self.lineage_id.clone(),
+                protocol_version: self.protocol_version.map(str::to_string),
+                lineage_id: self.lineage_id.map(str::to_string),
             }))));
         }
     }
@@ -626,11 +627,16 @@ impl<D: Detector> Tracker<D> {
         };
         let r = s.resuming.swap_remove(at);
         s.in_flight.remove(id);
+        let (sid, lid, pv) = (
+            r.exchange.session_id.clone(),
+            r.exchange.lineage_id.clone(),
+            r.exchange.protocol_version.clone(),
+        );
         let ctx = AlertCtx {
-            session_id: r.exchange.session_id.clone(),
-            lineage_id: r.exchange.lineage_id.clone(),
+            session_id: sid.as_deref(),
+            lineage_id: lid.as_deref(),
             era: r.exchange.era,
-            protocol_version: r.exchange.protocol_version.clone(),
+            protocol_version: pv.as_deref(),
             server: key.0,
             client: r.exchange.client,
             framing: r.exchange.framing,
@@ -803,7 +809,7 @@ impl<D: Detector> Tracker<D> {
             .find(|r| r.method == "initialize")
             .and_then(|r| r.init_params.as_deref())
             .and_then(init_client_name);
-        let lineage_id = if session_id.is_none() || init_name.is_some() {
+        let mut lineage_id = if session_id.is_none() || init_name.is_some() {
             let name = match (declaration, &init_name) {
                 (Some(d), _) if d.client_name.is_some() => d
                     .client_name
@@ -815,11 +821,8 @@ impl<D: Detector> Tracker<D> {
             let legacy = era != Era::Modern;
             Some(self.lineage_of(ctx, &head, name, legacy, out))
         } else {
-            session_id.as_ref().and_then(|sid| {
-                self.sessions
-                    .get(&(ctx.server, sid.clone()))
-                    .and_then(|s| s.lineage_id.clone())
-            })
+            // A session's requests: its lineage, looked up with the session below.
+            None
         };
         for r in &requests {
             out.push(Output::Telemetry(Telemetry::Request {
@@ -862,6 +865,9 @@ impl<D: Detector> Tracker<D> {
             self.touch_session(&key, ctx, ts, out);
             let max_in_flight = self.limits.max_in_flight;
             if let Some(s) = self.sessions.get_mut(&key) {
+                if lineage_id.is_none() {
+                    lineage_id = s.lineage_id.clone();
+                }
                 s.requests += requests.len() as u64;
                 if era == Era::HttpSse {
                     s.era = Era::HttpSse;
@@ -1225,21 +1231,23 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         let carrier = self.transactions.get(here).map(|ex| ex.stream);
-        let here_sid = self
-            .transactions
-            .get(here)
-            .and_then(|ex| ex.session_id.clone());
         // HTTP+SSE: the POST that carried the request was answered 202 and parked.
         let mut parked = None;
-        if self.transactions.get(target).is_none()
-            && let Some(sid) = &here_sid
-            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
-            && let Some(at) = s
-                .parked
-                .iter()
-                .position(|p| (ctx_flow_of(p), p.number) == target)
-        {
-            parked = Some(s.parked.swap_remove(at));
+        let mut here_sid = None;
+        if self.transactions.get(target).is_none() {
+            here_sid = self
+                .transactions
+                .get(here)
+                .and_then(|ex| ex.session_id.clone());
+            if let Some(sid) = &here_sid
+                && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+                && let Some(at) = s
+                    .parked
+                    .iter()
+                    .position(|p| (ctx_flow_of(p), p.number) == target)
+            {
+                parked = Some(s.parked.swap_remove(at));
+            }
         }
         let ex = match parked.as_mut() {
             Some(p) => p,
@@ -1382,10 +1390,10 @@ impl<D: Detector> Tracker<D> {
         }
         out.append(&mut alerts);
         let alert_ctx = AlertCtx {
-            session_id: sid.clone(),
-            lineage_id: lineage_id.as_deref().map(str::to_string),
+            session_id: sid.as_deref(),
+            lineage_id: lineage_id.as_deref(),
             era,
-            protocol_version,
+            protocol_version: protocol_version.as_deref(),
             server: ctx.server,
             client,
             framing,
@@ -1497,16 +1505,18 @@ impl<D: Detector> Tracker<D> {
         alerts: &mut Vec<Output>,
     ) -> Option<Vec<String>> {
         let alert_ctx = AlertCtx {
-            session_id: c.session_id.map(str::to_string),
-            lineage_id: c.lineage_id.map(str::to_string),
+            session_id: c.session_id,
+            lineage_id: c.lineage_id,
             era: c.era,
-            protocol_version: c.protocol_version.map(str::to_string),
+            protocol_version: c.protocol_version,
             server: c.server,
             client: c.client,
             framing: c.framing,
         };
         let accepted = is_2xx(c.status) && c.error_code.is_none();
-        let lineage_key = c.lineage_id.map(|l| session::lineage_key(c.server, l));
+        let lineage_key = (c.era == Era::Modern || !c.findings.is_empty())
+            .then(|| c.lineage_id.map(|l| session::lineage_key(c.server, l)))
+            .flatten();
         if c.era == Era::Modern
             && let Some(key) = &lineage_key
         {
@@ -1980,11 +1990,13 @@ impl<D: Detector> Tracker<D> {
             }
         }
         session.alerts += u32::from(verdict.alert.is_some()) + u32::from(downgrade.is_some());
+        let public_sid = session::public_session_id(&key);
+        let negotiated = hs.protocol_version.clone();
         let alert_ctx = AlertCtx {
-            session_id: session::public_session_id(&key),
-            lineage_id: origin.lineage_id.as_deref().map(str::to_string),
+            session_id: public_sid.as_deref(),
+            lineage_id: origin.lineage_id.as_deref(),
             era: origin.era,
-            protocol_version: hs.protocol_version.clone(),
+            protocol_version: negotiated.as_deref(),
             server: origin.server,
             client: origin.client,
             framing,
@@ -2226,10 +2238,10 @@ impl<D: Detector> Tracker<D> {
                 ended_by,
             });
             let alert_ctx = AlertCtx {
-                session_id: ex.session_id.clone(),
-                lineage_id: ex.lineage_id.as_deref().map(str::to_string),
+                session_id: ex.session_id.as_deref(),
+                lineage_id: ex.lineage_id.as_deref(),
                 era: ex.era,
-                protocol_version: pv,
+                protocol_version: pv.as_deref(),
                 server: ex.server,
                 client: ex.client,
                 framing,

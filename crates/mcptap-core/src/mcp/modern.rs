@@ -14,7 +14,7 @@ use std::hash::{BuildHasher, Hasher};
 pub const MODERN_SINCE: &str = "2026-07-28";
 
 /// The `_meta` key prefix of the modern declarations.
-const META_MARKER: &[u8] = b"io.modelcontextprotocol/";
+const META_MARKER: &str = "io.modelcontextprotocol/";
 
 /// Whether a protocol version string names a modern revision (`YYYY-MM-DD` dates compare as
 /// text).
@@ -25,7 +25,9 @@ pub fn is_modern_version(v: &str) -> bool {
 /// Whether a request's params may carry modern declarations: a byte search before any parse,
 /// so legacy requests pay almost nothing.
 pub fn may_declare(params: &RawValue) -> bool {
-    memchr::memmem::find(params.get().as_bytes(), META_MARKER).is_some()
+    // `str::contains` needs no searcher built per call (memmem's would cost more than the
+    // search on small params).
+    params.get().contains(META_MARKER)
 }
 
 /// Longest value text kept in a finding (header and body values may be large or secret-ish).
