@@ -117,31 +117,27 @@ pub struct ResponseHead {
 pub const MAX_PREFIXED_HEADERS: usize = 16;
 
 /// Longest combined `X-Forwarded-For` or `Forwarded` value kept; longer chains are cut at a
-/// list element boundary (the hops nearest the client are the ones that fall off last).
+/// list element boundary. Each proxy appends its hop, so the trusted hops nearest the monitor
+/// come last: the leftmost elements, the ones a client may forge, fall off first.
 pub const MAX_FORWARDED_BYTES: usize = 1024;
 
 /// Appends one occurrence of a list header to its combined value, within the bound.
 fn combine_list(slot: &mut Option<String>, value: &[u8]) {
     let value = header_str(value);
-    match slot {
-        None => {
-            let mut v = value;
-            v.truncate(floor_char_boundary(&v, MAX_FORWARDED_BYTES));
-            *slot = Some(v);
-        }
-        Some(all) if all.len() + 2 + value.len() <= MAX_FORWARDED_BYTES => {
-            all.push_str(", ");
-            all.push_str(&value);
-        }
-        Some(_) => {}
+    let all = slot.get_or_insert_with(String::new);
+    if !all.is_empty() {
+        all.push_str(", ");
     }
-}
-
-fn floor_char_boundary(s: &str, at: usize) -> usize {
-    if at >= s.len() {
-        return s.len();
+    all.push_str(&value);
+    if all.len() > MAX_FORWARDED_BYTES {
+        let from = all.len() - MAX_FORWARDED_BYTES;
+        // After a comma (ASCII, so a char boundary); a single oversized element is no hop.
+        let cut =
+            memchr::memchr(b',', &all.as_bytes()[from..]).map_or(all.len(), |at| from + at + 1);
+        all.drain(..cut);
+        let pad = all.len() - all.trim_start().len();
+        all.drain(..pad);
     }
-    (0..=at).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)
 }
 
 /// Records the first value of a header in `slot`; a later one is a duplicate (returned), and

@@ -475,3 +475,30 @@ fn obs_fold_is_unfolded_unless_the_continuation_reads_like_a_field() {
         Unfolded::NoFold
     ));
 }
+
+#[test]
+fn oversized_forwarding_chains_keep_the_nearest_hops() {
+    // Proxies append: the hops nearest the monitor, the trusted ones, come last. A client
+    // that pads the header it sends must not push them out of the bound.
+    let forged: Vec<String> = (0..200)
+        .map(|i| format!("6.6.{}.{}", i / 250, i % 250))
+        .collect();
+    let one_line = format!("{}, 127.0.9.1", forged.join(", "));
+    let mut slot = None;
+    combine_list(&mut slot, one_line.as_bytes());
+    let kept = slot.expect("kept");
+    assert!(kept.len() <= MAX_FORWARDED_BYTES, "{}", kept.len());
+    assert!(kept.ends_with(", 127.0.9.1"), "{kept}");
+    assert!(
+        kept.split(',')
+            .all(|h| h.trim().parse::<std::net::IpAddr>().is_ok()),
+        "{kept}"
+    );
+    // The proxy's hop as a header line of its own, after the client's padded one.
+    let mut slot = None;
+    combine_list(&mut slot, forged.join(", ").as_bytes());
+    combine_list(&mut slot, b"127.0.9.2");
+    let kept = slot.expect("kept");
+    assert!(kept.len() <= MAX_FORWARDED_BYTES, "{}", kept.len());
+    assert!(kept.ends_with(", 127.0.9.2"), "{kept}");
+}
