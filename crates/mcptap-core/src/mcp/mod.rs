@@ -2149,6 +2149,16 @@ impl<D: Detector> Tracker<D> {
             return;
         }
         let status = ex.response.as_ref().map_or(0, |r| r.status);
+        // HTTP+SSE: the GET stream carried every answer of its session; the POSTs still
+        // waiting for theirs will not get them.
+        if ex.era == Era::HttpSse
+            && ex.head.method == "GET"
+            && let Some(sid) = &ex.session_id
+        {
+            let key = (ctx.server, sid.clone());
+            self.report_parked(&key, ts, out);
+            self.recharge(&key, ts, out);
+        }
         // HTTP+SSE: a POST accepted with 202 is answered on the GET stream.
         if ex.era == Era::HttpSse
             && is_2xx(status)

@@ -1,0 +1,215 @@
+//! The era paths of the session layer (HTTP+SSE, modern declarations, server requests) driven
+//! from HTTP events, with the bounds an attacker would push against.
+
+use crate::detect::Detectors;
+use crate::http::BodyEnd;
+use crate::http::sse::{SseEvent, SseItem};
+use crate::http::{HttpEvent, RequestHead, ResponseHead};
+use crate::mcp::{FlowCtx, SessionLimits, Tracker, headers};
+use crate::model::{Limit, Output, Telemetry, Timestamp};
+use serde_json::{Value, json};
+
+const SERVER: &str = "10.0.0.1:8080";
+
+fn ctx(flow: u64) -> FlowCtx {
+    FlowCtx {
+        flow,
+        client: format!("10.0.0.2:{}", 40000 + flow).parse().expect("addr"),
+        server: SERVER.parse().expect("addr"),
+    }
+}
+
+fn event(kind: &str, data: String) -> SseItem {
+    SseItem::Event(SseEvent {
+        event_type: Some(kind.into()),
+        data,
+        id: None,
+        retry: None,
+    })
+}
+
+fn modern_post(method: &str) -> RequestHead {
+    let mut head = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        None,
+        Some("2026-07-28"),
+    );
+    headers::set_request_mcp_headers(&mut head, Some(method), None);
+    head.host = Some("mcp.example".into());
+    head
+}
+
+struct Harness {
+    t: Tracker<Detectors>,
+    out: Vec<Output>,
+    now: i64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            t: Tracker::new(SessionLimits::default(), Detectors::default()),
+            out: Vec::new(),
+            now: 1_000_000_000,
+        }
+    }
+
+    fn send(&mut self, c: FlowCtx, ev: HttpEvent) {
+        self.now += 1_000_000;
+        self.t.on_http(c, Timestamp(self.now), ev, &mut self.out);
+    }
+
+    fn request(&mut self, c: FlowCtx, ex: u64, head: RequestHead, body: Value) {
+        let body = body.to_string().into_bytes();
+        self.send(
+            c,
+            HttpEvent::Request {
+                exchange: ex,
+                head,
+                body,
+            },
+        );
+    }
+
+    fn head(&mut self, c: FlowCtx, ex: u64, head: ResponseHead) {
+        self.send(c, HttpEvent::ResponseHead { exchange: ex, head });
+    }
+
+    fn json(&mut self, c: FlowCtx, ex: u64, body: Value) {
+        let body = body.to_string().into_bytes();
+        self.send(c, HttpEvent::ResponseJson { exchange: ex, body });
+    }
+
+    fn sse(&mut self, c: FlowCtx, ex: u64, item: SseItem) {
+        self.send(c, HttpEvent::ResponseSse { exchange: ex, item });
+    }
+
+    fn end(&mut self, c: FlowCtx, ex: u64, end: BodyEnd) {
+        self.send(c, HttpEvent::ResponseEnd { exchange: ex, end });
+    }
+
+    /// A POST answered 200 JSON with `result`.
+    fn answered(&mut self, c: FlowCtx, ex: u64, head: RequestHead, body: Value, result: Value) {
+        let id = body["id"].clone();
+        self.request(c, ex, head, body);
+        self.head(
+            c,
+            ex,
+            headers::response_head(200, Some("application/json"), None),
+        );
+        self.json(c, ex, json!({"jsonrpc":"2.0","id":id,"result":result}));
+        self.end(c, ex, BodyEnd::Complete);
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(e) => serde_json::to_value(e).ok(),
+                Output::Telemetry(_) => None,
+            })
+            .collect()
+    }
+
+    fn of(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    fn limit_hits(&self, limit: Limit) -> usize {
+        self.out
+            .iter()
+            .filter(
+                |o| matches!(o, Output::Telemetry(Telemetry::LimitHit { limit: l }) if *l == limit),
+            )
+            .count()
+    }
+}
+
+/// An HTTP+SSE GET stream on flow 1 (exchange 1) that announced `endpoint`.
+fn sse_stream(h: &mut Harness, endpoint: &str) {
+    let get = headers::request_head("GET", "/sse", None, Some("text/event-stream"), None, None);
+    h.send(
+        ctx(1),
+        HttpEvent::Request {
+            exchange: 1,
+            head: get,
+            body: Vec::new(),
+        },
+    );
+    h.head(
+        ctx(1),
+        1,
+        headers::response_head(200, Some("text/event-stream"), None),
+    );
+    h.sse(ctx(1), 1, event("endpoint", endpoint.to_string()));
+}
+
+/// A POST to the HTTP+SSE endpoint on flow 2, answered 202.
+fn sse_post(h: &mut Harness, ex: u64, path: &str, body: Value) {
+    let head = headers::request_head(
+        "POST",
+        path,
+        Some("application/json"),
+        Some("*/*"),
+        None,
+        None,
+    );
+    h.request(ctx(2), ex, head, body);
+    h.head(ctx(2), ex, headers::response_head(202, None, None));
+    h.send(
+        ctx(2),
+        HttpEvent::ResponseJson {
+            exchange: ex,
+            body: b"Accepted".to_vec(),
+        },
+    );
+    h.end(ctx(2), ex, BodyEnd::Complete);
+}
+
+#[test]
+fn http_sse_answers_on_the_get_stream_and_parked_posts_end_with_it() {
+    let mut h = Harness::new();
+    let path = "/messages/?session_id=abc123";
+    sse_stream(&mut h, path);
+    sse_post(
+        &mut h,
+        1,
+        path,
+        json!({"jsonrpc":"2.0","id":0,"method":"tools/list"}),
+    );
+    sse_post(
+        &mut h,
+        2,
+        path,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}),
+    );
+    assert!(h.of("exchange").is_empty(), "parked: {:?}", h.events());
+    h.sse(
+        ctx(1),
+        1,
+        event(
+            "message",
+            json!({"jsonrpc":"2.0","id":0,"result":{"tools":[]}}).to_string(),
+        ),
+    );
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 1);
+    assert_eq!(
+        (ex[0]["answered"].clone(), ex[0]["http_status"].clone()),
+        (json!(true), json!(202))
+    );
+    assert_eq!(ex[0]["era"], "http+sse");
+    // The GET stream is the only way answers come: once it is over, the POST still waiting
+    // is reported, not an hour later when the session idles out.
+    h.end(ctx(1), 1, BodyEnd::ServerClosed);
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 2, "{:?}", h.events());
+    assert_eq!(ex[1]["method"], "tools/call");
+    assert_eq!(ex[1]["answered"], false);
+}
