@@ -844,7 +844,8 @@ label_enum! {
         LineageDeclarations => "lineage_declarations",
         /// More `x-mcp-header` tools or parameters per server than tracked.
         ParamHeaders => "param_headers",
-        /// More HTTP+SSE endpoints announced than tracked at once.
+        /// More HTTP+SSE endpoints announced than tracked at once, a second `endpoint` event
+        /// on one stream, or an endpoint URL over 1 KiB: not bound.
         SseEndpoints => "sse_endpoints",
         /// More server requests awaiting the client's answer (or HTTP+SSE POSTs awaiting
         /// theirs) per session than tracked.

@@ -111,6 +111,8 @@ const MAX_PROXIED_FLOWS: usize = 65_536;
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
 const MAX_STATELESS_LABELS: usize = 4096;
+/// Longest HTTP+SSE endpoint (path and query) kept.
+const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
 
 /// What an alert is about: where, who, which era.
 /// Borrowed: most answers raise nothing, so the strings are copied only into an alert.
@@ -1135,6 +1137,18 @@ impl<D: Detector> Tracker<D> {
         out: &mut Vec<Output>,
     ) {
         let path = endpoint_path(url);
+        // A stream announces one endpoint (a stream re-announcing would fill the table on its
+        // own), and a URL of kilobytes is no endpoint to keep: the table holds them as keys.
+        let rebinding = self
+            .transactions
+            .get(here)
+            .is_some_and(|ex| ex.era == Era::HttpSse);
+        if rebinding || path.len() > MAX_SSE_ENDPOINT_BYTES {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::SseEndpoints,
+            }));
+            return;
+        }
         let Some(sid) = self.valid_session_id(Some(endpoint_session_id(path)), out) else {
             return;
         };

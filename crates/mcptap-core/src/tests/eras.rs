@@ -213,3 +213,57 @@ fn http_sse_answers_on_the_get_stream_and_parked_posts_end_with_it() {
     assert_eq!(ex[1]["method"], "tools/call");
     assert_eq!(ex[1]["answered"], false);
 }
+
+#[test]
+fn http_sse_endpoints_are_bounded_per_stream_and_in_length() {
+    let mut h = Harness::new();
+    sse_stream(&mut h, "/messages?sessionId=first");
+    // One stream announces one endpoint; a stream re-announcing more would otherwise fill
+    // the endpoint table (and the session table) on its own.
+    for i in 0..100 {
+        h.sse(
+            ctx(1),
+            1,
+            event("endpoint", format!("/messages?sessionId=more{i}")),
+        );
+    }
+    assert_eq!(h.limit_hits(Limit::SseEndpoints), 100);
+    assert_eq!(h.t.active_sessions(), 1);
+    // An endpoint URL of kilobytes (the session id stays short) is no endpoint to keep.
+    let long = format!("/messages?sessionId=s2&pad={}", "a".repeat(64 * 1024));
+    let get = headers::request_head("GET", "/sse", None, Some("text/event-stream"), None, None);
+    h.send(
+        ctx(3),
+        HttpEvent::Request {
+            exchange: 1,
+            head: get,
+            body: Vec::new(),
+        },
+    );
+    h.head(
+        ctx(3),
+        1,
+        headers::response_head(200, Some("text/event-stream"), None),
+    );
+    h.sse(ctx(3), 1, event("endpoint", long));
+    assert_eq!(h.limit_hits(Limit::SseEndpoints), 101);
+    assert_eq!(h.t.active_sessions(), 1);
+    // The first binding still works.
+    sse_post(
+        &mut h,
+        1,
+        "/messages?sessionId=first",
+        json!({"jsonrpc":"2.0","id":0,"method":"ping"}),
+    );
+    h.sse(
+        ctx(1),
+        1,
+        event(
+            "message",
+            json!({"jsonrpc":"2.0","id":0,"result":{}}).to_string(),
+        ),
+    );
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 1);
+    assert_eq!(ex[0]["session_id"], "first");
+}
