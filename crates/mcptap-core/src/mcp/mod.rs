@@ -1663,7 +1663,16 @@ impl<D: Detector> Tracker<D> {
                 }
                 d.last_digest = decl.digest;
                 let diff = PathDiff::between(&d.first_paths, &current_paths);
-                let already = d.alerted.contains(&diff.removed);
+                let mut already = d.alerted.contains(&diff.removed);
+                // Lost-path sets alerted are remembered within the bound of sets per method;
+                // beyond it, a lineage narrowing in ever new ways is counted, not alerted.
+                if !already
+                    && !diff.removed.is_empty()
+                    && d.alerted.len() >= session::MAX_SETS_PER_METHOD
+                {
+                    already = true;
+                    truncated = true;
+                }
                 review_data = Some((diff, repeated, d.multiplexed, already, d.first_caps.clone()));
             }
         }

@@ -267,3 +267,47 @@ fn http_sse_endpoints_are_bounded_per_stream_and_in_length() {
     assert_eq!(ex.len(), 1);
     assert_eq!(ex[0]["session_id"], "first");
 }
+
+fn declared(id: u64, method: &str, caps: &Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+        "io.modelcontextprotocol/clientInfo":{"name":"agent","version":"1"},
+        "io.modelcontextprotocol/clientCapabilities":caps}}})
+}
+
+#[test]
+fn client_narrowing_alerts_and_their_memory_are_bounded_per_method() {
+    let mut h = Harness::new();
+    let all: serde_json::Map<String, Value> =
+        (0..64).map(|i| (format!("c{i}"), json!({}))).collect();
+    let mut id = 0;
+    let mut call = |h: &mut Harness, caps: &Value| {
+        id += 1;
+        h.answered(
+            ctx(1),
+            id,
+            modern_post("tools/list"),
+            declared(id, "tools/list", caps),
+            json!({"tools":[]}),
+        );
+    };
+    call(&mut h, &Value::Object(all.clone()));
+    // A hostile client narrows in ever new ways, each set declared twice (as a real narrowing
+    // is): one remembered lost-path set per alert would grow without end, and each lookup in
+    // them would cost more.
+    for drop in 0..64 {
+        let mut caps = all.clone();
+        caps.remove(&format!("c{drop}"));
+        let caps = Value::Object(caps);
+        call(&mut h, &caps);
+        call(&mut h, &caps);
+    }
+    let alerts = h.of("alert");
+    assert!(!alerts.is_empty());
+    assert!(
+        alerts.len() <= crate::mcp::session::MAX_SETS_PER_METHOD,
+        "{} alerts",
+        alerts.len()
+    );
+    assert!(h.limit_hits(Limit::LineageDeclarations) > 0);
+}
