@@ -111,6 +111,8 @@ const MAX_PROXIED_FLOWS: usize = 65_536;
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
 const MAX_STATELESS_LABELS: usize = 4096;
+/// Most `supportedVersions` of a discover result compared (the latest ones).
+const MAX_SUPPORTED_VERSIONS: usize = 64;
 /// Longest HTTP+SSE endpoint (path and query) kept.
 const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
 
@@ -1771,10 +1773,22 @@ impl<D: Detector> Tracker<D> {
         let key = session::server_key(c.server);
         self.ensure(&key, c.client, c.ts, false, out);
         let caps_value = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
-        let versions: Vec<String> = result
+        let mut versions: Vec<String> = result
             .supported_versions
             .and_then(|v| serde_json::from_str(v.get()).ok())
             .unwrap_or_default();
+        // Compared with the first result version by version: the latest versions only, in a
+        // fixed order (a reordered list is the same list). Events show them as sent, as many.
+        let mut latest = versions.clone();
+        latest.sort_unstable();
+        latest.dedup();
+        if latest.len() > MAX_SUPPORTED_VERSIONS {
+            latest.drain(..latest.len() - MAX_SUPPORTED_VERSIONS);
+            versions.truncate(MAX_SUPPORTED_VERSIONS);
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageDeclarations,
+            }));
+        }
         let server_info = result
             .meta
             .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
@@ -1799,11 +1813,11 @@ impl<D: Detector> Tracker<D> {
         ext.discover_digest = Some(digest);
         let first_versions = ext
             .first_versions
-            .get_or_insert_with(|| versions.iter().map(|v| Box::from(v.as_str())).collect())
+            .get_or_insert_with(|| latest.iter().map(|v| Box::from(v.as_str())).collect())
             .clone();
         let removed_versions: Vec<String> = first_versions
             .iter()
-            .filter(|v| !versions.iter().any(|x| x == &***v))
+            .filter(|v| latest.binary_search_by(|x| x.as_str().cmp(v)).is_err())
             .map(|v| v.to_string())
             .collect();
         let versions_alerted = !removed_versions.is_empty()
@@ -1818,9 +1832,19 @@ impl<D: Detector> Tracker<D> {
             .baseline
             .as_ref()
             .map_or(Value::Null, CapsRecord::server_caps);
-        let paths_alerted = diff
+        let mut paths_alerted = diff
             .as_ref()
             .is_some_and(|d| ext.alerted_paths.contains(&d.removed));
+        // As for declarations: a bounded number of lost-path sets alert, later ones count.
+        if !paths_alerted
+            && diff.as_ref().is_some_and(|d| !d.removed.is_empty())
+            && ext.alerted_paths.len() >= session::MAX_SETS_PER_METHOD
+        {
+            paths_alerted = true;
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageDeclarations,
+            }));
+        }
         if s.baseline.is_none() {
             s.baseline = Some(record);
         }
@@ -1885,9 +1909,14 @@ impl<D: Detector> Tracker<D> {
                             ext.alerted_paths.push(d.removed.clone());
                         }
                     }
-                    AlertKind::ProtocolDowngrade(_) => ext
-                        .alerted_versions
-                        .extend(removed_versions.iter().map(|v| Box::from(v.as_str()))),
+                    AlertKind::ProtocolDowngrade(_) => {
+                        // Each once: the list stays within the first result's versions.
+                        for v in &removed_versions {
+                            if !ext.alerted_versions.iter().any(|a| **a == **v) {
+                                ext.alerted_versions.push(Box::from(v.as_str()));
+                            }
+                        }
+                    }
                     _ => {}
                 }
             }

@@ -311,3 +311,66 @@ fn client_narrowing_alerts_and_their_memory_are_bounded_per_method() {
     );
     assert!(h.limit_hits(Limit::LineageDeclarations) > 0);
 }
+
+fn discover_result(versions: &[String], caps: &Value) -> Value {
+    json!({"resultType":"complete","supportedVersions":versions,"capabilities":caps,
+        "_meta":{"io.modelcontextprotocol/serverInfo":{"name":"srv","version":"1"}}})
+}
+
+#[test]
+fn discover_versions_and_alerts_are_bounded() {
+    let mut h = Harness::new();
+    let versions: Vec<String> = (0..20_000)
+        .map(|i| {
+            format!(
+                "{:04}-{:02}-{:02}",
+                2000 + i / 400,
+                1 + (i / 28) % 12,
+                1 + i % 28
+            )
+        })
+        .collect();
+    let caps: serde_json::Map<String, Value> =
+        (0..64).map(|i| (format!("c{i}"), json!({}))).collect();
+    let discover = |id: u64| declared(id, "server/discover", &json!({}));
+    h.answered(
+        ctx(1),
+        1,
+        modern_post("server/discover"),
+        discover(1),
+        discover_result(&versions, &Value::Object(caps.clone())),
+    );
+    let first = h.t.session_bytes();
+    // Twenty thousand versions are kept as a bounded list, not as twenty thousand strings
+    // compared pairwise with every later result's.
+    assert!(first < 64 * 1024, "{first} bytes");
+    assert!(h.limit_hits(Limit::LineageDeclarations) > 0);
+    // A server shrinking in ever new ways: each lost set is one alert, within a bound.
+    for i in 0..64u64 {
+        let mut c = caps.clone();
+        c.remove(&format!("c{i}"));
+        let mut v = versions.clone();
+        v.remove(v.len() - 1 - i as usize);
+        h.answered(
+            ctx(1),
+            2 + i,
+            modern_post("server/discover"),
+            discover(2 + i),
+            discover_result(&v, &Value::Object(c)),
+        );
+    }
+    let narrowing = h
+        .of("alert")
+        .iter()
+        .filter(|a| a["kind"] == "capability_narrowing")
+        .count();
+    assert!(
+        narrowing <= crate::mcp::session::MAX_SETS_PER_METHOD,
+        "{narrowing}"
+    );
+    assert!(
+        h.t.session_bytes() < first + 64 * 1024,
+        "{} bytes",
+        h.t.session_bytes()
+    );
+}
