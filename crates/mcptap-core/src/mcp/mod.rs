@@ -885,7 +885,8 @@ impl<D: Detector> Tracker<D> {
                     let Some(at) = s.server_requests.iter().position(|r| r.id == id) else {
                         continue;
                     };
-                    let asked = s.server_requests.swap_remove(at);
+                    // In order of arrival, so that the oldest is first when the table is full.
+                    let asked = s.server_requests.remove(at);
                     server_answers.push(Box::new(Exchange {
                         v: Default::default(),
                         ts: asked.ts,
@@ -1116,10 +1117,12 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         if s.server_requests.len() >= session::MAX_SERVER_REQUESTS {
+            // The oldest gives way: requests a client never answered (lost, ignored) must
+            // not keep the session's later ones from being followed.
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::ServerRequests,
             }));
-            return;
+            s.server_requests.remove(0);
         }
         s.server_requests.push(ServerRequest {
             id: id.clone(),

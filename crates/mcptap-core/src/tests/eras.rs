@@ -374,3 +374,69 @@ fn discover_versions_and_alerts_are_bounded() {
         h.t.session_bytes()
     );
 }
+
+#[test]
+fn server_requests_never_answered_do_not_block_later_ones() {
+    let mut h = Harness::new();
+    let get = headers::request_head(
+        "GET",
+        "/mcp",
+        None,
+        Some("text/event-stream"),
+        Some("s1"),
+        Some("2025-06-18"),
+    );
+    h.send(
+        ctx(1),
+        HttpEvent::Request {
+            exchange: 1,
+            head: get,
+            body: Vec::new(),
+        },
+    );
+    h.head(
+        ctx(1),
+        1,
+        headers::response_head(200, Some("text/event-stream"), None),
+    );
+    // Pings a client never answers (lost, or ignored) fill the table of waiting requests...
+    for i in 0..200 {
+        h.sse(
+            ctx(1),
+            1,
+            event(
+                "message",
+                json!({"jsonrpc":"2.0","id":format!("p{i}"),"method":"ping"}).to_string(),
+            ),
+        );
+    }
+    assert!(h.limit_hits(Limit::ServerRequests) > 0);
+    // ... but a later request of the server is still followed to its answer.
+    h.sse(
+        ctx(1),
+        1,
+        event(
+            "message",
+            json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}).to_string(),
+        ),
+    );
+    let post = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        Some("s1"),
+        Some("2025-06-18"),
+    );
+    h.request(
+        ctx(2),
+        1,
+        post,
+        json!({"jsonrpc":"2.0","id":"r1","result":{"roots":[]}}),
+    );
+    h.head(ctx(2), 1, headers::response_head(202, None, None));
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 1, "{:?}", h.events());
+    assert_eq!(ex[0]["method"], "roots/list");
+    assert_eq!(ex[0]["direction"], "server_to_client");
+}
