@@ -1284,7 +1284,13 @@ impl<D: Detector> Tracker<D> {
         let Some(idx) = ex.requests.find_open(&id) else {
             return;
         };
-        let status = ex.response.as_ref().map_or(0, |r| r.status);
+        // HTTP+SSE: an answer on the GET stream may overtake the POST's 202 (the TypeScript
+        // SDK writes it first); the server took the request, so it is a 202 all the same.
+        let pending_202 = ex.era == Era::HttpSse && target != here;
+        let status = ex
+            .response
+            .as_ref()
+            .map_or(if pending_202 { 202 } else { 0 }, |r| r.status);
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
         let sse_events = if target == here {
             carrier.map_or(0, |c| c.items)

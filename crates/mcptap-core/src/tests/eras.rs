@@ -440,3 +440,31 @@ fn server_requests_never_answered_do_not_block_later_ones() {
     assert_eq!(ex[0]["method"], "roots/list");
     assert_eq!(ex[0]["direction"], "server_to_client");
 }
+
+#[test]
+fn http_sse_answer_before_the_202_is_accepted() {
+    let mut h = Harness::new();
+    let path = "/messages?sessionId=race";
+    sse_stream(&mut h, path);
+    let head = headers::request_head(
+        "POST",
+        path,
+        Some("application/json"),
+        Some("*/*"),
+        None,
+        None,
+    );
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    h.request(ctx(2), 1, head, init);
+    // The answer on the stream overtakes the POST's 202.
+    let result = json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}});
+    h.sse(ctx(1), 1, event("message", result.to_string()));
+    h.head(ctx(2), 1, headers::response_head(202, None, None));
+    h.end(ctx(2), 1, BodyEnd::Complete);
+    let hs = h.of("handshake");
+    assert_eq!(hs.len(), 1);
+    assert_eq!(hs[0]["outcome"], "accepted", "{:?}", hs[0]);
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 1);
+    assert_eq!(ex[0]["http_status"], 202, "{:?}", ex[0]);
+}
