@@ -842,7 +842,8 @@ label_enum! {
         /// More distinct methods or capability sets per lineage than tracked: later ones are
         /// counted, not compared.
         LineageDeclarations => "lineage_declarations",
-        /// More `x-mcp-header` tools or parameters per server than tracked.
+        /// More `x-mcp-header` tools or parameters per server than tracked, or more
+        /// `Mcp-Param-*` headers on a request than kept (its parameters are not compared).
         ParamHeaders => "param_headers",
         /// More HTTP+SSE endpoints announced than tracked at once, a second `endpoint` event
         /// on one stream, or an endpoint URL over 1 KiB: not bound.

@@ -78,6 +78,8 @@ pub struct RequestHead {
     pub forwarded: Option<String>,
     /// Headers named with [`Interest::request_header_prefix`]: (name as sent, value).
     pub prefixed: Vec<(String, String)>,
+    /// More such headers came than [`MAX_PREFIXED_HEADERS`]: `prefixed` lacks some.
+    pub prefixed_truncated: bool,
     /// The head or body needed framing leniency a strict peer rejects (bare LF, ...).
     pub lenient: bool,
     /// A header peers read differently was duplicated with differing values; the first
@@ -192,6 +194,8 @@ fn note_request_header(
     {
         if head.prefixed.len() < MAX_PREFIXED_HEADERS {
             head.prefixed.push((name.to_string(), header_str(value)));
+        } else {
+            head.prefixed_truncated = true;
         }
         return None;
     } else {

@@ -502,3 +502,21 @@ fn oversized_forwarding_chains_keep_the_nearest_hops() {
     assert!(kept.len() <= MAX_FORWARDED_BYTES, "{}", kept.len());
     assert!(kept.ends_with(", 127.0.9.2"), "{kept}");
 }
+
+#[test]
+fn prefixed_headers_beyond_the_bound_are_flagged() {
+    const PARAMS: Interest = Interest {
+        request_headers: &[],
+        request_header_prefix: "mcp-param-",
+        response_headers: &[],
+        keeps: |_| true,
+    };
+    let mut head = RequestHead::default();
+    for i in 0..MAX_PREFIXED_HEADERS {
+        note_request_header(&mut head, &PARAMS, &format!("Mcp-Param-H{i}"), b"v");
+    }
+    assert!(!head.prefixed_truncated);
+    note_request_header(&mut head, &PARAMS, "Mcp-Param-Last", b"v");
+    assert!(head.prefixed_truncated);
+    assert_eq!(head.prefixed.len(), MAX_PREFIXED_HEADERS);
+}

@@ -840,6 +840,11 @@ impl<D: Detector> Tracker<D> {
                 let params = (r.method == "tools/call")
                     .then(|| self.param_headers(ctx.server, r.tool.as_deref()))
                     .flatten();
+                if params.is_some() && head.prefixed_truncated {
+                    out.push(Output::Telemetry(Telemetry::LimitHit {
+                        limit: Limit::ParamHeaders,
+                    }));
+                }
                 r.findings = modern::header_findings(
                     &head,
                     &r.method,

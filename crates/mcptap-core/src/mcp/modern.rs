@@ -344,7 +344,9 @@ pub fn header_findings(
             });
         }
     }
-    if let Some(params) = params {
+    // Without every `Mcp-Param-*` header of the request, a parameter's header may be among
+    // those not kept: no comparison (the caller counts it).
+    if let Some(params) = params.filter(|_| !head.prefixed_truncated) {
         let args: Option<Value> = facts
             .and_then(|f| f.arguments.as_deref())
             .and_then(|a| serde_json::from_str(a).ok());

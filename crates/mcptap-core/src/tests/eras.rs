@@ -468,3 +468,43 @@ fn http_sse_answer_before_the_202_is_accepted() {
     assert_eq!(ex.len(), 1);
     assert_eq!(ex[0]["http_status"], 202, "{:?}", ex[0]);
 }
+
+#[test]
+fn mcp_param_headers_beyond_those_kept_raise_no_mismatch() {
+    let mut h = Harness::new();
+    // A tool with 20 `x-mcp-header` parameters: 16 are kept, in schema order.
+    let props: serde_json::Map<String, Value> = (0..20)
+        .map(|i| {
+            (
+                format!("p{i:02}"),
+                json!({"type":"string","x-mcp-header":format!("P{i:02}")}),
+            )
+        })
+        .collect();
+    let tools =
+        json!({"tools":[{"name":"wide","inputSchema":{"type":"object","properties":props}}]});
+    h.answered(
+        ctx(1),
+        1,
+        modern_post("tools/list"),
+        declared(1, "tools/list", &json!({})),
+        tools,
+    );
+    // A conformant client sends all 20 headers, in another order: HTTP keeps the first 16.
+    let mut head = modern_post("tools/call");
+    headers::set_request_mcp_headers(&mut head, Some("tools/call"), Some("wide"));
+    head.prefixed = (4..20)
+        .rev()
+        .map(|i| (format!("Mcp-Param-P{i:02}"), format!("v{i}")))
+        .collect();
+    head.prefixed_truncated = true;
+    let args: serde_json::Map<String, Value> = (0..20)
+        .map(|i| (format!("p{i:02}"), json!(format!("v{i}"))))
+        .collect();
+    let mut call = declared(2, "tools/call", &json!({}));
+    call["params"]["name"] = json!("wide");
+    call["params"]["arguments"] = Value::Object(args);
+    h.answered(ctx(1), 2, head, call, json!({"content":[]}));
+    assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
+    assert!(h.limit_hits(Limit::ParamHeaders) > 0);
+}
