@@ -1639,13 +1639,16 @@ impl<D: Detector> Tracker<D> {
     ) {
         let Some(ext) = self.ext_mut(key) else { return };
         let logged_before = ext.logged.contains(&decl.digest);
-        if !logged_before && ext.logged.len() < session::MAX_LOGGED_SETS {
+        // Beyond the bound a set is logged each time it comes: counted, as it is not
+        // remembered.
+        let mut truncated = !logged_before && ext.logged.len() >= session::MAX_LOGGED_SETS;
+        if !logged_before && !truncated {
             ext.logged.push(decl.digest);
         }
-        ext.declaration_seq += 1;
+        // A lineage lives as long as its traffic: billions of requests are not out of reach.
+        ext.declaration_seq = ext.declaration_seq.saturating_add(1);
         let seq = ext.declaration_seq;
         let at = ext.declarations.iter().position(|d| &*d.method == c.method);
-        let mut truncated = false;
         // Parsed only when this method meets a set it has not seen.
         let current_caps = decl.capabilities_value();
         let (current_paths, cut) = caps::bounded_paths(&current_caps);

@@ -508,3 +508,28 @@ fn mcp_param_headers_beyond_those_kept_raise_no_mismatch() {
     assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
     assert!(h.limit_hits(Limit::ParamHeaders) > 0);
 }
+
+#[test]
+fn declarations_beyond_the_logged_sets_are_counted() {
+    let mut h = Harness::new();
+    let sets = crate::mcp::session::MAX_LOGGED_SETS + 4;
+    for round in 0..2u64 {
+        for i in 0..sets as u64 {
+            let id = round * 1000 + i;
+            let caps = json!({ format!("c{i}"): {} });
+            // Methods of their own, so that no set is compared with another.
+            let method = format!("x/m{}", i % 8);
+            h.answered(
+                ctx(1),
+                id,
+                modern_post(&method),
+                declared(id, &method, &caps),
+                json!({}),
+            );
+        }
+    }
+    let logged = h.of("handshake").len();
+    // Each set once, but for those beyond the bound, logged on each of their two rounds.
+    assert_eq!(logged, sets + 4);
+    assert!(h.limit_hits(Limit::LineageDeclarations) >= 8);
+}
