@@ -269,8 +269,23 @@ impl EraState {
             + decl
             + self.logged.len() * 8
             + self.failures.len() * (std::mem::size_of::<FailedAnswer>() + 64)
-            + self.input_pending.len()
-                * (std::mem::size_of::<InputPending>() + std::mem::size_of::<Exchange>() + 256)
+            + self
+                .input_pending
+                .iter()
+                .map(|p| {
+                    // The method and tool come from the wire: held twice, and of any length.
+                    let e = &p.exchange;
+                    std::mem::size_of::<InputPending>()
+                        + std::mem::size_of::<Exchange>()
+                        + 256
+                        + p.method.len()
+                        + p.tool.as_ref().map_or(0, |t| t.len())
+                        + e.method.len()
+                        + e.tool.as_ref().map_or(0, String::len)
+                        + e.session_id.as_ref().map_or(0, String::len)
+                        + e.protocol_version.as_ref().map_or(0, String::len)
+                })
+                .sum::<usize>()
             + self
                 .first_versions
                 .as_ref()

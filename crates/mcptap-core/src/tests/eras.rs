@@ -533,3 +533,25 @@ fn declarations_beyond_the_logged_sets_are_counted() {
     assert_eq!(logged, sets + 4);
     assert!(h.limit_hits(Limit::LineageDeclarations) >= 8);
 }
+
+#[test]
+fn input_required_exchanges_are_charged_for_their_strings() {
+    let mut h = Harness::new();
+    let method = format!("x/{}", "a".repeat(64 * 1024));
+    let result = json!({"resultType":"input_required","inputRequests":{"k":{"method":"elicitation/create"}}});
+    h.answered(
+        ctx(1),
+        1,
+        modern_post(&method),
+        declared(1, &method, &json!({})),
+        result,
+    );
+    assert!(h.of("exchange").is_empty(), "held for its retry");
+    // The method is held three times: the lineage's declarations, the waiting entry and its
+    // exchange event.
+    assert!(
+        h.t.session_bytes() >= 3 * 64 * 1024,
+        "{}",
+        h.t.session_bytes()
+    );
+}
