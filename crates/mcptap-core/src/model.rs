@@ -853,6 +853,10 @@ label_enum! {
         ServerRequests => "server_requests",
         /// More connections with a PROXY protocol source than remembered at once.
         ProxiedFlows => "proxied_flows",
+        /// More MRTR results waiting for their retry per lineage than held (16).
+        InputPending => "input_pending",
+        /// More HTTP+SSE POSTs awaiting their answers on the stream per session than held (64).
+        ParkedPosts => "parked_posts",
     }
 }
 

@@ -166,6 +166,8 @@ struct Concluded<'a> {
     result: Option<&'a ResultFields<'a>>,
     framing: FramingMode,
     protocol_version: Option<&'a str>,
+    /// A JSON-RPC response was seen (an ended stream without one is no success).
+    answered: bool,
 }
 
 /// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
@@ -1326,7 +1328,8 @@ impl<D: Detector> Tracker<D> {
         let origin = (method == "initialize").then(|| ex.origin());
         let sid = ex.session_id.clone();
         let lineage_id = ex.lineage_id.clone();
-        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), None);
+        let header_pv = headers::request_protocol_version(&ex.head).map(str::to_string);
+        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), header_pv);
         let still_open =
             ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
         if let Some(p) = parked.take()
@@ -1398,6 +1401,7 @@ impl<D: Detector> Tracker<D> {
             result: result.as_ref(),
             framing,
             protocol_version: protocol_version.as_deref(),
+            answered: true,
         };
         let mut alerts = Vec::new();
         let input = self.conclude(&concluded, out, &mut alerts);
@@ -1509,7 +1513,7 @@ impl<D: Detector> Tracker<D> {
         };
         if ext.input_pending.len() >= session::MAX_INPUT_PENDING {
             out.push(Output::Telemetry(Telemetry::LimitHit {
-                limit: Limit::LineageDeclarations,
+                limit: Limit::InputPending,
             }));
             out.push(Output::Event(Event::Exchange(exchange)));
             return;
@@ -1543,7 +1547,7 @@ impl<D: Detector> Tracker<D> {
             client: c.client,
             framing: c.framing,
         };
-        let accepted = is_2xx(c.status) && c.error_code.is_none();
+        let accepted = c.answered && is_2xx(c.status) && c.error_code.is_none();
         let lineage_key = (c.era == Era::Modern || !c.findings.is_empty())
             .then(|| c.lineage_id.map(|l| session::lineage_key(c.server, l)))
             .flatten();
@@ -2166,6 +2170,33 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
+        // Server requests the client never answered in the session's life.
+        for asked in &s.server_requests {
+            out.push(Output::Event(Event::Exchange(Box::new(Exchange {
+                v: Default::default(),
+                ts: asked.ts,
+                session_id: session::public_session_id(key),
+                server: key.0,
+                client: s.client,
+                method: asked.method.to_string(),
+                request_id: asked.id.to_value(),
+                tool: None,
+                protocol_version: s.protocol_version.as_deref().map(str::to_string),
+                http_status: 0,
+                media_type: "none",
+                sse_events: 0,
+                duration_ms: ts.millis_since(asked.ts),
+                answered: false,
+                error_code: None,
+                empty_content: None,
+                framing: FramingMode::Strict,
+                ambiguous: false,
+                era: s.era,
+                lineage_id: s.lineage_id.as_deref().map(str::to_string),
+                direction: Direction::ServerToClient,
+                input_required: None,
+            }))));
+        }
         if s.era == Era::HttpSse {
             self.sse_endpoints
                 .retain(|(server, _), sid| !(*server == key.0 && **sid == *key.1));
@@ -2243,7 +2274,7 @@ impl<D: Detector> Tracker<D> {
                 return;
             }
             out.push(Output::Telemetry(Telemetry::LimitHit {
-                limit: Limit::ServerRequests,
+                limit: Limit::ParkedPosts,
             }));
         }
         let mt = ex.response.as_ref().and_then(|r| r.media_type.clone());
@@ -2304,6 +2335,7 @@ impl<D: Detector> Tracker<D> {
                     result: None,
                     framing,
                     protocol_version: pv.as_deref(),
+                    answered: false,
                 };
                 self.conclude(&concluded, out, &mut alerts);
             }
