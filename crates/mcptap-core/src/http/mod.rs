@@ -26,7 +26,7 @@ use std::mem::MaybeUninit;
 pub use crate::limits::HttpLimits;
 
 /// Most headers a layer above can ask HTTP to copy out of a head (see [`Interest`]).
-pub const MAX_EXTRACTED_HEADERS: usize = 8;
+pub const MAX_EXTRACTED_HEADERS: usize = 5;
 
 /// Values of the headers an [`Interest`] names, by the index of the name in its list.
 pub type ExtractedHeaders = [Option<String>; MAX_EXTRACTED_HEADERS];
@@ -601,6 +601,9 @@ impl Connection {
     /// Feeds reassembled bytes of half `half` (0 or 1).
     pub fn on_data(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
+        if matches!(self.proxy[half], ProxyScan::Done) {
+            return self.feed(half, data, out);
+        }
         match std::mem::replace(&mut self.proxy[half], ProxyScan::Done) {
             ProxyScan::Done => self.feed(half, data, out),
             ProxyScan::Skip(n) => {
