@@ -3,7 +3,8 @@
 # toolchain. Idempotent: installs only what is missing.
 #   scripts/setup.sh          build deps (libpcap-dev)
 #   scripts/setup.sh --test   plus test deps (promtool/prometheus, tcpdump, systemd-analyze, jq,
-#                             dpkg-dev and man-db for the package check)
+#                             dpkg-dev and man-db for the package check, redis-server for
+#                             the fleet tests)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -13,7 +14,7 @@ want() { for p in "$@"; do have_pkg "$p" || need+=("$p"); done; }
 
 want libpcap-dev pkg-config
 if [[ "${1:-}" == "--test" ]]; then
-  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db
+  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db redis-server
 fi
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

@@ -6,6 +6,7 @@ pub mod capture;
 pub mod config;
 pub mod daemon;
 pub mod endpoints;
+pub mod fleet;
 pub mod live;
 pub mod replay;
 pub mod server;

@@ -81,6 +81,25 @@ enum Command {
         /// an address or address/prefix), as `identity.trusted_proxies`.
         #[arg(long = "trusted-proxy", value_name = "CIDR")]
         trusted_proxies: Vec<mcptap_core::mcp::identity::Cidr>,
+        /// Fleet mode: read the state of sessions first seen from this Redis/Valkey store
+        /// (`redis://host:port/db`), as the other gateway hosts' mcptap left it.
+        #[arg(long, value_name = "URL")]
+        fleet: Option<String>,
+        /// With --fleet: also write this replay's session state to the store.
+        #[arg(long, requires = "fleet")]
+        fleet_write: bool,
+        /// With --fleet: the store's ACL user.
+        #[arg(long, requires = "fleet", value_name = "USER")]
+        fleet_username: Option<String>,
+        /// With --fleet: a file holding the store's password.
+        #[arg(long, requires = "fleet", value_name = "FILE")]
+        fleet_password_file: Option<String>,
+        /// With --fleet: the prefix of every key [default: mcptap:].
+        #[arg(long, requires = "fleet", value_name = "PREFIX")]
+        fleet_key_prefix: Option<String>,
+        /// With --fleet: longest a lookup may take, ms [default: 50].
+        #[arg(long, requires = "fleet", value_name = "MS")]
+        fleet_lookup_timeout_ms: Option<u64>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -274,8 +293,28 @@ fn main() -> ExitCode {
             errors_decide_mode,
             worker_servers,
             trusted_proxies,
+            fleet,
+            fleet_write,
+            fleet_username,
+            fleet_password_file,
+            fleet_key_prefix,
+            fleet_lookup_timeout_ms,
             limits,
         } => {
+            let defaults = mcptap::fleet::FleetSettings::default();
+            let fleet = fleet.map(|url| {
+                (
+                    mcptap::fleet::FleetSettings {
+                        url: Some(url),
+                        username: fleet_username,
+                        password_file: fleet_password_file,
+                        key_prefix: fleet_key_prefix.unwrap_or(defaults.key_prefix),
+                        lookup_timeout_ms: fleet_lookup_timeout_ms
+                            .unwrap_or(defaults.lookup_timeout_ms),
+                    },
+                    fleet_write,
+                )
+            });
             let detectors = mcptap_core::pipeline::Analysis {
                 detectors: Detectors { errors_decide_mode },
                 identities: mcptap_core::mcp::identity::Identities::new(
@@ -289,9 +328,14 @@ fn main() -> ExitCode {
             );
             match (limits.limits(), worker_threads) {
                 (Err(e), _) => fail(&e),
-                (Ok(limits), None) => {
-                    replay(&files, events.as_deref(), fail_on_alert, limits, detectors)
-                }
+                (Ok(limits), None) => replay(
+                    &files,
+                    events.as_deref(),
+                    fail_on_alert,
+                    limits,
+                    detectors,
+                    fleet,
+                ),
                 (Ok(_), Some(threads)) if threads > config::MAX_THREADS => fail(&format!(
                     "--worker-threads must be at most {} (got {threads})",
                     config::MAX_THREADS
@@ -377,7 +421,18 @@ fn replay(
     fail_on_alert: bool,
     limits: Limits,
     detectors: mcptap_core::pipeline::Analysis,
+    fleet: Option<(mcptap::fleet::FleetSettings, bool)>,
 ) -> ExitCode {
+    let mut store = match fleet {
+        None => None,
+        Some((settings, write)) => match mcptap::fleet::FleetStore::open(&settings, write) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("mcptap: error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::new(f)),
@@ -392,13 +447,26 @@ fn replay(
     let mut summary = Summary::default();
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
-    let result = mcptap::replay::replay(files, limits, detectors, &mut |o: &Output| {
-        summary.observe(o);
-        log::log_output(o);
-        if let (Output::Event(ev), None) = (o, &write_error) {
-            write_event(&mut writer, ev, &mut write_error);
-        }
-    });
+    let result = mcptap::replay::replay_with_fleet(
+        files,
+        limits,
+        detectors,
+        store.as_mut(),
+        &mut |o: &Output| {
+            summary.observe(o);
+            log::log_output(o);
+            if let (Output::Event(ev), None) = (o, &write_error) {
+                write_event(&mut writer, ev, &mut write_error);
+            }
+        },
+    );
+    if let Some(s) = &store {
+        let c = s.counts;
+        eprintln!(
+            "fleet store: {} lookups ({} found), {} writes, {} errors",
+            c.lookups, c.found, c.writes, c.errors
+        );
+    }
     let flushed = writer.flush();
     let report = match result {
         Ok(r) => r,

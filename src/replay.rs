@@ -1,6 +1,7 @@
 //! Replay adapter: capture files in, pipeline outputs to a callback.
 
 use crate::capture::{self, CaptureError, ReadSummary};
+use crate::fleet::{self, FleetStore};
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
@@ -20,8 +21,38 @@ pub fn replay(
     analysis: Analysis,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
+    replay_with_fleet(paths, limits, analysis, None, on_output)
+}
+
+/// [`replay`] in fleet mode: sessions first seen are looked up in `fleet`'s store (and, if it
+/// writes, their changes stored), so that a capture of one gateway host is read with the
+/// baselines the others recorded.
+pub fn replay_with_fleet(
+    paths: &[String],
+    limits: Limits,
+    analysis: Analysis,
+    mut fleet: Option<&mut FleetStore>,
+    on_output: &mut dyn FnMut(&Output),
+) -> Result<ReplayReport, CaptureError> {
     let mut pipeline = Pipeline::configured(limits, analysis, Default::default());
+    if fleet.is_some() {
+        pipeline.enable_fleet();
+    }
     let mut outputs = Vec::new();
+    let mut deliver =
+        |pipeline: &mut Pipeline, outputs: &mut Vec<Output>| match fleet.as_deref_mut() {
+            Some(store) => fleet::serve(
+                store,
+                outputs,
+                &mut |key, record, more| pipeline.on_shared_state(key, record, more),
+                on_output,
+            ),
+            None => {
+                for o in outputs.drain(..) {
+                    on_output(&o);
+                }
+            }
+        };
     let read = capture::read_captures(paths, &mut |pkt| {
         pipeline.handle_packet(
             Timestamp(pkt.ts_nanos),
@@ -31,15 +62,11 @@ pub fn replay(
         );
         // Most packets produce nothing: skip the drain.
         if !outputs.is_empty() {
-            for o in outputs.drain(..) {
-                on_output(&o);
-            }
+            deliver(&mut pipeline, &mut outputs);
         }
     })?;
     pipeline.finish(&mut outputs);
-    for o in outputs.drain(..) {
-        on_output(&o);
-    }
+    deliver(&mut pipeline, &mut outputs);
     Ok(ReplayReport {
         read,
         stats: pipeline.stats().clone(),

@@ -114,6 +114,7 @@ impl Conn {
                     *self.ended.entry(e.reason.as_str()).or_default() += 1
                 }
                 Output::Event(e) => self.events.push(e),
+                Output::Shared(_) => {}
             }
         }
     }

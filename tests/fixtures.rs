@@ -38,7 +38,7 @@ fn replay_trusting(fixture: &str, trusted: &[String]) -> (Vec<Value>, usize) {
                 responses += 1;
                 None
             }
-            Output::Telemetry(_) => None,
+            Output::Telemetry(_) | Output::Shared(_) => None,
         })
         .collect();
     (events, responses)

@@ -198,7 +198,7 @@ fn events(outputs: Vec<Output>) -> Vec<Event> {
         .into_iter()
         .filter_map(|o| match o {
             Output::Event(e) => Some(e),
-            Output::Telemetry(_) => None,
+            Output::Telemetry(_) | Output::Shared(_) => None,
         })
         .collect()
 }

@@ -112,7 +112,7 @@ fn events_of(outputs: &[Output]) -> Vec<Value> {
         .iter()
         .filter_map(|o| match o {
             Output::Event(e) => Some(serde_json::to_value(e).expect("event serialises")),
-            Output::Telemetry(_) => None,
+            Output::Telemetry(_) | Output::Shared(_) => None,
         })
         .collect()
 }

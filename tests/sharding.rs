@@ -172,7 +172,7 @@ fn events_of_one_pipeline(path: &str) -> Vec<String> {
         .iter()
         .filter_map(|o| match o {
             Output::Event(e) => Some(serde_json::to_string(e).expect("json")),
-            Output::Telemetry(_) => None,
+            Output::Telemetry(_) | Output::Shared(_) => None,
         })
         .collect();
     v.sort();

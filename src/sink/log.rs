@@ -13,6 +13,8 @@ pub fn log_output(output: &Output) {
     match output {
         Output::Event(ev) => log_event(ev),
         Output::Telemetry(t) => log_telemetry(t),
+        // The fleet adapter handles these.
+        Output::Shared(_) => {}
     }
 }
 

@@ -132,6 +132,7 @@ pub struct Metrics {
     proxy_headers: IntCounterVec,
     lineages_ended: IntCounterVec,
     snapshots: IntCounterVec,
+    fleet_lookups: IntCounterVec,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
@@ -459,6 +460,12 @@ impl Metrics {
                 "Snapshot file loads and saves, by result: ok, io (cannot read or write), garbage (not a snapshot), version (another format version), timeout (workers did not answer in time).",
                 &["op", "result"],
             )?,
+            fleet_lookups: counter_vec(
+                &r,
+                "mcptap_fleet_lookups_total",
+                "Fleet mode: first sightings of a session answered by the store, by result: found, absent (none stored, timed out or store down: the local view), garbage (a record that does not parse).",
+                &["result"],
+            )?,
             request_duration,
             server_directory: DirectoryMetrics::new(&r)?,
             metrics_endpoint_errors: counter_vec(
@@ -607,6 +614,7 @@ impl Metrics {
         match output {
             Output::Event(e) => self.observe_event(e),
             Output::Telemetry(t) => self.observe_telemetry(t),
+            Output::Shared(_) => {}
         }
     }
 
@@ -763,6 +771,11 @@ impl Metrics {
                     .with_label_values(&[server.as_str(), source])
                     .inc();
             }
+            Telemetry::FleetState { found } => self
+                .fleet_lookups
+                .with_label_values(&[if *found { "found" } else { "absent" }])
+                .inc(),
+            Telemetry::FleetGarbage => self.fleet_lookups.with_label_values(&["garbage"]).inc(),
             Telemetry::InputRequiredAbandoned { server } => {
                 let server = self.server(*server);
                 self.input_required_abandoned

@@ -43,6 +43,7 @@ pub struct Summary {
 impl Summary {
     pub fn observe(&mut self, output: &Output) {
         match output {
+            Output::Shared(_) => {}
             Output::Event(Event::Handshake(_)) => self.handshakes += 1,
             Output::Event(Event::Exchange(_)) => self.exchanges += 1,
             Output::Event(Event::Alert(a)) => *self.alerts.entry(a.kind.as_str()).or_default() += 1,

@@ -853,6 +853,9 @@ label_enum! {
         ServerRequests => "server_requests",
         /// More connections with a PROXY protocol source than remembered at once.
         ProxiedFlows => "proxied_flows",
+        /// Fleet mode: more held messages (per session 1 MiB, 16 MiB in all) or sessions
+        /// waiting for the store (4096) than held: the session goes on with its local view.
+        FleetHeld => "fleet_held",
         /// More MRTR results waiting for their retry per lineage than held (16).
         InputPending => "input_pending",
         /// More HTTP+SSE POSTs awaiting their answers on the stream per session than held (64).
@@ -955,6 +958,12 @@ pub enum Telemetry {
     InputRequiredAbandoned {
         server: SocketAddr,
     },
+    /// Fleet mode: the store answered a lookup (`found`: with a session's state).
+    FleetState {
+        found: bool,
+    },
+    /// Fleet mode: a stored record that does not parse (another version, garbage): ignored.
+    FleetGarbage,
     /// A connection opened with a PROXY protocol header (`named_client`: it named one).
     ProxyHeader {
         server: SocketAddr,
@@ -967,6 +976,23 @@ pub enum Telemetry {
 pub enum Output {
     Event(Event),
     Telemetry(Telemetry),
+    /// Fleet mode: a request to the adapter's shared state store.
+    Shared(SharedRequest),
+}
+
+/// What the session layer asks of a shared state store (fleet mode). Keys are fleet-wide:
+/// (server identity, session id), never a host's own addresses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SharedRequest {
+    /// The state of a session this instance has not seen; its messages wait for the answer
+    /// (`Pipeline::on_shared_state`).
+    Lookup { key: String },
+    /// The session's state changed: store `record` (JSON) for `ttl_ns`.
+    Update {
+        key: String,
+        record: String,
+        ttl_ns: i64,
+    },
 }
 
 /// What one side lost and gained between two handshakes.

@@ -478,6 +478,18 @@ impl Pipeline {
         }
     }
 
+    /// Fleet mode: sessions this pipeline has not seen are asked of a shared store first
+    /// (see [`crate::model::SharedRequest`]); answer with [`Pipeline::on_shared_state`].
+    pub fn enable_fleet(&mut self) {
+        self.tracker.enable_fleet();
+    }
+
+    /// The store's answer to a [`crate::model::SharedRequest::Lookup`] of `key`.
+    pub fn on_shared_state(&mut self, key: &str, record: Option<&str>, out: &mut Vec<Output>) {
+        let now = self.now;
+        self.tracker.on_shared_state(key, record, now, out);
+    }
+
     /// The session layer's lasting state (see [`crate::mcp::snapshot`]), for a snapshot file.
     pub fn export_state(&self) -> crate::mcp::snapshot::StateSnapshot<ModeTracker> {
         self.tracker.export_state()

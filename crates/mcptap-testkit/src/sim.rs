@@ -271,7 +271,7 @@ pub fn events_of(outputs: &[Output]) -> Vec<serde_json::Value> {
         .iter()
         .filter_map(|o| match o {
             Output::Event(e) => serde_json::to_value(e).ok(),
-            Output::Telemetry(_) => None,
+            Output::Telemetry(_) | Output::Shared(_) => None,
         })
         .collect()
 }

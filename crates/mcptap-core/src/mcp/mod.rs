@@ -34,7 +34,7 @@ use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
     Alert, AlertKind, Direction, EndReason, Era, Event, Exchange, FailedAnswer, FramingMode,
     Handshake, HandshakeDiff, HandshakeSource, InputRequired, Limit, Outcome, Output, PathDiff,
-    SessionEnd, StreamEnd, Telemetry, Timestamp,
+    SessionEnd, SharedRequest, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
@@ -102,6 +102,54 @@ pub struct Tracker<D: Detector> {
     stateless_labels: HashMap<(SocketAddr, Box<str>), Box<str>>,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
+    /// Fleet mode: sessions shared through the adapter's store.
+    fleet: Option<Box<Fleet>>,
+}
+
+/// Fleet mode's bookkeeping: sessions waiting for the store's answer with their held
+/// messages, and sessions whose shared state changed.
+#[derive(Debug, Default)]
+struct Fleet {
+    pending: HashMap<SessionKey, Held>,
+    by_fleet_key: HashMap<Box<str>, SessionKey>,
+    /// Flows whose messages wait behind a pending session.
+    held_flows: HashMap<u64, SessionKey>,
+    held_bytes: usize,
+    dirty: Vec<SessionKey>,
+}
+
+/// A session's messages held until the store answers.
+#[derive(Debug)]
+struct Held {
+    events: Vec<(FlowCtx, Timestamp, HttpEvent)>,
+    bytes: usize,
+}
+
+/// Bounds of fleet mode's held messages: per session, in all, and sessions waiting at once.
+/// Beyond, a session goes on with its local view at once (counted).
+const MAX_HELD_BYTES_PER_SESSION: usize = 1 << 20;
+const MAX_HELD_BYTES: usize = 16 << 20;
+const MAX_PENDING_LOOKUPS: usize = 4096;
+
+/// Roughly what a held message holds.
+fn held_cost(ev: &HttpEvent) -> usize {
+    256 + match ev {
+        HttpEvent::Request { head, body, .. } => body.len() + head.path.len(),
+        HttpEvent::ResponseJson { body, .. } => body.len(),
+        HttpEvent::ResponseSse {
+            item: SseItem::Event(e),
+            ..
+        } => e.data.len(),
+        _ => 0,
+    }
+}
+
+/// The fleet-wide key of a session: its server's identity and its id.
+pub fn fleet_session_key(server_identity: &str, session_id: &str) -> String {
+    format!(
+        "session:{}:{session_id}",
+        identity::lineage_id(server_identity, "", "")
+    )
 }
 
 /// Most connections whose PROXY protocol source is remembered at once (beyond: counted, and
@@ -233,6 +281,7 @@ impl<D: Detector> Tracker<D> {
             sse_endpoints: HashMap::default(),
             stateless_labels: HashMap::default(),
             proxied: HashMap::default(),
+            fleet: None,
         }
     }
 
@@ -249,22 +298,7 @@ impl<D: Detector> Tracker<D> {
             let Some(s) = self.sessions.get(key) else {
                 continue;
             };
-            snap.sessions.push(snapshot::SessionEntry {
-                server: key.0,
-                key: key.1.clone(),
-                client: s.client,
-                last_seen_ns: s.last_seen.0,
-                lineage_id: s.lineage_id.clone(),
-                era: s.era,
-                protocol_version: s.protocol_version.clone(),
-                handshakes: s.handshakes,
-                baseline: s.baseline.clone(),
-                streaming_negotiated: s.streaming_negotiated,
-                requests: s.requests,
-                alerts: s.alerts,
-                detection: s.detection.clone(),
-                era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
-            });
+            snap.sessions.push(session_entry(key, s));
         }
         for (key, ended) in self.lineage.records() {
             snap.ended.push(snapshot::EndedEntry {
@@ -416,7 +450,242 @@ impl<D: Detector> Tracker<D> {
         Some(s.ext.get_or_insert_with(Box::default))
     }
 
+    /// Fleet mode: state of sessions this instance has not seen is asked of the adapter's
+    /// store ([`SharedRequest::Lookup`]) before their messages are processed, and changes are
+    /// handed out ([`SharedRequest::Update`]).
+    pub fn enable_fleet(&mut self) {
+        self.fleet = Some(Box::default());
+    }
+
     pub fn on_http(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
+        if self.fleet.is_none() {
+            return self.on_http_local(ctx, ts, ev, out);
+        }
+        if let Some(ev) = self.hold_for_fleet(ctx, ts, ev, out) {
+            self.on_http_local(ctx, ts, ev, out);
+        }
+        self.share_dirty(out);
+    }
+
+    /// Holds `ev` when it belongs to a session whose shared state is not known yet (asking
+    /// for it on the session's first sighting); returns it when it can be processed now.
+    fn hold_for_fleet(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        ev: HttpEvent,
+        out: &mut Vec<Output>,
+    ) -> Option<HttpEvent> {
+        let waiting = match self.fleet.as_ref() {
+            Some(f) => f.held_flows.get(&ctx.flow).cloned(),
+            None => return Some(ev),
+        };
+        let key = match waiting {
+            Some(key) => key,
+            None => {
+                let HttpEvent::Request { head, .. } = &ev else {
+                    return Some(ev);
+                };
+                let Some(sid) = headers::request_session_id(head)
+                    .filter(|s| session::is_valid_session_id(s, self.limits.max_session_id_len))
+                else {
+                    return Some(ev);
+                };
+                let key = (ctx.server, sid.to_string());
+                if self.sessions.contains(&key) {
+                    return Some(ev);
+                }
+                let fleet_key =
+                    fleet_session_key(&self.identities.server_identity(ctx.server, head), sid);
+                let Some(fleet) = self.fleet.as_mut() else {
+                    return Some(ev);
+                };
+                if !fleet.pending.contains_key(&key) {
+                    if fleet.pending.len() >= MAX_PENDING_LOOKUPS {
+                        out.push(Output::Telemetry(Telemetry::LimitHit {
+                            limit: Limit::FleetHeld,
+                        }));
+                        return Some(ev);
+                    }
+                    out.push(Output::Shared(SharedRequest::Lookup {
+                        key: fleet_key.clone(),
+                    }));
+                    fleet.by_fleet_key.insert(fleet_key.into(), key.clone());
+                    fleet.pending.insert(
+                        key.clone(),
+                        Held {
+                            events: Vec::new(),
+                            bytes: 0,
+                        },
+                    );
+                }
+                fleet.held_flows.insert(ctx.flow, key.clone());
+                key
+            }
+        };
+        let cost = held_cost(&ev);
+        let Some(fleet) = self.fleet.as_mut() else {
+            return Some(ev);
+        };
+        let over = fleet.held_bytes + cost > MAX_HELD_BYTES
+            || fleet
+                .pending
+                .get(&key)
+                .is_some_and(|h| h.bytes + cost > MAX_HELD_BYTES_PER_SESSION);
+        if let Some(held) = fleet.pending.get_mut(&key) {
+            held.events.push((ctx, ts, ev));
+            held.bytes += cost;
+            fleet.held_bytes += cost;
+        }
+        if over {
+            // The store is too slow for what this session sends: go on with the local view.
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::FleetHeld,
+            }));
+            self.release_held(&key, None, ts, out);
+        }
+        None
+    }
+
+    /// The store answered the lookup of `fleet_key`: `record` is the session's shared state
+    /// (JSON, as an [`SharedRequest::Update`] wrote it) or `None` (absent, timed out, store
+    /// down). The session's held messages are processed now, in order.
+    pub fn on_shared_state(
+        &mut self,
+        fleet_key: &str,
+        record: Option<&str>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(key) = self
+            .fleet
+            .as_mut()
+            .and_then(|f| f.by_fleet_key.remove(fleet_key))
+        else {
+            return; // a late or unknown answer
+        };
+        self.release_held(&key, record, now, out);
+        self.share_dirty(out);
+    }
+
+    fn release_held(
+        &mut self,
+        key: &SessionKey,
+        record: Option<&str>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(fleet) = self.fleet.as_mut() else {
+            return;
+        };
+        fleet.by_fleet_key.retain(|_, k| k != key);
+        let Some(held) = fleet.pending.remove(key) else {
+            return;
+        };
+        fleet.held_flows.retain(|_, k| k != key);
+        fleet.held_bytes = fleet.held_bytes.saturating_sub(held.bytes);
+        if let Some(text) = record {
+            match serde_json::from_str::<snapshot::SessionEntry<D::SessionState>>(text) {
+                Ok(entry) if !self.sessions.contains(key) => {
+                    let fleet_key = held.events.first().and_then(|(ctx, _, ev)| match ev {
+                        HttpEvent::Request { head, .. } => Some(fleet_session_key(
+                            &self.identities.server_identity(ctx.server, head),
+                            &key.1,
+                        )),
+                        _ => None,
+                    });
+                    self.install(key, entry, now, out);
+                    if let Some(s) = self.sessions.get_mut(key) {
+                        s.fleet_key = fleet_key.map(Into::into);
+                        s.shared_digest = text_digest(text);
+                    }
+                    out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
+                }
+                Ok(_) => {}
+                Err(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
+            }
+        } else {
+            out.push(Output::Telemetry(Telemetry::FleetState { found: false }));
+        }
+        // Processed as they would have been: the session exists now (from the store, or
+        // picked up midstream by its first request), so nothing is held again.
+        for (ctx, ts, ev) in held.events {
+            self.on_http_local(ctx, ts, ev, out);
+        }
+    }
+
+    /// A session from a shared or snapshot record.
+    fn install(
+        &mut self,
+        key: &SessionKey,
+        e: snapshot::SessionEntry<D::SessionState>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        self.make_room(now, out);
+        let mut s = Session::new(e.client, now);
+        s.lineage_id = e.lineage_id;
+        s.era = e.era;
+        s.protocol_version = e.protocol_version;
+        s.handshakes = e.handshakes;
+        s.baseline = e.baseline;
+        s.streaming_negotiated = e.streaming_negotiated;
+        s.requests = e.requests;
+        s.alerts = e.alerts;
+        s.detection = e.detection;
+        s.ext = e.era_state.map(|r| Box::new(EraState::from(r)));
+        self.sessions.insert(key.clone(), s);
+        if session::scope_of(key) == Scope::Session {
+            out.push(Output::Telemetry(Telemetry::SessionStarted {
+                server: key.0,
+                midstream: true,
+            }));
+        }
+        self.recharge(key, now, out);
+    }
+
+    /// Marks session `key`'s shared state as possibly changed (fleet mode).
+    fn touch_shared(&mut self, key: &SessionKey) {
+        if let Some(f) = self.fleet.as_mut()
+            && session::scope_of(key) == Scope::Session
+            && !f.dirty.contains(key)
+        {
+            f.dirty.push(key.clone());
+        }
+    }
+
+    /// Hands out the shared state of sessions that changed since it was last shared.
+    fn share_dirty(&mut self, out: &mut Vec<Output>) {
+        let Some(dirty) = self.fleet.as_mut().map(|f| std::mem::take(&mut f.dirty)) else {
+            return;
+        };
+        let ttl_ns = self.limits.session_idle_timeout_ns;
+        for key in dirty {
+            let Some(s) = self.sessions.get(&key) else {
+                continue;
+            };
+            let Some(fleet_key) = s.fleet_key.clone() else {
+                continue;
+            };
+            let entry = session_entry(&key, s);
+            let Ok(record) = serde_json::to_string(&entry) else {
+                continue;
+            };
+            let digest = text_digest(&record);
+            if let Some(s) = self.sessions.get_mut(&key)
+                && s.shared_digest != digest
+            {
+                s.shared_digest = digest;
+                out.push(Output::Shared(SharedRequest::Update {
+                    key: fleet_key.to_string(),
+                    record,
+                    ttl_ns,
+                }));
+            }
+        }
+    }
+
+    fn on_http_local(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
         match ev {
             HttpEvent::Request {
                 exchange,
@@ -537,6 +806,18 @@ impl<D: Detector> Tracker<D> {
     /// End of input: streams still waiting for their resumption were cut off by the end of
     /// the capture, which concludes nothing: their exchanges are reported, without alerts.
     pub fn finish(&mut self, now: Timestamp, out: &mut Vec<Output>) {
+        // Sessions still waiting for the store go on with their local view.
+        let waiting: Vec<SessionKey> = self
+            .fleet
+            .as_ref()
+            .map(|f| f.pending.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut waiting = waiting;
+        waiting.sort();
+        for key in waiting {
+            self.release_held(&key, None, now, out);
+        }
+        self.share_dirty(out);
         // Soonest first, so the reports come in a fixed order.
         while let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
             self.give_up_resumption(&key, &id, Some(deadline), now, false, out);
@@ -875,7 +1156,16 @@ impl<D: Detector> Tracker<D> {
             let key = (ctx.server, sid.clone());
             self.touch_session(&key, ctx, ts, out);
             let max_in_flight = self.limits.max_in_flight;
+            let fleet_key = (self.fleet.is_some()
+                && self
+                    .sessions
+                    .get(&key)
+                    .is_some_and(|s| s.fleet_key.is_none()))
+            .then(|| fleet_session_key(&self.identities.server_identity(ctx.server, &head), sid));
             if let Some(s) = self.sessions.get_mut(&key) {
+                if let Some(k) = fleet_key {
+                    s.fleet_key = Some(k.into());
+                }
                 if lineage_id.is_none() {
                     lineage_id = s.lineage_id.clone();
                 }
@@ -1458,6 +1748,7 @@ impl<D: Detector> Tracker<D> {
                 let alert = self.detector.answer(&mut session.detection, &review);
                 session.alerts += u32::from(alert.is_some());
                 alert_ctx.push(out, ts, alert);
+                self.touch_shared(&key);
             }
             // A stateless legacy server: its response mode belongs to the endpoint, per
             // method and tool. (Modern servers choose per request: nothing to compare.)
@@ -2077,6 +2368,16 @@ impl<D: Detector> Tracker<D> {
         out.push(Output::Event(Event::Handshake(Box::new(hs))));
         alert_ctx.push(out, ts, verdict.alert);
         alert_ctx.push(out, ts, downgrade);
+        if self.fleet.is_some() && scope == Scope::Session {
+            let fleet_key = fleet_session_key(
+                &self.identities.server_identity(origin.server, &origin.head),
+                &key.1,
+            );
+            if let Some(s) = self.sessions.get_mut(&key) {
+                s.fleet_key.get_or_insert_with(|| fleet_key.into());
+            }
+            self.touch_shared(&key);
+        }
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
         if !accepted && reinit && scope == Scope::Session {
@@ -2400,6 +2701,31 @@ impl<D: Detector> Tracker<D> {
         }
         self.end_if_expired(&ex, ts, out);
     }
+}
+
+/// A session's lasting state as a record (snapshot file, fleet store).
+fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::SessionEntry<D> {
+    snapshot::SessionEntry {
+        server: key.0,
+        key: key.1.clone(),
+        client: s.client,
+        last_seen_ns: s.last_seen.0,
+        lineage_id: s.lineage_id.clone(),
+        era: s.era,
+        protocol_version: s.protocol_version.clone(),
+        handshakes: s.handshakes,
+        baseline: s.baseline.clone(),
+        streaming_negotiated: s.streaming_negotiated,
+        requests: s.requests,
+        alerts: s.alerts,
+        detection: s.detection.clone(),
+        era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
+    }
+}
+
+fn text_digest(text: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x666c_6565_7473_7461).hash_one(text)
 }
 
 /// The flow a (parked) exchange came on.

@@ -13,7 +13,11 @@ use serde_json::Value;
 pub trait Detector {
     /// Detection's own state per session (e.g. how the server answers each method), stored
     /// in the session so that it is bounded and evicted with it.
-    type SessionState: Default + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned;
+    type SessionState: Default
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned;
 
     /// A handshake of a session was answered (accepted or rejected).
     fn handshake(&self, review: &HandshakeReview<'_>) -> HandshakeVerdict;

@@ -164,6 +164,9 @@ pub struct Session<D> {
     pub parked: Vec<ExchangeState>,
     /// Requests the server sent on a stream, waiting for the client's POSTed answer.
     pub server_requests: Vec<ServerRequest>,
+    /// Fleet mode: the session's fleet-wide key and the digest of the state last shared.
+    pub fleet_key: Option<Box<str>>,
+    pub shared_digest: u64,
 }
 
 /// A request a server sent on an SSE stream (legacy revisions).
@@ -332,6 +335,8 @@ impl<D: Default> Session<D> {
             ext: None,
             parked: Vec::new(),
             server_requests: Vec::new(),
+            fleet_key: None,
+            shared_digest: 0,
         })
     }
 }

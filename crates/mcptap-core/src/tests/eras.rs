@@ -109,7 +109,7 @@ impl Harness {
             .iter()
             .filter_map(|o| match o {
                 Output::Event(e) => serde_json::to_value(e).ok(),
-                Output::Telemetry(_) => None,
+                Output::Telemetry(_) | Output::Shared(_) => None,
             })
             .collect()
     }

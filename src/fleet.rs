@@ -1,0 +1,256 @@
+//! Fleet mode's store adapter: session state shared through Redis (or Valkey, which speaks the
+//! same protocol), keyed fleet-wide by (server identity, session id). The core asks
+//! ([`SharedRequest`]); this adapter answers from the store and writes changes.
+//!
+//! A store that is down or slow never stops the monitor: a failed or timed-out lookup is
+//! answered "none" (the local view, as without a store), counted, warned about once per
+//! outage, and the connection is retried with back-off.
+
+use mcptap_core::model::{Output, SharedRequest};
+use std::time::{Duration, Instant};
+
+/// `[fleet]` settings (and `replay --fleet*` flags).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetSettings {
+    /// `redis://host:port/db`; none: no fleet mode.
+    pub url: Option<String>,
+    pub username: Option<String>,
+    /// A file holding the password (never on the command line, never logged).
+    pub password_file: Option<String>,
+    /// Prefix of every key mcptap writes (give its ACL user only `~prefix*`).
+    pub key_prefix: String,
+    /// Longest a lookup may take before the session goes on with its local view.
+    pub lookup_timeout_ms: u64,
+}
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        FleetSettings {
+            url: None,
+            username: None,
+            password_file: None,
+            key_prefix: "mcptap:".into(),
+            lookup_timeout_ms: 50,
+        }
+    }
+}
+
+/// Why a store operation failed (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetError {
+    Connect,
+    Timeout,
+    Io,
+}
+
+impl FleetError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FleetError::Connect => "connect",
+            FleetError::Timeout => "timeout",
+            FleetError::Io => "io",
+        }
+    }
+}
+
+/// Counts of what the store did, for the summary and the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetCounts {
+    pub lookups: u64,
+    pub found: u64,
+    pub writes: u64,
+    pub errors: u64,
+}
+
+/// A synchronous Redis connection with a read/write timeout: used by replay, where a lookup
+/// on the way of the packets is what `replay --fleet` is for.
+pub struct FleetStore {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    settings: FleetSettings,
+    password: Option<String>,
+    write: bool,
+    timeout: Duration,
+    /// Down since, and when to try again.
+    down: Option<(Instant, Instant)>,
+    backoff: Duration,
+    pub counts: FleetCounts,
+}
+
+impl FleetStore {
+    /// A store for `settings` (which name a URL); `write`: also store changes.
+    pub fn open(settings: &FleetSettings, write: bool) -> Result<FleetStore, String> {
+        let url = settings.url.as_deref().ok_or("fleet: no url")?;
+        let client = redis::Client::open(url).map_err(|e| format!("fleet url: {e}"))?;
+        let password = match &settings.password_file {
+            None => None,
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("fleet password_file {f}: {e}"))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string(),
+            ),
+        };
+        Ok(FleetStore {
+            client,
+            conn: None,
+            settings: settings.clone(),
+            password,
+            write,
+            timeout: Duration::from_millis(settings.lookup_timeout_ms.max(1)),
+            down: None,
+            backoff: Duration::from_millis(100),
+            counts: FleetCounts::default(),
+        })
+    }
+
+    fn connection(&mut self) -> Result<&mut redis::Connection, FleetError> {
+        if self.conn.is_none() {
+            if let Some((_, retry_at)) = self.down
+                && Instant::now() < retry_at
+            {
+                return Err(FleetError::Connect);
+            }
+            let mut conn = self
+                .client
+                .get_connection_with_timeout(self.timeout.max(Duration::from_millis(200)))
+                .map_err(|_| FleetError::Connect)?;
+            let _ = conn.set_read_timeout(Some(self.timeout));
+            let _ = conn.set_write_timeout(Some(self.timeout));
+            if let Some(pass) = &self.password {
+                let mut auth = redis::cmd("AUTH");
+                if let Some(user) = &self.settings.username {
+                    auth.arg(user);
+                }
+                auth.arg(pass)
+                    .query::<()>(&mut conn)
+                    .map_err(|_| FleetError::Connect)?;
+            }
+            self.conn = Some(conn);
+        }
+        self.conn.as_mut().ok_or(FleetError::Connect)
+    }
+
+    fn failed(&mut self, e: FleetError) {
+        self.counts.errors += 1;
+        self.conn = None;
+        let now = Instant::now();
+        match self.down {
+            None => {
+                tracing::warn!(
+                    reason = e.as_str(),
+                    "fleet store unreachable: going on with the local view"
+                );
+                self.down = Some((now, now + self.backoff));
+            }
+            Some((since, _)) => {
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+                self.down = Some((since, now + self.backoff));
+            }
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let Some((since, _)) = self.down.take() {
+            tracing::info!(
+                down_for_ms = since.elapsed().as_millis() as u64,
+                "fleet store reachable again"
+            );
+            self.backoff = Duration::from_millis(100);
+        }
+    }
+
+    fn classify(e: &redis::RedisError) -> FleetError {
+        if e.is_timeout() {
+            FleetError::Timeout
+        } else if e.is_connection_dropped() || e.is_connection_refusal() {
+            FleetError::Connect
+        } else {
+            FleetError::Io
+        }
+    }
+
+    /// The record stored under `key`; `None` when there is none or the store failed.
+    pub fn lookup(&mut self, key: &str) -> Option<String> {
+        self.counts.lookups += 1;
+        let full = format!("{}{key}", self.settings.key_prefix);
+        let got = match self.connection() {
+            Ok(conn) => redis::cmd("GET")
+                .arg(&full)
+                .query::<Option<String>>(conn)
+                .map_err(|e| Self::classify(&e)),
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(v) => {
+                self.recovered();
+                self.counts.found += u64::from(v.is_some());
+                v
+            }
+            Err(e) => {
+                self.failed(e);
+                None
+            }
+        }
+    }
+
+    /// Stores `record` under `key` for `ttl_ns` (with `write` only).
+    pub fn update(&mut self, key: &str, record: &str, ttl_ns: i64) {
+        if !self.write {
+            return;
+        }
+        let full = format!("{}{key}", self.settings.key_prefix);
+        let ttl_ms = (ttl_ns / 1_000_000).max(1);
+        let done = match self.connection() {
+            Ok(conn) => redis::cmd("SET")
+                .arg(&full)
+                .arg(record)
+                .arg("PX")
+                .arg(ttl_ms)
+                .query::<()>(conn)
+                .map_err(|e| Self::classify(&e)),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(()) => {
+                self.recovered();
+                self.counts.writes += 1;
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+}
+
+/// The pipeline's answer to a lookup: key, record, where its outputs go.
+pub type AnswerFn<'a> = dyn FnMut(&str, Option<&str>, &mut Vec<Output>) + 'a;
+
+/// Serves the store requests among `outputs`: lookups are answered through `answer` (the
+/// pipeline's `on_shared_state`), whose own outputs are served in turn; everything else is
+/// handed to `on_output` in order.
+pub fn serve(
+    store: &mut FleetStore,
+    outputs: &mut Vec<Output>,
+    answer: &mut AnswerFn<'_>,
+    on_output: &mut dyn FnMut(&Output),
+) {
+    let mut queue: std::collections::VecDeque<Output> = outputs.drain(..).collect();
+    let mut more = Vec::new();
+    while let Some(o) = queue.pop_front() {
+        match o {
+            Output::Shared(SharedRequest::Lookup { key }) => {
+                let record = store.lookup(&key);
+                answer(&key, record.as_deref(), &mut more);
+                for (i, m) in more.drain(..).enumerate() {
+                    queue.insert(i, m);
+                }
+            }
+            Output::Shared(SharedRequest::Update {
+                key,
+                record,
+                ttl_ns,
+            }) => store.update(&key, &record, ttl_ns),
+            other => on_output(&other),
+        }
+    }
+}

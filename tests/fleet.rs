@@ -1,0 +1,192 @@
+//! Fleet mode against a real `redis-server` (started here on a free loopback port): the
+//! incident split across two gateway hosts' captures is found when the second is replayed
+//! with the first one's state (`replay --fleet`, `--fleet-write`), and a store that is down
+//! changes nothing but the log and the counters.
+
+use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+use mcptap_testkit::sim::Sim;
+use mcptap_testkit::tcp::Endpoint;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+struct Redis(Child);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A throwaway redis-server on 127.0.0.1, or `None` where Debian's package is not installed
+/// (CI installs it: scripts/setup.sh --test).
+fn redis(dir: &Path) -> Option<(Redis, u16)> {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.to_str().expect("dir"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let redis = Redis(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some((redis, port));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("redis-server did not start");
+}
+
+/// The incident split by connection: host A saw the healthy session up to the 502, host B the
+/// reconnect with the narrowed re-initialize and JSON answers.
+/// `servers`: the address of the MCP endpoint as each host's capture shows it.
+fn split_incident(dir: &Path, servers: [[u8; 4]; 2]) -> (PathBuf, PathBuf) {
+    let mut talk = Conversation::new("fleet-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    let second = talk.take_writes();
+    let mut paths = Vec::new();
+    for (n, (writes, server)) in [(first, servers[0]), (second, servers[1])]
+        .into_iter()
+        .enumerate()
+    {
+        let mut sim = Sim::new(40 + n as u64);
+        let conn = sim.connect(
+            Endpoint::new([127, 0, 0, 20], 41_000 + n as u16),
+            // Each gateway host has its own address: the session is keyed by the server's
+            // identity (Host + path), not by it.
+            Endpoint::new(server, 8080),
+            writes,
+        );
+        sim.run(vec![conn]);
+        let path = dir.join(format!("host-{n}-{}.pcap", servers[1][3]));
+        sim.write_pcap(&path).expect("pcap");
+        paths.push(path);
+    }
+    (paths.remove(0), paths.remove(0))
+}
+
+fn replay(args: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
+        .arg("replay")
+        .args(args)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("ndjson"))
+        .collect();
+    (events, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn alerts(events: &[serde_json::Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = events
+        .iter()
+        .filter(|e| e["event"] == "alert")
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["session_id"].as_str().unwrap_or("-"),
+                e["kind"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+#[test]
+fn a_second_hosts_capture_finds_the_incident_with_the_first_hosts_state() {
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let Some((_redis, port)) = redis(&dir) else {
+        eprintln!("redis-server not installed: skipped (scripts/setup.sh --test installs it)");
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}/");
+    // One gateway host's two connections, merged, show the incident.
+    let (one_a, one_b) = split_incident(&dir, [[127, 0, 0, 11], [127, 0, 0, 11]]);
+    let merged = alerts(&replay(&[one_a.to_str().expect("path"), one_b.to_str().expect("path")]).0);
+    // Two gateway hosts (their own addresses; the same Host header): each capture alone sees
+    // nothing wrong.
+    let (a, b) = split_incident(&dir, [[127, 0, 0, 11], [127, 0, 0, 12]]);
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    assert!(alerts(&replay(&[a]).0).is_empty());
+    assert!(alerts(&replay(&[b]).0).is_empty());
+    assert_eq!(
+        merged,
+        [
+            "fleet-s1:capability_narrowing",
+            "fleet-s1:content_type_divergence"
+        ]
+    );
+
+    // Host A's capture writes its state; host B's reads it.
+    let (events, stderr) = replay(&["--fleet", &url, "--fleet-write", a]);
+    assert!(alerts(&events).is_empty());
+    assert!(stderr.contains("writes, 0 errors"), "{stderr}");
+    let (events, stderr) = replay(&["--fleet", &url, b]);
+    assert_eq!(alerts(&events), merged, "{stderr}");
+    assert!(stderr.contains("(1 found)"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_store_that_is_down_leaves_the_local_view() {
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-down-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (a, b) = split_incident(&dir, [[127, 0, 0, 11], [127, 0, 0, 11]]);
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let (events, stderr) = replay(&[
+        "--fleet",
+        &url,
+        "--fleet-write",
+        a.to_str().expect("path"),
+        b.to_str().expect("path"),
+    ]);
+    // As without a store: the merged replay's own view finds the incident.
+    assert_eq!(
+        alerts(&events),
+        [
+            "fleet-s1:capability_narrowing",
+            "fleet-s1:content_type_divergence"
+        ]
+    );
+    assert!(stderr.contains("fleet store unreachable"), "{stderr}");
+    assert_eq!(
+        stderr.matches("fleet store unreachable").count(),
+        1,
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
