@@ -25,6 +25,8 @@ pub struct Config {
     pub identity: IdentitySettings,
     /// `[state]`: the snapshot file that keeps session state across restarts.
     pub state: StateConfig,
+    /// `[fleet]`: session state shared with the other gateway hosts through Redis/Valkey.
+    pub fleet: crate::fleet::FleetSettings,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
@@ -185,6 +187,19 @@ impl Config {
         }
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());
+        }
+        if let Some(url) = &self.fleet.url
+            && !url.starts_with("redis://")
+        {
+            return Err(format!(
+                "fleet.url must be redis://HOST:PORT/DB (rediss:// TLS is not supported yet; got {url})"
+            ));
+        }
+        if !(1..=10_000).contains(&self.fleet.lookup_timeout_ms) {
+            return Err(format!(
+                "fleet.lookup_timeout_ms must be 1..=10000 (got {})",
+                self.fleet.lookup_timeout_ms
+            ));
         }
         if !(1..=MAX_METRICS_TIMEOUT_SECS).contains(&self.state.snapshot_interval_secs) {
             return Err(format!(

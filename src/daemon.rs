@@ -3,6 +3,7 @@
 
 use crate::capture::{self, ReadSummary};
 use crate::config::{CaptureConfig, Config};
+use crate::fleet::{FleetCounts, FleetStore};
 use crate::live::worker_of_server;
 use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
 use crate::server::{self, ServerState};
@@ -87,12 +88,31 @@ struct Worker {
     index: usize,
     snapshots: Option<Arc<SnapshotSlots>>,
     answered_snapshot: u64,
+    /// Fleet mode: this worker's connection to the shared store.
+    fleet: Option<FleetStore>,
+    reported_fleet: FleetCounts,
 }
 
 impl Worker {
     fn drain(&mut self, outputs: &mut Vec<Output>) {
         if outputs.is_empty() {
             return;
+        }
+        if let Some(store) = self.fleet.as_mut() {
+            // Lookups are answered now (bounded by the lookup timeout), so the sessions they
+            // hold go on within this batch.
+            let pipeline = &mut self.pipeline;
+            let mut plain = Vec::with_capacity(outputs.len());
+            crate::fleet::serve(
+                store,
+                outputs,
+                &mut |key, record, more| pipeline.on_shared_state(key, record, more),
+                &mut |o| plain.push(o.clone()),
+            );
+            *outputs = plain;
+            let (now, before) = (store.counts, self.reported_fleet);
+            self.metrics.add_fleet(&now, &before, store.is_up());
+            self.reported_fleet = now;
         }
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         for o in outputs.drain(..) {
@@ -193,6 +213,8 @@ struct WorkerPool {
     /// Periodic snapshots (with a snapshot file), and each worker's share of the loaded one.
     snapshots: Option<Arc<SnapshotSlots>>,
     initial: Mutex<Vec<Option<Snapshot>>>,
+    /// Fleet mode: the store every worker connects to.
+    fleet: Option<crate::fleet::FleetSettings>,
 }
 
 /// What a worker hands back: its summary, counters and (with a snapshot file) its state.
@@ -221,7 +243,18 @@ impl WorkerPool {
                 index: i,
                 snapshots: self.snapshots.clone(),
                 answered_snapshot: 0,
+                fleet: match &self.fleet {
+                    Some(settings) => {
+                        Some(FleetStore::open(settings, true).map_err(|e| format!("fleet: {e}"))?)
+                    }
+                    None => None,
+                },
+                reported_fleet: FleetCounts::default(),
             };
+            let mut worker = worker;
+            if worker.fleet.is_some() {
+                worker.pipeline.enable_fleet();
+            }
             let initial = self
                 .initial
                 .lock()
@@ -301,6 +334,7 @@ pub fn replay_through_workers(
         queue_batches: 4,
         snapshots: None,
         initial: Mutex::new(Vec::new()),
+        fleet: None,
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -447,6 +481,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         queue_batches: 64,
         snapshots: snapshots.clone(),
         initial: Mutex::new(initial),
+        fleet: cfg.fleet.url.is_some().then(|| cfg.fleet.clone()),
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();

@@ -61,6 +61,9 @@ pub struct FleetCounts {
     pub found: u64,
     pub writes: u64,
     pub errors: u64,
+    /// Errors by operation and reason: lookup, write × connect, timeout, io.
+    pub lookup_errors: [u64; 3],
+    pub write_errors: [u64; 3],
 }
 
 /// A synchronous Redis connection with a read/write timeout: used by replay, where a lookup
@@ -132,8 +135,18 @@ impl FleetStore {
         self.conn.as_mut().ok_or(FleetError::Connect)
     }
 
-    fn failed(&mut self, e: FleetError) {
+    fn failed(&mut self, e: FleetError, write: bool) {
         self.counts.errors += 1;
+        let slot = match e {
+            FleetError::Connect => 0,
+            FleetError::Timeout => 1,
+            FleetError::Io => 2,
+        };
+        if write {
+            self.counts.write_errors[slot] += 1;
+        } else {
+            self.counts.lookup_errors[slot] += 1;
+        }
         self.conn = None;
         let now = Instant::now();
         match self.down {
@@ -171,6 +184,11 @@ impl FleetStore {
         }
     }
 
+    /// The store answered the latest operation (no outage going on).
+    pub fn is_up(&self) -> bool {
+        self.down.is_none()
+    }
+
     /// The record stored under `key`; `None` when there is none or the store failed.
     pub fn lookup(&mut self, key: &str) -> Option<String> {
         self.counts.lookups += 1;
@@ -189,7 +207,7 @@ impl FleetStore {
                 v
             }
             Err(e) => {
-                self.failed(e);
+                self.failed(e, false);
                 None
             }
         }
@@ -217,7 +235,7 @@ impl FleetStore {
                 self.recovered();
                 self.counts.writes += 1;
             }
-            Err(e) => self.failed(e),
+            Err(e) => self.failed(e, true),
         }
     }
 }

@@ -586,6 +586,11 @@ mod tests {
         ("events.file", "events"),
         ("detect.errors_decide_mode", "errors-decide-mode"),
         ("identity.trusted_proxies", "trusted-proxy"),
+        ("fleet.url", "fleet"),
+        ("fleet.username", "fleet-username"),
+        ("fleet.password_file", "fleet-password-file"),
+        ("fleet.key_prefix", "fleet-key-prefix"),
+        ("fleet.lookup_timeout_ms", "fleet-lookup-timeout-ms"),
         ("log.format", "log-format"),
         ("log.level", "log-level"),
     ];
@@ -598,6 +603,9 @@ mod tests {
         };
         cfg.events.file = Some("events.ndjson".into());
         cfg.state.snapshot_file = Some("state.json".into());
+        cfg.fleet.url = Some("redis://127.0.0.1:6379/".into());
+        cfg.fleet.username = Some("mcptap".into());
+        cfg.fleet.password_file = Some("/etc/mcptap/redis.pass".into());
         let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
         cfg.servers.insert(server, "gw".into());
         cfg.metrics.server_names.insert(server, "gw".into());

@@ -546,3 +546,116 @@ fn a_restart_between_the_handshakes_keeps_the_baseline_through_the_snapshot() {
     assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 14: two `mcptap run` instances (two "gateway hosts": each captures its own server
+/// address on lo) sharing one real redis-server. The incident's first connection passes host A,
+/// the reconnect host B: B raises both alerts, A none.
+#[test]
+fn two_gateway_instances_share_session_state_through_redis() {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    if !is_root()
+        || Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let redis_port = free_port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &redis_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--dir", dir.to_str().expect("dir")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = dir.join("fleet.toml");
+    std::fs::write(
+        &config,
+        format!("[fleet]\nurl = \"redis://127.0.0.1:{redis_port}/\"\nlookup_timeout_ms = 500\n"),
+    )
+    .expect("config");
+    let server_a = std::net::TcpListener::bind("127.0.0.11:0").expect("bind a");
+    let server_b = std::net::TcpListener::bind("127.0.0.12:0").expect("bind b");
+    let start = |server: &std::net::TcpListener| {
+        let addr = server.local_addr().expect("addr");
+        let port = free_port();
+        let child = bin()
+            .args([
+                "run",
+                "-c",
+                config.to_str().expect("path"),
+                "-i",
+                "lo",
+                "-f",
+            ])
+            .arg(format!(
+                "tcp and host {} and port {}",
+                addr.ip(),
+                addr.port()
+            ))
+            .args(["--threads", "1", "--events-stdout", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (child, port)
+    };
+    let (a, _) = start(&server_a);
+    let (b, port_b) = start(&server_b);
+    let mut talk = Conversation::new("fleet-live-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    let second = talk.take_writes();
+    play_connection(&server_a, "127.0.0.13:0".parse().expect("addr"), first);
+    // Host A's worker writes after its batch; give it a moment before the reconnect.
+    std::thread::sleep(Duration::from_millis(800));
+    play_connection(&server_b, "127.0.0.13:0".parse().expect("addr"), second);
+    std::thread::sleep(Duration::from_millis(500));
+    let metrics = http_get(port_b, "/metrics").expect("metrics");
+    assert!(metrics.contains("mcptap_fleet_up 1"), "{metrics}");
+    assert!(
+        metrics.contains(r#"mcptap_fleet_lookups_total{result="found"} 1"#),
+        "{metrics}"
+    );
+    let (out_a, _) = stop_daemon(a);
+    let (out_b, err_b) = stop_daemon(b);
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
+    let alerts: Vec<&str> = out_b
+        .lines()
+        .filter(|l| l.contains(r#""event":"alert""#))
+        .collect();
+    assert_eq!(alerts.len(), 2, "{out_b}\n{err_b}");
+    assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
+    assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+}

@@ -133,6 +133,8 @@ pub struct Metrics {
     lineages_ended: IntCounterVec,
     snapshots: IntCounterVec,
     fleet_lookups: IntCounterVec,
+    fleet_errors: IntCounterVec,
+    fleet_up: prometheus::IntGauge,
     request_duration: HistogramVec,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
@@ -466,6 +468,21 @@ impl Metrics {
                 "Fleet mode: first sightings of a session answered by the store, by result: found, absent (none stored, timed out or store down: the local view), garbage (a record that does not parse).",
                 &["result"],
             )?,
+            fleet_errors: counter_vec(
+                &r,
+                "mcptap_fleet_errors_total",
+                "Fleet store operations that failed, by op (lookup, write) and reason (connect, timeout, io): each went on with the local view.",
+                &["op", "reason"],
+            )?,
+            fleet_up: {
+                let g = prometheus::IntGauge::new(
+                    "mcptap_fleet_up",
+                    "1 while the fleet store answers (or no store is configured), 0 during an outage.",
+                )?;
+                r.register(Box::new(g.clone()))?;
+                g.set(1);
+                g
+            },
             request_duration,
             server_directory: DirectoryMetrics::new(&r)?,
             metrics_endpoint_errors: counter_vec(
@@ -593,6 +610,27 @@ impl Metrics {
         self.metrics_endpoint_errors
             .with_label_values(&[reason])
             .inc();
+    }
+
+    /// What a worker's fleet store did since it last reported.
+    pub fn add_fleet(
+        &self,
+        now: &crate::fleet::FleetCounts,
+        before: &crate::fleet::FleetCounts,
+        up: bool,
+    ) {
+        for (op, n, b) in [
+            ("lookup", &now.lookup_errors, &before.lookup_errors),
+            ("write", &now.write_errors, &before.write_errors),
+        ] {
+            for (i, reason) in ["connect", "timeout", "io"].iter().enumerate() {
+                let d = n[i].saturating_sub(b[i]);
+                if d > 0 {
+                    self.fleet_errors.with_label_values(&[op, reason]).inc_by(d);
+                }
+            }
+        }
+        self.fleet_up.set(i64::from(up));
     }
 
     /// A snapshot file load or save and how it went.
