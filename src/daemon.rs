@@ -103,12 +103,7 @@ impl Worker {
             // hold go on within this batch.
             let pipeline = &mut self.pipeline;
             let mut plain = Vec::with_capacity(outputs.len());
-            crate::fleet::serve(
-                store,
-                outputs,
-                &mut |key, record, more| pipeline.on_shared_state(key, record, more),
-                &mut |o| plain.push(o.clone()),
-            );
+            crate::fleet::serve(store, outputs, pipeline, &mut |o| plain.push(o.clone()));
             *outputs = plain;
             let (now, before) = (store.counts, self.reported_fleet);
             self.metrics.add_fleet(&now, &before, store.is_up());

@@ -36,6 +36,29 @@ impl Default for FleetSettings {
     }
 }
 
+/// Compare-and-set of a session record and its version (KEYS: record, version; ARGV: base
+/// version, new version, record, TTL in ms). Nothing stored (never, or expired) accepts any.
+const CAS_SCRIPT: &str = r#"
+local v = redis.call('GET', KEYS[2])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
+  return 1
+end
+return 0
+"#;
+
+/// What [`FleetStore::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Yes,
+    /// Another instance wrote first: merge and write again.
+    Conflict,
+    Failed,
+    /// A read-only store (`replay --fleet` without `--fleet-write`).
+    NotWriting,
+}
+
 /// Why a store operation failed (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetError {
@@ -64,6 +87,10 @@ pub struct FleetCounts {
     /// Errors by operation and reason: lookup, write × connect, timeout, io.
     pub lookup_errors: [u64; 3],
     pub write_errors: [u64; 3],
+    /// Updates refused because another instance had changed the session (then merged).
+    pub conflicts: u64,
+    /// Alerts another instance had raised already: not repeated.
+    pub alerts_deduplicated: u64,
 }
 
 /// A synchronous Redis connection with a read/write timeout: used by replay, where a lookup
@@ -213,62 +240,159 @@ impl FleetStore {
         }
     }
 
-    /// Stores `record` under `key` for `ttl_ns` (with `write` only).
-    pub fn update(&mut self, key: &str, record: &str, ttl_ns: i64) {
+    /// Stores `record` under `key` for `ttl_ns` if the stored version is `base_version` (or
+    /// nothing is stored): a compare-and-set in one Lua script, so that instances changing one
+    /// session at once (no load-balancer affinity) never overwrite each other.
+    pub fn update(
+        &mut self,
+        key: &str,
+        record: &str,
+        ttl_ns: i64,
+        base_version: u64,
+        version: u64,
+    ) -> Written {
         if !self.write {
-            return;
+            return Written::NotWriting;
         }
         let full = format!("{}{key}", self.settings.key_prefix);
         let ttl_ms = (ttl_ns / 1_000_000).max(1);
         let done = match self.connection() {
-            Ok(conn) => redis::cmd("SET")
-                .arg(&full)
+            Ok(conn) => redis::Script::new(CAS_SCRIPT)
+                .key(&full)
+                .key(format!("{full}:v"))
+                .arg(base_version)
+                .arg(version)
                 .arg(record)
-                .arg("PX")
                 .arg(ttl_ms)
-                .query::<()>(conn)
+                .invoke::<i64>(conn)
                 .map_err(|e| Self::classify(&e)),
             Err(e) => Err(e),
         };
         match done {
-            Ok(()) => {
+            Ok(1) => {
                 self.recovered();
                 self.counts.writes += 1;
+                Written::Yes
             }
-            Err(e) => self.failed(e, true),
+            Ok(_) => {
+                self.recovered();
+                self.counts.conflicts += 1;
+                Written::Conflict
+            }
+            Err(e) => {
+                self.failed(e, true);
+                Written::Failed
+            }
+        }
+    }
+
+    /// Whether this instance is the first of the fleet to raise the alert `dedup` (within
+    /// `ttl_ns`). A store that fails says yes: a duplicate beats a lost alert.
+    pub fn first_alert(&mut self, dedup: &str, ttl_ns: i64) -> bool {
+        if !self.write {
+            return true;
+        }
+        let full = format!("{}alert:{dedup}", self.settings.key_prefix);
+        let ttl_ms = (ttl_ns / 1_000_000).max(1);
+        let set = match self.connection() {
+            Ok(conn) => redis::cmd("SET")
+                .arg(&full)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query::<Option<String>>(conn)
+                .map_err(|e| Self::classify(&e)),
+            Err(e) => Err(e),
+        };
+        match set {
+            Ok(v) => {
+                self.recovered();
+                if v.is_none() {
+                    self.counts.alerts_deduplicated += 1;
+                }
+                v.is_some()
+            }
+            Err(e) => {
+                self.failed(e, true);
+                true
+            }
         }
     }
 }
 
-/// The pipeline's answer to a lookup: key, record, where its outputs go.
-pub type AnswerFn<'a> = dyn FnMut(&str, Option<&str>, &mut Vec<Output>) + 'a;
+/// What answers the store's replies: the pipeline.
+pub trait SharedState {
+    fn on_shared_state(&mut self, key: &str, record: Option<&str>, out: &mut Vec<Output>);
+    fn on_shared_conflict(&mut self, key: &str, stored: &str, out: &mut Vec<Output>);
+}
 
-/// Serves the store requests among `outputs`: lookups are answered through `answer` (the
-/// pipeline's `on_shared_state`), whose own outputs are served in turn; everything else is
-/// handed to `on_output` in order.
+impl SharedState for mcptap_core::pipeline::Pipeline {
+    fn on_shared_state(&mut self, key: &str, record: Option<&str>, out: &mut Vec<Output>) {
+        mcptap_core::pipeline::Pipeline::on_shared_state(self, key, record, out)
+    }
+    fn on_shared_conflict(&mut self, key: &str, stored: &str, out: &mut Vec<Output>) {
+        mcptap_core::pipeline::Pipeline::on_shared_conflict(self, key, stored, out)
+    }
+}
+
+/// Rounds of merge-and-write one session gets within one call before its change waits for
+/// the next (heavy contention on one session).
+const MAX_CONFLICT_ROUNDS: usize = 4;
+
+/// Serves the store requests among `outputs`: lookups and conflicts are answered through
+/// `pipeline`, whose own outputs are served in turn; alerts a change raised are published
+/// when the fleet has not seen them; everything else is handed to `on_output` in order.
 pub fn serve(
     store: &mut FleetStore,
     outputs: &mut Vec<Output>,
-    answer: &mut AnswerFn<'_>,
+    pipeline: &mut dyn SharedState,
     on_output: &mut dyn FnMut(&Output),
 ) {
     let mut queue: std::collections::VecDeque<Output> = outputs.drain(..).collect();
     let mut more = Vec::new();
+    let mut rounds: Vec<(String, usize)> = Vec::new();
     while let Some(o) = queue.pop_front() {
         match o {
             Output::Shared(SharedRequest::Lookup { key }) => {
                 let record = store.lookup(&key);
-                answer(&key, record.as_deref(), &mut more);
-                for (i, m) in more.drain(..).enumerate() {
-                    queue.insert(i, m);
-                }
+                pipeline.on_shared_state(&key, record.as_deref(), &mut more);
             }
             Output::Shared(SharedRequest::Update {
                 key,
                 record,
                 ttl_ns,
-            }) => store.update(&key, &record, ttl_ns),
+                base_version,
+                version,
+                alerts,
+            }) => {
+                if store.update(&key, &record, ttl_ns, base_version, version) == Written::Conflict {
+                    let n = match rounds.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            rounds.push((key.clone(), 1));
+                            1
+                        }
+                    };
+                    if n <= MAX_CONFLICT_ROUNDS
+                        && let Some(stored) = store.lookup(&key)
+                    {
+                        pipeline.on_shared_conflict(&key, &stored, &mut more);
+                    }
+                }
+                for a in alerts {
+                    if store.first_alert(&a.dedup, ttl_ns) {
+                        on_output(&Output::Event(a.event));
+                    }
+                }
+            }
             other => on_output(&other),
+        }
+        for (i, m) in more.drain(..).enumerate() {
+            queue.insert(i, m);
         }
     }
 }

@@ -41,12 +41,7 @@ pub fn replay_with_fleet(
     let mut outputs = Vec::new();
     let mut deliver =
         |pipeline: &mut Pipeline, outputs: &mut Vec<Output>| match fleet.as_deref_mut() {
-            Some(store) => fleet::serve(
-                store,
-                outputs,
-                &mut |key, record, more| pipeline.on_shared_state(key, record, more),
-                on_output,
-            ),
+            Some(store) => fleet::serve(store, outputs, pipeline, on_output),
             None => {
                 for o in outputs.drain(..) {
                     on_output(&o);

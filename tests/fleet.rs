@@ -190,3 +190,89 @@ fn a_store_that_is_down_leaves_the_local_view() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// No load-balancer affinity: one session's exchanges alternate between two instances that
+/// share the store. Updates are compare-and-set with a merge on conflict, and each alert is
+/// published by the first instance to raise it: both alerts come out exactly once.
+#[test]
+fn a_session_alternating_between_instances_alerts_once() {
+    use mcptap::fleet::{FleetSettings, FleetStore, serve};
+    use mcptap_core::model::{Event, Output, Timestamp};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-alt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let Some((_redis, port)) = redis(&dir) else {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    };
+    let settings = FleetSettings {
+        url: Some(format!("redis://127.0.0.1:{port}/")),
+        lookup_timeout_ms: 500,
+        ..FleetSettings::default()
+    };
+    // Each exchange on its own connection; connection n goes to instance n % 2.
+    let mut talk = Conversation::new("alt-s1");
+    let mut steps = Vec::new();
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse);
+    steps.push(talk.take_writes());
+    talk.initialized();
+    steps.push(talk.take_writes());
+    for _ in 0..2 {
+        talk.tools_call("sse", Answer::Sse);
+        steps.push(talk.take_writes());
+    }
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse);
+    steps.push(talk.take_writes());
+    for _ in 0..3 {
+        talk.tools_call("json", Answer::Json);
+        steps.push(talk.take_writes());
+    }
+    let mut instances: Vec<(Pipeline, FleetStore)> = (0..2)
+        .map(|_| {
+            let mut p = Pipeline::new(Limits::default());
+            p.enable_fleet();
+            (p, FleetStore::open(&settings, true).expect("store"))
+        })
+        .collect();
+    let mut alerts = Vec::new();
+    let mut ts = 0i64;
+    for (n, writes) in steps.into_iter().enumerate() {
+        let mut sim = Sim::new(60 + n as u64);
+        let conn = sim.connect(
+            Endpoint::new([127, 0, 0, 20], 42_000 + n as u16),
+            Endpoint::new([127, 0, 0, 11], 8080),
+            writes,
+        );
+        sim.run(vec![conn]);
+        let (pipeline, store) = &mut instances[n % 2];
+        let mut out = Vec::new();
+        for f in sim.frames() {
+            ts = ts.max(f.ts_nanos) + 1_000;
+            pipeline.handle_packet(Timestamp(ts), sim.linktype(), &f.data, &mut out);
+        }
+        serve(store, &mut out, pipeline, &mut |o| {
+            if let Output::Event(Event::Alert(a)) = o {
+                alerts.push(format!("{}:{}", n % 2, a.kind.as_str()));
+            }
+        });
+    }
+    // Stale views met the store's newer version and were merged; repeats were not published.
+    let conflicts: u64 = instances.iter().map(|(_, s)| s.counts.conflicts).sum();
+    let repeated: u64 = instances
+        .iter()
+        .map(|(_, s)| s.counts.alerts_deduplicated)
+        .sum();
+    assert!(conflicts > 0, "the instances never raced");
+    assert!(
+        repeated > 0,
+        "no instance repeated an alert: the dedup was not exercised"
+    );
+    alerts.sort();
+    let kinds: Vec<&str> = alerts.iter().map(|a| &a[2..]).collect();
+    assert_eq!(
+        kinds,
+        ["capability_narrowing", "content_type_divergence"],
+        "{alerts:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -80,6 +80,10 @@ impl Detector for Detectors {
         }))
     }
 
+    fn merge_state(&self, ours: &mut ModeTracker, theirs: ModeTracker) {
+        ours.merge(theirs);
+    }
+
     fn declaration(&self, review: &DeclarationReview<'_>) -> Option<AlertKind> {
         // A narrowed set counts once it is declared again (one request may be an outlier);
         // a lineage alternating between sets is several conversations, not a narrowing.
@@ -232,6 +236,28 @@ pub struct ModeTracker {
 const MAX_METHODS: usize = 64;
 
 impl ModeTracker {
+    /// Another instance's record of the same session: a mode fits now only if it fits every
+    /// answer either saw; reasons alerted by either count as alerted.
+    pub fn merge(&mut self, theirs: ModeTracker) {
+        for (method, state) in theirs.methods {
+            let full = self.methods.len() >= MAX_METHODS;
+            match self.methods.iter_mut().find(|(m, _)| *m == method) {
+                Some((_, mine)) => {
+                    let both = mine.modes & state.modes;
+                    // Disjoint views mean the change was seen (and alerted) on one side.
+                    mine.modes = if both == 0 { mine.modes } else { both };
+                    for r in state.alerted {
+                        if !mine.alerted.contains(&r) {
+                            mine.alerted.push(r);
+                        }
+                    }
+                }
+                None if !full => self.methods.push((method, state)),
+                None => {}
+            }
+        }
+    }
+
     /// Records one 2xx answer and returns the divergences it shows.
     /// `streaming_negotiated`: the session's current handshake has `tools.streaming: true`.
     /// `accept`: the request's Accept header, if any.

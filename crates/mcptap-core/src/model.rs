@@ -987,12 +987,60 @@ pub enum SharedRequest {
     /// The state of a session this instance has not seen; its messages wait for the answer
     /// (`Pipeline::on_shared_state`).
     Lookup { key: String },
-    /// The session's state changed: store `record` (JSON) for `ttl_ns`.
+    /// The session's state changed: store `record` (JSON) for `ttl_ns` if the stored version
+    /// is still `base_version` (compare-and-set; 0: none stored). Otherwise answer with
+    /// `Pipeline::on_shared_conflict`: the two views are merged and written again.
+    /// `alerts` were raised by this change: each is published only if no instance of the
+    /// fleet published the same one (its `dedup` key) before.
     Update {
         key: String,
         record: String,
         ttl_ns: i64,
+        base_version: u64,
+        version: u64,
+        alerts: Vec<SharedAlert>,
     },
+}
+
+/// An alert held until the fleet agrees it is new.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedAlert {
+    /// Names the alert fleet-wide: the session and what the alert is about, not which request
+    /// or instance saw it.
+    pub dedup: String,
+    pub event: Event,
+}
+
+impl AlertKind {
+    /// What makes two alerts of one session the same finding (for fleet-wide deduplication).
+    pub fn identity(&self) -> String {
+        match self {
+            AlertKind::CapabilityNarrowing(c) | AlertKind::CapabilityWidening(c) => format!(
+                "{}:{}:{:?}:{:?}",
+                self.as_str(),
+                c.handshake_seq,
+                c.removed,
+                c.added
+            ),
+            AlertKind::ContentTypeDivergence(d) => {
+                format!(
+                    "{}:{}:{:?}:{}",
+                    self.as_str(),
+                    d.method,
+                    d.reason,
+                    d.observed
+                )
+            }
+            AlertKind::EmptyToolResult(e) => format!("{}:{}", self.as_str(), e.request_id),
+            AlertKind::ClientCapabilityNarrowing(c) => {
+                format!("{}:{}:{:?}", self.as_str(), c.method, c.removed)
+            }
+            AlertKind::ProtocolDowngrade(d) => {
+                format!("{}:{}:{:?}", self.as_str(), d.reason, d.removed_versions)
+            }
+            AlertKind::HeaderMismatch(m) => format!("{}:{}", self.as_str(), m.request_id),
+        }
+    }
 }
 
 /// What one side lost and gained between two handshakes.

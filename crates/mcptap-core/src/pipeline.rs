@@ -490,6 +490,13 @@ impl Pipeline {
         self.tracker.on_shared_state(key, record, now, out);
     }
 
+    /// The store refused an update of `key` (another instance changed it): `stored` is its
+    /// record now.
+    pub fn on_shared_conflict(&mut self, key: &str, stored: &str, out: &mut Vec<Output>) {
+        let now = self.now;
+        self.tracker.on_shared_conflict(key, stored, now, out);
+    }
+
     /// The session layer's lasting state (see [`crate::mcp::snapshot`]), for a snapshot file.
     pub fn export_state(&self) -> crate::mcp::snapshot::StateSnapshot<ModeTracker> {
         self.tracker.export_state()

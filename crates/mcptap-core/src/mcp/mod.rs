@@ -34,7 +34,7 @@ use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
     Alert, AlertKind, Direction, EndReason, Era, Event, Exchange, FailedAnswer, FramingMode,
     Handshake, HandshakeDiff, HandshakeSource, InputRequired, Limit, Outcome, Output, PathDiff,
-    SessionEnd, SharedRequest, StreamEnd, Telemetry, Timestamp,
+    SessionEnd, SharedAlert, SharedRequest, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
@@ -116,7 +116,13 @@ struct Fleet {
     held_flows: HashMap<u64, SessionKey>,
     held_bytes: usize,
     dirty: Vec<SessionKey>,
+    /// Sessions by their fleet-wide key (for conflicts).
+    sessions: HashMap<Box<str>, SessionKey>,
 }
+
+/// Most sessions indexed by fleet key; beyond, a conflict on an unindexed one is not merged
+/// (its next change is written over the store's).
+const MAX_FLEET_SESSIONS: usize = 1 << 20;
 
 /// A session's messages held until the store answers.
 #[derive(Debug)]
@@ -461,10 +467,11 @@ impl<D: Detector> Tracker<D> {
         if self.fleet.is_none() {
             return self.on_http_local(ctx, ts, ev, out);
         }
+        let start = out.len();
         if let Some(ev) = self.hold_for_fleet(ctx, ts, ev, out) {
             self.on_http_local(ctx, ts, ev, out);
         }
-        self.share_dirty(out);
+        self.share_dirty(out, start);
     }
 
     /// Holds `ev` when it belongs to a session whose shared state is not known yet (asking
@@ -564,8 +571,51 @@ impl<D: Detector> Tracker<D> {
         else {
             return; // a late or unknown answer
         };
+        let start = out.len();
         self.release_held(&key, record, now, out);
-        self.share_dirty(out);
+        self.share_dirty(out, start);
+    }
+
+    /// The store refused an [`SharedRequest::Update`] of `fleet_key`: another instance
+    /// changed the session first. Its record (`stored`) is merged into this one's view — the
+    /// first handshake stays the fleet's first, response modes must fit what both saw — and
+    /// written again on top of it.
+    pub fn on_shared_conflict(
+        &mut self,
+        fleet_key: &str,
+        stored: &str,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(key) = self
+            .fleet
+            .as_ref()
+            .and_then(|f| f.sessions.get(fleet_key).cloned())
+        else {
+            return;
+        };
+        let Ok(theirs) = serde_json::from_str::<snapshot::SessionEntry<D::SessionState>>(stored)
+        else {
+            out.push(Output::Telemetry(Telemetry::FleetGarbage));
+            return;
+        };
+        let Some(s) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if theirs.baseline.is_some() {
+            s.baseline = theirs.baseline;
+        }
+        s.handshakes = s.handshakes.max(theirs.handshakes);
+        s.requests = s.requests.max(theirs.requests);
+        s.alerts = s.alerts.max(theirs.alerts);
+        self.detector
+            .merge_state(&mut s.detection, theirs.detection);
+        s.shared_version = theirs.shared_version;
+        s.shared_digest = 0;
+        self.touch_shared(&key);
+        let start = out.len();
+        self.recharge(&key, now, out);
+        self.share_dirty(out, start);
     }
 
     fn release_held(
@@ -594,10 +644,12 @@ impl<D: Detector> Tracker<D> {
                         )),
                         _ => None,
                     });
+                    let version = entry.shared_version;
                     self.install(key, entry, now, out);
                     if let Some(s) = self.sessions.get_mut(key) {
                         s.fleet_key = fleet_key.map(Into::into);
                         s.shared_digest = text_digest(text);
+                        s.shared_version = version;
                     }
                     out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
                 }
@@ -654,8 +706,10 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
-    /// Hands out the shared state of sessions that changed since it was last shared.
-    fn share_dirty(&mut self, out: &mut Vec<Output>) {
+    /// Hands out the shared state of sessions that changed since it was last shared, with the
+    /// alerts those changes raised (taken from `out[start..]`: the fleet decides whether they
+    /// are new).
+    fn share_dirty(&mut self, out: &mut Vec<Output>, start: usize) {
         let Some(dirty) = self.fleet.as_mut().map(|f| std::mem::take(&mut f.dirty)) else {
             return;
         };
@@ -667,21 +721,50 @@ impl<D: Detector> Tracker<D> {
             let Some(fleet_key) = s.fleet_key.clone() else {
                 continue;
             };
-            let entry = session_entry(&key, s);
+            let base_version = s.shared_version;
+            let mut entry = session_entry(&key, s);
+            entry.shared_version = base_version + 1;
             let Ok(record) = serde_json::to_string(&entry) else {
                 continue;
             };
             let digest = text_digest(&record);
-            if let Some(s) = self.sessions.get_mut(&key)
-                && s.shared_digest != digest
-            {
-                s.shared_digest = digest;
-                out.push(Output::Shared(SharedRequest::Update {
-                    key: fleet_key.to_string(),
-                    record,
-                    ttl_ns,
-                }));
+            let Some(s) = self.sessions.get_mut(&key) else {
+                continue;
+            };
+            if s.shared_digest == digest {
+                continue;
             }
+            s.shared_digest = digest;
+            s.shared_version = base_version + 1;
+            // This session's alerts of this call wait for the fleet's verdict.
+            let mut alerts = Vec::new();
+            let mut i = start.min(out.len());
+            while i < out.len() {
+                let mine = matches!(&out[i], Output::Event(Event::Alert(a))
+                    if a.server == key.0 && a.session_id.as_deref() == Some(key.1.as_str()));
+                if mine && let Output::Event(event) = out.remove(i) {
+                    let dedup = match &event {
+                        Event::Alert(a) => format!("{fleet_key}:{}", a.kind.identity()),
+                        _ => String::new(),
+                    };
+                    alerts.push(SharedAlert { dedup, event });
+                } else {
+                    i += 1;
+                }
+            }
+            if let Some(f) = self.fleet.as_mut()
+                && (f.sessions.len() < MAX_FLEET_SESSIONS || f.sessions.contains_key(&fleet_key))
+            {
+                f.sessions.insert(fleet_key.clone(), key.clone());
+            }
+            out.push(Output::Shared(SharedRequest::Update {
+                key: fleet_key.to_string(),
+                record,
+                ttl_ns,
+                base_version,
+                version: base_version + 1,
+                alerts,
+            }));
         }
     }
 
@@ -817,7 +900,7 @@ impl<D: Detector> Tracker<D> {
         for key in waiting {
             self.release_held(&key, None, now, out);
         }
-        self.share_dirty(out);
+        self.share_dirty(out, 0);
         // Soonest first, so the reports come in a fixed order.
         while let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
             self.give_up_resumption(&key, &id, Some(deadline), now, false, out);
@@ -2720,6 +2803,7 @@ fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::Sessio
         alerts: s.alerts,
         detection: s.detection.clone(),
         era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
+        shared_version: s.shared_version,
     }
 }
 

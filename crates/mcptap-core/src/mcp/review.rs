@@ -19,6 +19,10 @@ pub trait Detector {
         + serde::Serialize
         + serde::de::DeserializeOwned;
 
+    /// Fleet mode: another instance's view of a session's detection state (`theirs`) met
+    /// this one's; afterwards `ours` holds what both saw.
+    fn merge_state(&self, ours: &mut Self::SessionState, theirs: Self::SessionState);
+
     /// A handshake of a session was answered (accepted or rejected).
     fn handshake(&self, review: &HandshakeReview<'_>) -> HandshakeVerdict;
 

@@ -167,6 +167,8 @@ pub struct Session<D> {
     /// Fleet mode: the session's fleet-wide key and the digest of the state last shared.
     pub fleet_key: Option<Box<str>>,
     pub shared_digest: u64,
+    /// The store's version of this session's record, as last read or written.
+    pub shared_version: u64,
 }
 
 /// A request a server sent on an SSE stream (legacy revisions).
@@ -337,6 +339,7 @@ impl<D: Default> Session<D> {
             server_requests: Vec::new(),
             fleet_key: None,
             shared_digest: 0,
+            shared_version: 0,
         })
     }
 }

@@ -73,6 +73,9 @@ pub struct SessionEntry<D> {
     pub alerts: u32,
     pub detection: D,
     pub era_state: Option<EraRecord>,
+    /// Fleet mode: the version of this record in the shared store (0: never stored).
+    #[serde(default)]
+    pub shared_version: u64,
 }
 
 /// What of [`EraState`] outlives a restart (not failures or waiting MRTR results: those are
