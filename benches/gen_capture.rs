@@ -63,6 +63,7 @@ struct Args {
     flood_flows: u64,
     flood_sessions: u64,
     adversarial: Vec<String>,
+    fleet_pair: u64,
 }
 fn parse_args() -> Option<Args> {
     let raw: Vec<String> = std::env::args()
@@ -81,6 +82,7 @@ fn parse_args() -> Option<Args> {
         flood_flows: 1_000_000,
         flood_sessions: 100_000,
         adversarial: Vec::new(),
+        fleet_pair: 0,
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -94,6 +96,13 @@ fn parse_args() -> Option<Args> {
             "--mixed-mb" => args.mixed_mb = val().parse().unwrap_or_else(|_| die("bad --mixed-mb")),
             "--mcp-mb" => args.mcp_mb = val().parse().unwrap_or_else(|_| die("bad --mcp-mb")),
             "--flood" => args.flood = true,
+            "--fleet-pair" => {
+                args.fleet_pair = val()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1_000_000).contains(n))
+                    .unwrap_or_else(|| die("bad --fleet-pair (1..=1000000 sessions)"))
+            }
             "--flood-flows" => {
                 args.flood_flows = val()
                     .parse()
@@ -145,6 +154,10 @@ fn main() {
             let path = args.out.join(format!("adv-{name}-seed{}.pcap", args.seed));
             generate_adversarial(&path, name, args.seed);
         }
+        return;
+    }
+    if args.fleet_pair > 0 {
+        generate_fleet_pair(&args.out, args.fleet_pair, args.seed);
         return;
     }
     if args.flood {
@@ -251,4 +264,60 @@ fn generate_adversarial(path: &Path, name: &str, seed: u64) {
         stats.items,
         started.elapsed().as_secs_f64()
     );
+}
+
+/// `--fleet-pair N`: two gateway hosts' captures of N short sessions. Host A saw each session
+/// start (initialize answered SSE, initialized, one SSE tools/call); the load balancer sent
+/// each client's reconnect to host B (two tools/calls naming the session, DELETE). Session 0
+/// is the incident: its reconnect re-initializes narrowed and gets JSON. Replaying B alone
+/// picks N sessions up midstream; with A's state in the fleet store it finds the incident.
+fn generate_fleet_pair(out: &Path, sessions: u64, seed: u64) {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    use mcptap_testkit::sim::Sim;
+    use mcptap_testkit::tcp::Endpoint;
+    let mut parts = [Vec::new(), Vec::new()];
+    for n in 0..sessions {
+        let mut talk = Conversation::new(&format!("fleet-{seed}-{n}"));
+        talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+            .initialized()
+            .tools_call("first", Answer::Sse);
+        let first = talk.take_writes();
+        if n == 0 {
+            talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+                .tools_call("after", Answer::Json)
+                .tools_call("after", Answer::Json);
+        } else {
+            talk.tools_call("again", Answer::Sse)
+                .tools_call("again", Answer::Sse);
+        }
+        talk.delete();
+        let second = talk.take_writes();
+        for (host, writes) in [first, second].into_iter().enumerate() {
+            let mut sim = Sim::new(seed ^ (n << 1) ^ host as u64);
+            let client = Endpoint::new(
+                [127, 0, 1 + (n >> 16) as u8, 1 + (n & 0xff) as u8],
+                20_000 + (n as u16 & 0x7fff),
+            );
+            let server = Endpoint::new([127, 0, 0, 31 + host as u8], 8080);
+            let conn = sim.connect(client, server, writes);
+            sim.run(vec![conn]);
+            // Sessions follow one another, a millisecond apart.
+            let offset = n as i64 * 1_000_000;
+            parts[host].extend(
+                sim.frames()
+                    .iter()
+                    .map(|f| (f.ts_nanos + offset, f.data.clone())),
+            );
+        }
+    }
+    for (host, frames) in parts.iter().enumerate() {
+        let name = if host == 0 { "a" } else { "b" };
+        let path = out.join(format!("fleet-{name}-{sessions}s-seed{seed}.pcap"));
+        let (_, bytes) = write_capture(&path, |emit| {
+            for (ts, data) in frames {
+                emit(*ts, data);
+            }
+        });
+        println!("{} ({bytes} bytes)", path.display());
+    }
 }

@@ -93,6 +93,9 @@ pub struct FleetCounts {
     pub alerts_deduplicated: u64,
 }
 
+/// Most lookup latencies kept for the percentiles (a reservoir of the first ones).
+const MAX_LATENCIES: usize = 1 << 20;
+
 /// A synchronous Redis connection with a read/write timeout: used by replay, where a lookup
 /// on the way of the packets is what `replay --fleet` is for.
 pub struct FleetStore {
@@ -106,6 +109,8 @@ pub struct FleetStore {
     down: Option<(Instant, Instant)>,
     backoff: Duration,
     pub counts: FleetCounts,
+    /// Lookup round trips, µs.
+    latencies: Vec<u32>,
 }
 
 impl FleetStore {
@@ -132,6 +137,7 @@ impl FleetStore {
             down: None,
             backoff: Duration::from_millis(100),
             counts: FleetCounts::default(),
+            latencies: Vec::new(),
         })
     }
 
@@ -211,6 +217,17 @@ impl FleetStore {
         }
     }
 
+    /// Percentiles of the lookup round trips so far (µs): p50, p99, max.
+    pub fn lookup_latency_us(&self) -> Option<(u32, u32, u32)> {
+        let mut v = self.latencies.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.5), at(0.99), v[v.len() - 1]))
+    }
+
     /// The store answered the latest operation (no outage going on).
     pub fn is_up(&self) -> bool {
         self.down.is_none()
@@ -219,6 +236,7 @@ impl FleetStore {
     /// The record stored under `key`; `None` when there is none or the store failed.
     pub fn lookup(&mut self, key: &str) -> Option<String> {
         self.counts.lookups += 1;
+        let started = Instant::now();
         let full = format!("{}{key}", self.settings.key_prefix);
         let got = match self.connection() {
             Ok(conn) => redis::cmd("GET")
@@ -231,6 +249,10 @@ impl FleetStore {
             Ok(v) => {
                 self.recovered();
                 self.counts.found += u64::from(v.is_some());
+                if self.latencies.len() < MAX_LATENCIES {
+                    let us = started.elapsed().as_micros();
+                    self.latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
+                }
                 v
             }
             Err(e) => {
@@ -284,6 +306,124 @@ impl FleetStore {
                 Written::Failed
             }
         }
+    }
+
+    /// The records of `keys` in one round trip; `None` for each on a failure.
+    pub fn lookup_batch(&mut self, keys: &[String]) -> Vec<Option<String>> {
+        if keys.len() == 1 {
+            return vec![self.lookup(&keys[0])];
+        }
+        self.counts.lookups += keys.len() as u64;
+        let started = Instant::now();
+        let full: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{}{k}", self.settings.key_prefix))
+            .collect();
+        let got = match self.connection() {
+            Ok(conn) => redis::cmd("MGET")
+                .arg(&full)
+                .query::<Vec<Option<String>>>(conn)
+                .map_err(|e| Self::classify(&e)),
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(v) if v.len() == keys.len() => {
+                self.recovered();
+                self.counts.found += v.iter().filter(|r| r.is_some()).count() as u64;
+                if self.latencies.len() < MAX_LATENCIES {
+                    let us = started.elapsed().as_micros();
+                    self.latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
+                }
+                v
+            }
+            Ok(_) => vec![None; keys.len()],
+            Err(e) => {
+                self.failed(e, false);
+                vec![None; keys.len()]
+            }
+        }
+    }
+
+    /// Writes `updates` (compare-and-set each) and claims their alerts in one pipelined round
+    /// trip. Per update: what the write did, and for each alert whether this instance is the
+    /// first to raise it. A failed or read-only store writes nothing and claims every alert.
+    pub fn write_batch(&mut self, updates: &[PendingUpdate]) -> Vec<(Written, Vec<bool>)> {
+        let all_first = |w: Written| {
+            updates
+                .iter()
+                .map(|u| (w, vec![true; u.alerts.len()]))
+                .collect::<Vec<_>>()
+        };
+        if !self.write {
+            return all_first(Written::NotWriting);
+        }
+        let prefix = self.settings.key_prefix.clone();
+        let mut pipe = redis::pipe();
+        for u in updates {
+            let full = format!("{prefix}{}", u.key);
+            let ttl_ms = (u.ttl_ns / 1_000_000).max(1);
+            pipe.cmd("EVAL")
+                .arg(CAS_SCRIPT)
+                .arg(2)
+                .arg(&full)
+                .arg(format!("{full}:v"))
+                .arg(u.base_version)
+                .arg(u.version)
+                .arg(&u.record)
+                .arg(ttl_ms);
+            for a in &u.alerts {
+                pipe.cmd("SET")
+                    .arg(format!("{prefix}alert:{}", a.dedup))
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms);
+            }
+        }
+        let replies = match self.connection() {
+            Ok(conn) => pipe
+                .query::<Vec<redis::Value>>(conn)
+                .map_err(|e| Self::classify(&e)),
+            Err(e) => Err(e),
+        };
+        let replies = match replies {
+            Ok(r) => {
+                self.recovered();
+                r
+            }
+            Err(e) => {
+                self.failed(e, true);
+                return all_first(Written::Failed);
+            }
+        };
+        let mut replies = replies.into_iter();
+        let mut out = Vec::with_capacity(updates.len());
+        for u in updates {
+            let written = match replies.next() {
+                Some(redis::Value::Int(1)) => {
+                    self.counts.writes += 1;
+                    Written::Yes
+                }
+                Some(redis::Value::Int(_)) => {
+                    self.counts.conflicts += 1;
+                    Written::Conflict
+                }
+                _ => Written::Failed,
+            };
+            let firsts = u
+                .alerts
+                .iter()
+                .map(|_| {
+                    let first = !matches!(replies.next(), Some(redis::Value::Nil));
+                    if !first {
+                        self.counts.alerts_deduplicated += 1;
+                    }
+                    first
+                })
+                .collect();
+            out.push((written, firsts));
+        }
+        out
     }
 
     /// Whether this instance is the first of the fleet to raise the alert `dedup` (within
@@ -352,47 +492,82 @@ pub fn serve(
     let mut queue: std::collections::VecDeque<Output> = outputs.drain(..).collect();
     let mut more = Vec::new();
     let mut rounds: Vec<(String, usize)> = Vec::new();
-    while let Some(o) = queue.pop_front() {
-        match o {
-            Output::Shared(SharedRequest::Lookup { key }) => {
-                let record = store.lookup(&key);
-                pipeline.on_shared_state(&key, record.as_deref(), &mut more);
+    let mut updates: Vec<PendingUpdate> = Vec::new();
+    let mut lookups: Vec<String> = Vec::new();
+    loop {
+        while let Some(o) = queue.pop_front() {
+            match o {
+                Output::Shared(SharedRequest::Lookup { key }) => lookups.push(key),
+                Output::Shared(SharedRequest::Update {
+                    key,
+                    record,
+                    ttl_ns,
+                    base_version,
+                    version,
+                    alerts,
+                }) => updates.push(PendingUpdate {
+                    key,
+                    record,
+                    ttl_ns,
+                    base_version,
+                    version,
+                    alerts,
+                }),
+                other => on_output(&other),
             }
-            Output::Shared(SharedRequest::Update {
-                key,
-                record,
-                ttl_ns,
-                base_version,
-                version,
-                alerts,
-            }) => {
-                if store.update(&key, &record, ttl_ns, base_version, version) == Written::Conflict {
-                    let n = match rounds.iter_mut().find(|(k, _)| *k == key) {
-                        Some((_, n)) => {
-                            *n += 1;
-                            *n
-                        }
-                        None => {
-                            rounds.push((key.clone(), 1));
-                            1
-                        }
-                    };
-                    if n <= MAX_CONFLICT_ROUNDS
-                        && let Some(stored) = store.lookup(&key)
-                    {
-                        pipeline.on_shared_conflict(&key, &stored, &mut more);
+            for (i, m) in more.drain(..).enumerate() {
+                queue.insert(i, m);
+            }
+        }
+        if !lookups.is_empty() {
+            // Every session first seen in this call, in one round trip (MGET).
+            let keys = std::mem::take(&mut lookups);
+            let records = store.lookup_batch(&keys);
+            for (key, record) in keys.iter().zip(records) {
+                pipeline.on_shared_state(key, record.as_deref(), &mut more);
+            }
+            queue.extend(more.drain(..));
+            continue;
+        }
+        if updates.is_empty() {
+            return;
+        }
+        // One round trip for every change of the call, and their alerts.
+        let results = store.write_batch(&updates);
+        for (u, (written, first)) in updates.drain(..).zip(results) {
+            if written == Written::Conflict {
+                let n = match rounds.iter_mut().find(|(k, _)| *k == u.key) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n
                     }
-                }
-                for a in alerts {
-                    if store.first_alert(&a.dedup, ttl_ns) {
-                        on_output(&Output::Event(a.event));
+                    None => {
+                        rounds.push((u.key.clone(), 1));
+                        1
                     }
+                };
+                if n <= MAX_CONFLICT_ROUNDS
+                    && let Some(stored) = store.lookup(&u.key)
+                {
+                    pipeline.on_shared_conflict(&u.key, &stored, &mut more);
                 }
             }
-            other => on_output(&other),
+            for (a, first) in u.alerts.into_iter().zip(first) {
+                if first {
+                    on_output(&Output::Event(a.event));
+                }
+            }
         }
-        for (i, m) in more.drain(..).enumerate() {
-            queue.insert(i, m);
-        }
+        queue.extend(more.drain(..));
     }
+}
+
+/// A change waiting for the call's write batch.
+pub struct PendingUpdate {
+    pub key: String,
+    pub record: String,
+    pub ttl_ns: i64,
+    pub base_version: u64,
+    pub version: u64,
+    pub alerts: Vec<mcptap_core::model::SharedAlert>,
 }

@@ -462,9 +462,14 @@ fn replay(
     );
     if let Some(s) = &store {
         let c = s.counts;
+        let latency = s
+            .lookup_latency_us()
+            .map_or(String::new(), |(p50, p99, max)| {
+                format!("; lookup p50 {p50} µs, p99 {p99} µs, max {max} µs")
+            });
         eprintln!(
-            "fleet store: {} lookups ({} found), {} writes, {} errors",
-            c.lookups, c.found, c.writes, c.errors
+            "fleet store: {} lookups ({} found), {} writes ({} conflicts), {} alerts already raised elsewhere, {} errors{latency}",
+            c.lookups, c.found, c.writes, c.conflicts, c.alerts_deduplicated, c.errors
         );
     }
     let flushed = writer.flush();

@@ -39,6 +39,8 @@ pub fn replay_with_fleet(
         pipeline.enable_fleet();
     }
     let mut outputs = Vec::new();
+    let fleet_mode = fleet.is_some();
+    let mut since_served = 0usize;
     let mut deliver =
         |pipeline: &mut Pipeline, outputs: &mut Vec<Output>| match fleet.as_deref_mut() {
             Some(store) => fleet::serve(store, outputs, pipeline, on_output),
@@ -55,11 +57,17 @@ pub fn replay_with_fleet(
             pkt.data,
             &mut outputs,
         );
-        // Most packets produce nothing: skip the drain.
-        if !outputs.is_empty() {
+        // Most packets produce nothing: skip the drain. In fleet mode the store is served
+        // every few hundred packets: its writes go out pipelined (held sessions wait as they
+        // would for a slower store).
+        since_served += 1;
+        if !outputs.is_empty() && (!fleet_mode || since_served >= FLEET_BATCH_PACKETS) {
             deliver(&mut pipeline, &mut outputs);
+            since_served = 0;
         }
     })?;
+    // The store answers what is still asked before the end concludes anything.
+    deliver(&mut pipeline, &mut outputs);
     pipeline.finish(&mut outputs);
     deliver(&mut pipeline, &mut outputs);
     Ok(ReplayReport {
@@ -67,6 +75,9 @@ pub fn replay_with_fleet(
         stats: pipeline.stats().clone(),
     })
 }
+
+/// Packets between two rounds with the fleet store in a replay.
+const FLEET_BATCH_PACKETS: usize = 256;
 
 /// Convenience for tests and tools: all outputs of a replay, in order.
 pub fn replay_collect(
