@@ -247,8 +247,12 @@ fn sigterm_stops_cleanly_and_serves_health_until_then() {
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {
+    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         s,
@@ -658,4 +662,232 @@ fn two_gateway_instances_share_session_state_through_redis() {
     assert_eq!(alerts.len(), 2, "{out_b}\n{err_b}");
     assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
     assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+}
+
+/// Runs a command; true when it succeeded.
+fn sh(cmd: &[&str]) -> bool {
+    Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Two gateway hosts as network namespaces (`ip netns`, veth to the test's namespace), each
+/// with its own MCP server and its own `mcptap run` capturing its own interface; one real
+/// redis-server reachable from both. The incident's first connection goes to host A, the
+/// reconnect to host B: B raises both alerts, A none. Then Redis stops: host B's next
+/// session goes on with the local view (`mcptap_fleet_up` 0), and recovers once Redis is back.
+#[test]
+fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    use std::os::fd::AsFd;
+    if !is_root()
+        || Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        return;
+    }
+    let tag = std::process::id() % 10_000;
+    let hosts: Vec<(String, String, u8)> = (0..2u8)
+        .map(|i| (format!("mcpgw{tag}{i}"), format!("mg{tag}{i}"), 201 + i))
+        .collect();
+    let cleanup = |hosts: &[(String, String, u8)]| {
+        for (ns, veth, _) in hosts {
+            sh(&["ip", "netns", "del", ns]);
+            sh(&["ip", "link", "del", &format!("{veth}a")]);
+        }
+    };
+    cleanup(&hosts);
+    for (ns, veth, net) in &hosts {
+        let (outer, inner) = (format!("{veth}a"), format!("{veth}b"));
+        let ok = sh(&["ip", "netns", "add", ns])
+            && sh(&[
+                "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ])
+            && sh(&["ip", "link", "set", &inner, "netns", ns])
+            && sh(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.{net}.0.1/24"),
+                "dev",
+                &outer,
+            ])
+            && sh(&["ip", "link", "set", &outer, "up"])
+            && sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("10.{net}.0.2/24"),
+                "dev",
+                &inner,
+            ])
+            && sh(&["ip", "netns", "exec", ns, "ip", "link", "set", &inner, "up"])
+            && sh(&["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
+        if !ok {
+            cleanup(&hosts);
+            eprintln!("network namespaces unavailable: skipped");
+            return;
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("mcptap-netns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let redis_port = free_port();
+    let start_redis = || {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "10.201.0.1",
+                "10.202.0.1",
+            ])
+            .args(["--protected-mode", "no", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.to_str().expect("dir")])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("10.201.0.1", redis_port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let mut redis = start_redis();
+    // Each host's MCP server: a socket made inside its namespace (it stays there).
+    let listeners: Vec<std::net::TcpListener> = hosts
+        .iter()
+        .map(|(ns, _, net)| {
+            let ns = ns.clone();
+            let addr = format!("10.{net}.0.2:8080");
+            std::thread::spawn(move || {
+                let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
+                nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+                std::net::TcpListener::bind(&addr).expect("bind in netns")
+            })
+            .join()
+            .expect("thread")
+        })
+        .collect();
+    let mut daemons = Vec::new();
+    for (i, (ns, veth, net)) in hosts.iter().enumerate() {
+        let config = dir.join(format!("gw{i}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[fleet]\nurl = \"redis://10.{net}.0.1:{redis_port}/\"\nlookup_timeout_ms = 500\n"
+            ),
+        )
+        .expect("config");
+        let listen: std::net::SocketAddr = format!("10.{net}.0.2:9917").parse().expect("addr");
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                env!("CARGO_BIN_EXE_mcptap"),
+                "run",
+                "-c",
+            ])
+            .arg(&config)
+            .args([
+                "-i",
+                &format!("{veth}b"),
+                "-f",
+                "tcp port 8080",
+                "--threads",
+                "1",
+            ])
+            .args(["--events-stdout", "--listen", &listen.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && !http_get_at(listen, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        daemons.push((child, listen));
+    }
+    let client = |i: usize| -> std::net::SocketAddr {
+        format!("10.{}.0.1:0", hosts[i].2).parse().expect("addr")
+    };
+    let mut talk = Conversation::new("netns-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .tools_call_bad_gateway();
+    let first = talk.take_writes();
+    talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized()
+        .tools_call("two", Answer::Json)
+        .delete();
+    let second = talk.take_writes();
+    play_connection(&listeners[0], client(0), first);
+    std::thread::sleep(Duration::from_millis(800));
+    play_connection(&listeners[1], client(1), second);
+    std::thread::sleep(Duration::from_millis(500));
+    let metrics_b = http_get_at(daemons[1].1, "/metrics").expect("metrics");
+    assert!(metrics_b.contains("mcptap_fleet_up 1"), "{metrics_b}");
+
+    // The store goes away: host B keeps working on its local view and says so.
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let mut down = Conversation::new("netns-s2");
+    down.tools_call("midstream", Answer::Sse);
+    play_connection(&listeners[1], client(1), down.take_writes());
+    std::thread::sleep(Duration::from_millis(800));
+    let metrics_b = http_get_at(daemons[1].1, "/metrics").expect("metrics while the store is down");
+    assert!(metrics_b.contains("mcptap_fleet_up 0"), "{metrics_b}");
+    assert!(
+        metrics_b.contains("mcptap_fleet_errors_total{op=\"lookup\""),
+        "{metrics_b}"
+    );
+    // Back: the next first sighting is served again.
+    redis = start_redis();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut back = Conversation::new("netns-s3");
+    back.tools_call("midstream", Answer::Sse);
+    play_connection(&listeners[1], client(1), back.take_writes());
+    std::thread::sleep(Duration::from_millis(800));
+    let metrics_b = http_get_at(daemons[1].1, "/metrics").expect("metrics after recovery");
+
+    let mut outs = Vec::new();
+    for (child, _) in daemons {
+        outs.push(stop_daemon(child));
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
+    drop(listeners);
+    cleanup(&hosts);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        metrics_b.contains("mcptap_fleet_up 1"),
+        "did not recover: {metrics_b}"
+    );
+    let (out_a, _) = &outs[0];
+    let (out_b, err_b) = &outs[1];
+    assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
+    let alerts: Vec<&str> = out_b
+        .lines()
+        .filter(|l| l.contains(r#""event":"alert""#))
+        .collect();
+    assert_eq!(alerts.len(), 2, "{out_b}\n{err_b}");
+    assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
+    assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+    assert!(err_b.contains("fleet store unreachable"), "{err_b}");
+    assert!(err_b.contains("fleet store reachable again"), "{err_b}");
+    // The midstream sessions were still tracked while the store was down.
+    assert!(out_b.contains("netns-s2"), "{out_b}");
 }
