@@ -14,7 +14,7 @@ want() { for p in "$@"; do have_pkg "$p" || need+=("$p"); done; }
 
 want libpcap-dev pkg-config
 if [[ "${1:-}" == "--test" ]]; then
-  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db redis-server
+  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db redis-server openssl
 fi
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

@@ -190,9 +190,10 @@ impl Config {
         }
         if let Some(url) = &self.fleet.url
             && !url.starts_with("redis://")
+            && !url.starts_with("rediss://")
         {
             return Err(format!(
-                "fleet.url must be redis://HOST:PORT/DB (rediss:// TLS is not supported yet; got {url})"
+                "fleet.url must be redis://HOST:PORT/DB or rediss://HOST:PORT/DB (got {url})"
             ));
         }
         if !(1..=10_000).contains(&self.fleet.lookup_timeout_ms) {

@@ -22,6 +22,9 @@ pub struct FleetSettings {
     pub key_prefix: String,
     /// Longest a lookup may take before the session goes on with its local view.
     pub lookup_timeout_ms: u64,
+    /// `rediss://`: the CA (PEM) the store's certificate must chain to; none: the system's
+    /// roots.
+    pub tls_ca_file: Option<String>,
 }
 
 impl Default for FleetSettings {
@@ -32,6 +35,7 @@ impl Default for FleetSettings {
             password_file: None,
             key_prefix: "mcptap:".into(),
             lookup_timeout_ms: 50,
+            tls_ca_file: None,
         }
     }
 }
@@ -117,7 +121,22 @@ impl FleetStore {
     /// A store for `settings` (which name a URL); `write`: also store changes.
     pub fn open(settings: &FleetSettings, write: bool) -> Result<FleetStore, String> {
         let url = settings.url.as_deref().ok_or("fleet: no url")?;
-        let client = redis::Client::open(url).map_err(|e| format!("fleet url: {e}"))?;
+        // rustls needs its crypto chosen once per process (a second install is a no-op).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = match &settings.tls_ca_file {
+            Some(ca) if url.starts_with("rediss://") => {
+                let pem = std::fs::read(ca).map_err(|e| format!("fleet tls_ca_file {ca}: {e}"))?;
+                redis::Client::build_with_tls(
+                    url,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            _ => redis::Client::open(url),
+        }
+        .map_err(|e| format!("fleet url: {e}"))?;
         let password = match &settings.password_file {
             None => None,
             Some(f) => Some(

@@ -100,6 +100,9 @@ enum Command {
         /// With --fleet: longest a lookup may take, ms [default: 50].
         #[arg(long, requires = "fleet", value_name = "MS")]
         fleet_lookup_timeout_ms: Option<u64>,
+        /// With --fleet rediss://: the CA (PEM) the store's certificate must chain to.
+        #[arg(long, requires = "fleet", value_name = "FILE")]
+        fleet_tls_ca_file: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -299,6 +302,7 @@ fn main() -> ExitCode {
             fleet_password_file,
             fleet_key_prefix,
             fleet_lookup_timeout_ms,
+            fleet_tls_ca_file,
             limits,
         } => {
             let defaults = mcptap::fleet::FleetSettings::default();
@@ -311,6 +315,7 @@ fn main() -> ExitCode {
                         key_prefix: fleet_key_prefix.unwrap_or(defaults.key_prefix),
                         lookup_timeout_ms: fleet_lookup_timeout_ms
                             .unwrap_or(defaults.lookup_timeout_ms),
+                        tls_ca_file: fleet_tls_ca_file,
                     },
                     fleet_write,
                 )
@@ -596,6 +601,7 @@ mod tests {
         ("fleet.password_file", "fleet-password-file"),
         ("fleet.key_prefix", "fleet-key-prefix"),
         ("fleet.lookup_timeout_ms", "fleet-lookup-timeout-ms"),
+        ("fleet.tls_ca_file", "fleet-tls-ca-file"),
         ("log.format", "log-format"),
         ("log.level", "log-level"),
     ];
@@ -611,6 +617,7 @@ mod tests {
         cfg.fleet.url = Some("redis://127.0.0.1:6379/".into());
         cfg.fleet.username = Some("mcptap".into());
         cfg.fleet.password_file = Some("/etc/mcptap/redis.pass".into());
+        cfg.fleet.tls_ca_file = Some("/etc/mcptap/redis-ca.pem".into());
         let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
         cfg.servers.insert(server, "gw".into());
         cfg.metrics.server_names.insert(server, "gw".into());

@@ -276,3 +276,175 @@ fn a_session_alternating_between_instances_alerts_once() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `rediss://` with a private CA and a password from a file: the same forensics as above; the
+/// password never reaches the output.
+#[test]
+fn tls_and_a_password_file() {
+    if Command::new("openssl").arg("version").output().is_err()
+        || Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("openssl or redis-server not installed: skipped");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = |f: &str| dir.join(f).to_str().expect("path").to_string();
+    let openssl = |args: &[&str]| {
+        let ok = Command::new("openssl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl")
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &d("ca.key"),
+        "-out",
+        &d("ca.crt"),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mcptap-test-ca",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &d("s.key"),
+        "-out",
+        &d("s.csr"),
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        d("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &d("s.csr"),
+        "-CA",
+        &d("ca.crt"),
+        "-CAkey",
+        &d("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &d("s.crt"),
+        "-days",
+        "2",
+        "-extfile",
+        &d("ext.cnf"),
+    ]);
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            &d("s.crt"),
+            "--tls-key-file",
+            &d("s.key"),
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            &d("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ])
+        .args([
+            "--requirepass",
+            "fixture-secret-pass",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--dir", &d("")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let _redis = Redis(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server (TLS) did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(d("pass"), "fixture-secret-pass\n").expect("pass");
+    std::fs::write(d("wrong"), "not-the-password\n").expect("pass");
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let (a, b) = split_incident(&dir, [[127, 0, 0, 11], [127, 0, 0, 12]]);
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    let tls = ["--fleet-tls-ca-file", &d("ca.crt")];
+    let (events, stderr) = replay(
+        &[
+            &[
+                "--fleet",
+                &url,
+                "--fleet-write",
+                "--fleet-password-file",
+                &d("pass"),
+            ][..],
+            &tls,
+            &[a],
+        ]
+        .concat(),
+    );
+    assert!(alerts(&events).is_empty());
+    assert!(stderr.contains(" 0 errors"), "{stderr}");
+    let (events, stderr) = replay(
+        &[
+            &["--fleet", &url, "--fleet-password-file", &d("pass")][..],
+            &tls,
+            &[b],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        alerts(&events),
+        [
+            "fleet-s1:capability_narrowing",
+            "fleet-s1:content_type_divergence"
+        ],
+        "{stderr}"
+    );
+    // A wrong password is an outage like any other: the local view, warned once.
+    let (events, stderr) = replay(
+        &[
+            &["--fleet", &url, "--fleet-password-file", &d("wrong")][..],
+            &tls,
+            &[b],
+        ]
+        .concat(),
+    );
+    assert!(alerts(&events).is_empty());
+    assert!(stderr.contains("fleet store unreachable"), "{stderr}");
+    assert!(!stderr.contains("fixture-secret-pass") && !stderr.contains("not-the-password"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
