@@ -27,6 +27,8 @@ pub struct Config {
     pub state: StateConfig,
     /// `[fleet]`: session state shared with the other gateway hosts through Redis/Valkey.
     pub fleet: crate::fleet::FleetSettings,
+    /// `[privacy]`: fields emitted and stored as keyed hashes.
+    pub privacy: crate::redact::PrivacySettings,
     pub log: LogConfig,
     /// Drop root privileges to this user once the capture handles are open.
     pub user: Option<String>,
@@ -188,6 +190,7 @@ impl Config {
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());
         }
+        crate::redact::Redactor::from_settings(&self.privacy)?;
         if let Some(url) = &self.fleet.url
             && !url.starts_with("redis://")
             && !url.starts_with("rediss://")

@@ -6,6 +6,7 @@ use crate::config::{CaptureConfig, Config};
 use crate::fleet::{FleetCounts, FleetStore};
 use crate::live::worker_of_server;
 use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
+use crate::redact::Redactor;
 use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
@@ -91,12 +92,16 @@ struct Worker {
     /// Fleet mode: this worker's connection to the shared store.
     fleet: Option<FleetStore>,
     reported_fleet: FleetCounts,
+    redactor: Option<Redactor>,
 }
 
 impl Worker {
     fn drain(&mut self, outputs: &mut Vec<Output>) {
         if outputs.is_empty() {
             return;
+        }
+        if let Some(r) = &self.redactor {
+            r.outputs(outputs);
         }
         if let Some(store) = self.fleet.as_mut() {
             // Lookups are answered now (bounded by the lookup timeout), so the sessions they
@@ -210,6 +215,7 @@ struct WorkerPool {
     initial: Mutex<Vec<Option<Snapshot>>>,
     /// Fleet mode: the store every worker connects to.
     fleet: Option<crate::fleet::FleetSettings>,
+    redactor: Option<Redactor>,
 }
 
 /// What a worker hands back: its summary, counters and (with a snapshot file) its state.
@@ -240,11 +246,15 @@ impl WorkerPool {
                 answered_snapshot: 0,
                 fleet: match &self.fleet {
                     Some(settings) => {
-                        Some(FleetStore::open(settings, true).map_err(|e| format!("fleet: {e}"))?)
+                        let mut store =
+                            FleetStore::open(settings, true).map_err(|e| format!("fleet: {e}"))?;
+                        store.redactor = self.redactor.clone();
+                        Some(store)
                     }
                     None => None,
                 },
                 reported_fleet: FleetCounts::default(),
+                redactor: self.redactor.clone(),
             };
             let mut worker = worker;
             if worker.fleet.is_some() {
@@ -330,6 +340,7 @@ pub fn replay_through_workers(
         snapshots: None,
         initial: Mutex::new(Vec::new()),
         fleet: None,
+        redactor: None,
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -459,6 +470,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .snapshot_file
         .as_ref()
         .map(std::path::PathBuf::from);
+    let redactor = Redactor::from_settings(&cfg.privacy)?;
     let initial = load_snapshot(snapshot_path.as_deref(), n_workers, &metrics);
     let snapshots = snapshot_path
         .as_ref()
@@ -467,7 +479,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         limits: cfg.limits,
         analysis: Analysis {
             detectors: cfg.detect,
-            identities: Identities::new(cfg.server_names(), &cfg.identity),
+            identities: match &redactor {
+                Some(r) => {
+                    Identities::new(cfg.server_names(), &cfg.identity).with_lineage_key(r.key())
+                }
+                None => Identities::new(cfg.server_names(), &cfg.identity),
+            },
         },
         sinks: sinks.clone(),
         metrics: metrics.clone(),
@@ -477,6 +494,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         snapshots: snapshots.clone(),
         initial: Mutex::new(initial),
         fleet: cfg.fleet.url.is_some().then(|| cfg.fleet.clone()),
+        redactor: redactor.clone(),
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
@@ -524,6 +542,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Duration::from_secs(cfg.state.snapshot_interval_secs),
             stop.clone(),
             metrics.clone(),
+            redactor.clone(),
         )?),
         _ => None,
     };
@@ -571,7 +590,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let _ = t.join();
     }
     let (summary, stats, state) = join_workers(workers)?;
-    if let (Some(path), Some(state)) = (&snapshot_path, state) {
+    if let (Some(path), Some(mut state)) = (&snapshot_path, state) {
+        redact_snapshot(&mut state, redactor.as_ref());
         save_snapshot(path, &state, &metrics);
     }
     let mut err = std::io::stderr();
@@ -608,6 +628,15 @@ fn load_snapshot(
     shares
 }
 
+/// A snapshot keeps client addresses only as redacted (with `[privacy] redact`).
+fn redact_snapshot(snap: &mut Snapshot, redactor: Option<&Redactor>) {
+    if let Some(r) = redactor {
+        for e in &mut snap.sessions {
+            e.client = r.addr(e.client);
+        }
+    }
+}
+
 fn save_snapshot(path: &std::path::Path, snap: &Snapshot, metrics: &Metrics) {
     match state::save(path, snap) {
         Ok(()) => {
@@ -628,6 +657,7 @@ fn spawn_snapshot_saver(
     interval: Duration,
     stop: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    redactor: Option<Redactor>,
 ) -> Result<JoinHandle<()>, String> {
     std::thread::Builder::new()
         .name("snapshot".into())
@@ -653,7 +683,10 @@ fn spawn_snapshot_saver(
                     std::thread::sleep(Duration::from_millis(20));
                 };
                 match snap {
-                    Some(s) => save_snapshot(&path, &s, &metrics),
+                    Some(mut s) => {
+                        redact_snapshot(&mut s, redactor.as_ref());
+                        save_snapshot(&path, &s, &metrics)
+                    }
                     None => metrics.add_snapshot("save", "timeout"),
                 }
             }

@@ -115,6 +115,8 @@ pub struct FleetStore {
     pub counts: FleetCounts,
     /// Lookup round trips, µs.
     latencies: Vec<u32>,
+    /// Redaction of what is stored (client addresses).
+    pub redactor: Option<crate::redact::Redactor>,
 }
 
 impl FleetStore {
@@ -157,6 +159,7 @@ impl FleetStore {
             backoff: Duration::from_millis(100),
             counts: FleetCounts::default(),
             latencies: Vec::new(),
+            redactor: None,
         })
     }
 
@@ -380,6 +383,10 @@ impl FleetStore {
         let mut pipe = redis::pipe();
         for u in updates {
             let full = format!("{prefix}{}", u.key);
+            let record = match &self.redactor {
+                Some(r) => std::borrow::Cow::Owned(r.record(&u.record)),
+                None => std::borrow::Cow::Borrowed(u.record.as_str()),
+            };
             let ttl_ms = (u.ttl_ns / 1_000_000).max(1);
             pipe.cmd("EVAL")
                 .arg(CAS_SCRIPT)
@@ -388,7 +395,7 @@ impl FleetStore {
                 .arg(format!("{full}:v"))
                 .arg(u.base_version)
                 .arg(u.version)
-                .arg(&u.record)
+                .arg(record.as_ref())
                 .arg(ttl_ms);
             for a in &u.alerts {
                 pipe.cmd("SET")

@@ -103,6 +103,13 @@ enum Command {
         /// With --fleet rediss://: the CA (PEM) the store's certificate must chain to.
         #[arg(long, requires = "fleet", value_name = "FILE")]
         fleet_tls_ca_file: Option<String>,
+        /// Emit (and store) this field as a keyed hash: client_ip, client_info (repeatable), as
+        /// `privacy.redact`.
+        #[arg(long, value_name = "FIELD", requires = "redact_key_file")]
+        redact: Vec<String>,
+        /// The redaction key (at least 16 bytes), as `privacy.redact_key_file`.
+        #[arg(long, value_name = "FILE")]
+        redact_key_file: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -303,8 +310,18 @@ fn main() -> ExitCode {
             fleet_key_prefix,
             fleet_lookup_timeout_ms,
             fleet_tls_ca_file,
+            redact,
+            redact_key_file,
             limits,
         } => {
+            let redactor =
+                match mcptap::redact::Redactor::from_settings(&mcptap::redact::PrivacySettings {
+                    redact,
+                    redact_key_file,
+                }) {
+                    Ok(r) => r,
+                    Err(e) => return fail(&e),
+                };
             let defaults = mcptap::fleet::FleetSettings::default();
             let fleet = fleet.map(|url| {
                 (
@@ -320,12 +337,16 @@ fn main() -> ExitCode {
                     fleet_write,
                 )
             });
+            let identities = mcptap_core::mcp::identity::Identities::new(
+                Default::default(),
+                &mcptap_core::mcp::identity::IdentitySettings { trusted_proxies },
+            );
             let detectors = mcptap_core::pipeline::Analysis {
                 detectors: Detectors { errors_decide_mode },
-                identities: mcptap_core::mcp::identity::Identities::new(
-                    Default::default(),
-                    &mcptap_core::mcp::identity::IdentitySettings { trusted_proxies },
-                ),
+                identities: match &redactor {
+                    Some(r) => identities.with_lineage_key(r.key()),
+                    None => identities,
+                },
             };
             init_logging(
                 format.unwrap_or(config::LogFormat::Text),
@@ -340,6 +361,7 @@ fn main() -> ExitCode {
                     limits,
                     detectors,
                     fleet,
+                    redactor,
                 ),
                 (Ok(_), Some(threads)) if threads > config::MAX_THREADS => fail(&format!(
                     "--worker-threads must be at most {} (got {threads})",
@@ -427,11 +449,15 @@ fn replay(
     limits: Limits,
     detectors: mcptap_core::pipeline::Analysis,
     fleet: Option<(mcptap::fleet::FleetSettings, bool)>,
+    redactor: Option<mcptap::redact::Redactor>,
 ) -> ExitCode {
     let mut store = match fleet {
         None => None,
         Some((settings, write)) => match mcptap::fleet::FleetStore::open(&settings, write) {
-            Ok(s) => Some(s),
+            Ok(mut s) => {
+                s.redactor = redactor.clone();
+                Some(s)
+            }
             Err(e) => {
                 eprintln!("mcptap: error: {e}");
                 return ExitCode::from(2);
@@ -458,6 +484,16 @@ fn replay(
         detectors,
         store.as_mut(),
         &mut |o: &Output| {
+            let redacted;
+            let o = match (&redactor, o) {
+                (Some(r), Output::Event(ev)) => {
+                    let mut ev = ev.clone();
+                    r.event(&mut ev);
+                    redacted = Output::Event(ev);
+                    &redacted
+                }
+                _ => o,
+            };
             summary.observe(o);
             log::log_output(o);
             if let (Output::Event(ev), None) = (o, &write_error) {
@@ -602,6 +638,8 @@ mod tests {
         ("fleet.key_prefix", "fleet-key-prefix"),
         ("fleet.lookup_timeout_ms", "fleet-lookup-timeout-ms"),
         ("fleet.tls_ca_file", "fleet-tls-ca-file"),
+        ("privacy.redact", "redact"),
+        ("privacy.redact_key_file", "redact-key-file"),
         ("log.format", "log-format"),
         ("log.level", "log-level"),
     ];
@@ -618,6 +656,7 @@ mod tests {
         cfg.fleet.username = Some("mcptap".into());
         cfg.fleet.password_file = Some("/etc/mcptap/redis.pass".into());
         cfg.fleet.tls_ca_file = Some("/etc/mcptap/redis-ca.pem".into());
+        cfg.privacy.redact_key_file = Some("/etc/mcptap/redact.key".into());
         let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
         cfg.servers.insert(server, "gw".into());
         cfg.metrics.server_names.insert(server, "gw".into());

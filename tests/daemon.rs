@@ -417,7 +417,25 @@ fn play_connection(
     let to = server.local_addr().expect("addr");
     let sock = socket2_free_connect(from, to);
     let mut client = sock;
-    let (mut srv, _) = server.accept().expect("accept");
+    // Bounded: a connection that went elsewhere fails the test instead of hanging it.
+    server.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut srv = loop {
+        match server.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("accept on {to}: {e}"),
+        }
+    };
+    server.set_nonblocking(false).expect("blocking");
+    srv.set_nonblocking(false).expect("blocking");
+    srv.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     for w in writes {
         let bytes: Vec<u8> = w
             .pieces
@@ -692,9 +710,22 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
         return;
     }
     let tag = std::process::id() % 10_000;
+    // Subnets of this run only (10.N.0.0/24, N from the pid), so that two runs at once (two
+    // checkouts on one machine) never route into each other's namespaces.
+    let base = 100 + (std::process::id() % 75) as u8 * 2;
     let hosts: Vec<(String, String, u8)> = (0..2u8)
-        .map(|i| (format!("mcpgw{tag}{i}"), format!("mg{tag}{i}"), 201 + i))
+        .map(|i| (format!("mcpgw{tag}{i}"), format!("mg{tag}{i}"), base + i))
         .collect();
+    struct Cleanup(Vec<(String, String, u8)>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for (ns, veth, _) in &self.0 {
+                sh(&["ip", "netns", "del", ns]);
+                sh(&["ip", "link", "del", &format!("{veth}a")]);
+            }
+        }
+    }
+    let _cleanup = Cleanup(hosts.clone());
     let cleanup = |hosts: &[(String, String, u8)]| {
         for (ns, veth, _) in hosts {
             sh(&["ip", "netns", "del", ns]);
@@ -747,8 +778,8 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
                 "--port",
                 &redis_port.to_string(),
                 "--bind",
-                "10.201.0.1",
-                "10.202.0.1",
+                &format!("10.{}.0.1", hosts[0].2),
+                &format!("10.{}.0.1", hosts[1].2),
             ])
             .args(["--protected-mode", "no", "--save", "", "--appendonly", "no"])
             .args(["--dir", dir.to_str().expect("dir")])
@@ -756,7 +787,8 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
             .spawn()
             .expect("redis-server");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("10.201.0.1", redis_port)).is_err() {
+        while std::net::TcpStream::connect((format!("10.{}.0.1", hosts[0].2), redis_port)).is_err()
+        {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -448,3 +448,74 @@ fn tls_and_a_password_file() {
     assert!(!stderr.contains("fixture-secret-pass") && !stderr.contains("not-the-password"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--redact client_ip --redact client_info`: client addresses and clientInfo are emitted and
+/// stored as keyed hashes, the same on every replay with the key; detection is unchanged.
+#[test]
+fn redaction_hides_clients_in_events_and_in_the_store() {
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-redact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key = dir.join("redact.key");
+    std::fs::write(&key, "a redaction key of the fleet, 32+").expect("key");
+    let key = key.to_str().expect("path");
+    let (a, b) = split_incident(&dir, [[127, 0, 0, 11], [127, 0, 0, 11]]);
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    let redact = [
+        "--redact",
+        "client_ip",
+        "--redact",
+        "client_info",
+        "--redact-key-file",
+        key,
+    ];
+    let (plain, _) = replay(&[a, b]);
+    let (events, _) = replay(&[&redact[..], &[a, b]].concat());
+    assert_eq!(alerts(&events), alerts(&plain));
+    assert!(!alerts(&events).is_empty());
+    for e in &events {
+        if let Some(c) = e["client"].as_str() {
+            assert!(c.starts_with("[fd6d:6370:"), "{e}");
+        }
+        if e["event"] == "handshake" {
+            assert!(e["client_info"]["redacted"].is_string(), "{e}");
+        }
+    }
+    let (again, _) = replay(&[&redact[..], &[a, b]].concat());
+    assert_eq!(events, again, "pseudonyms are stable under one key");
+    let lineage = |evs: &[serde_json::Value]| {
+        evs.iter()
+            .find_map(|e| e["lineage_id"].as_str().map(str::to_string))
+    };
+    assert_ne!(lineage(&events), lineage(&plain), "lineage ids are keyed");
+    // The store keeps the redacted address only.
+    if let Some((_redis, port)) = redis(&dir) {
+        let url = format!("redis://127.0.0.1:{port}/");
+        replay(&[&["--fleet", &url, "--fleet-write"][..], &redact[..], &[a]].concat());
+        let out = Command::new("redis-cli")
+            .args([
+                "-p",
+                &port.to_string(),
+                "--scan",
+                "--pattern",
+                "mcptap:session:*",
+            ])
+            .output()
+            .expect("redis-cli");
+        let keys = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut records = 0;
+        for k in keys.lines().filter(|k| !k.ends_with(":v")) {
+            let v = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "GET", k])
+                .output()
+                .expect("redis-cli");
+            let text = String::from_utf8_lossy(&v.stdout).into_owned();
+            assert!(
+                text.contains("fd6d:6370:") && !text.contains("127.0.0.20"),
+                "{text}"
+            );
+            records += 1;
+        }
+        assert!(records > 0, "{keys}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -114,6 +114,9 @@ const MAX_IDENTITY_BYTES: usize = 256;
 pub struct Identities {
     servers: BTreeMap<SocketAddr, String>,
     trusted: Vec<Cidr>,
+    /// With redaction: lineage ids are keyed hashes (an unkeyed hash of an address and a client
+    /// name is easily reversed by trying them all).
+    lineage_key: Option<Vec<u8>>,
 }
 
 impl Identities {
@@ -121,6 +124,28 @@ impl Identities {
         Identities {
             servers,
             trusted: settings.trusted_proxies.clone(),
+            lineage_key: None,
+        }
+    }
+
+    /// Lineage ids become HMAC-SHA-256 under `key` (redaction).
+    pub fn with_lineage_key(mut self, key: Vec<u8>) -> Self {
+        self.lineage_key = Some(key);
+        self
+    }
+
+    /// The lineage id of these identities (see [`lineage_id`]), keyed when configured.
+    pub fn lineage_id(&self, server_identity: &str, client_identity: &str, label: &str) -> String {
+        match &self.lineage_key {
+            None => lineage_id(server_identity, client_identity, label),
+            Some(key) => {
+                let mut msg = Vec::new();
+                for part in [server_identity, client_identity, label] {
+                    msg.extend_from_slice(&(part.len() as u64).to_be_bytes());
+                    msg.extend_from_slice(part.as_bytes());
+                }
+                hex16(&hmac_sha256(key, &msg))
+            }
         }
     }
 
@@ -234,6 +259,11 @@ pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &s
         h.update(part.as_bytes());
     }
     let digest = h.finalize();
+    hex16(&digest)
+}
+
+/// The first 8 bytes of a digest as 16 hex digits.
+fn hex16(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(16);
     for b in digest.iter().take(8) {
@@ -241,6 +271,23 @@ pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &s
         out.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
     out
+}
+
+/// HMAC-SHA-256 (RFC 2104).
+pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(msg);
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
 }
 
 /// What names a client within a lineage: clientInfo's name and version, else the User-Agent.
@@ -341,6 +388,19 @@ mod tests {
             i.server_identity(server, &RequestHead::default()),
             "127.0.0.1:8080"
         );
+    }
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // RFC 4231 test case 2.
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            hex16(&mac),
+            "5bdcc146bf60754e",
+            "first 8 bytes of 5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        let keyed = ids(&[]).with_lineage_key(b"k".to_vec());
+        assert_ne!(keyed.lineage_id("s", "c", "l"), lineage_id("s", "c", "l"));
     }
 
     #[test]

@@ -1097,7 +1097,9 @@ impl<D: Detector> Tracker<D> {
             }
             self.stateless_labels.insert(k, Box::from(label.as_str()));
         }
-        identity::lineage_id(&server_ident, &client_ident, &label).into_boxed_str()
+        self.identities
+            .lineage_id(&server_ident, &client_ident, &label)
+            .into_boxed_str()
     }
 
     fn on_request(
