@@ -852,6 +852,10 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
         }
         daemons.push((child, listen));
     }
+    // A real Prometheus scraping both hosts with the shipped rules (`for:` durations are the
+    // promtool tests' business; history of `up` is backfilled, as scripts/e2e.sh does, so the
+    // rules' first-sample branch applies whatever the scrape timing).
+    let prometheus = start_prometheus(&dir, &[daemons[0].1, daemons[1].1]);
     let client = |i: usize| -> std::net::SocketAddr {
         format!("10.{}.0.1:0", hosts[i].2).parse().expect("addr")
     };
@@ -872,6 +876,22 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     std::thread::sleep(Duration::from_millis(500));
     let metrics_b = http_get_at(daemons[1].1, "/metrics").expect("metrics");
     assert!(metrics_b.contains("mcptap_fleet_up 1"), "{metrics_b}");
+    // Prometheus: the narrowing alert fires once, for host B.
+    let firing = prometheus.as_ref().map(|(_, port)| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let q = http_get_at(
+                std::net::SocketAddr::from(([127, 0, 0, 1], *port)),
+                "/api/v1/query?query=ALERTS%7Balertname%3D%22McpCapabilityNarrowing%22%2Calertstate%3D%22firing%22%7D",
+            )
+            .unwrap_or_default();
+            let body = q.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+            if body.contains("\"instance\"") || Instant::now() > deadline {
+                break body;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
 
     // The store goes away: host B keeps working on its local view and says so.
     let _ = redis.kill();
@@ -895,12 +915,17 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     std::thread::sleep(Duration::from_millis(800));
     let metrics_b = http_get_at(daemons[1].1, "/metrics").expect("metrics after recovery");
 
+    let daemons_listen: Vec<std::net::SocketAddr> = daemons.iter().map(|d| d.1).collect();
     let mut outs = Vec::new();
     for (child, _) in daemons {
         outs.push(stop_daemon(child));
     }
     let _ = redis.kill();
     let _ = redis.wait();
+    if let Some((mut p, _)) = prometheus {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
     drop(listeners);
     cleanup(&hosts);
     let _ = std::fs::remove_dir_all(&dir);
@@ -922,4 +947,103 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     assert!(err_b.contains("fleet store reachable again"), "{err_b}");
     // The midstream sessions were still tracked while the store was down.
     assert!(out_b.contains("netns-s2"), "{out_b}");
+    if let Some(body) = firing {
+        let instance_b = daemons_listen[1].to_string();
+        assert_eq!(
+            body.matches("\"alertname\":\"McpCapabilityNarrowing\"")
+                .count(),
+            1,
+            "{body}"
+        );
+        assert!(
+            body.contains(&instance_b),
+            "fired for host B ({instance_b}): {body}"
+        );
+    }
+}
+
+/// Prometheus on 127.0.0.1 scraping `targets` (job mcptap) every second with the shipped rules,
+/// `up` history backfilled; `None` where it is not installed.
+fn start_prometheus(
+    dir: &std::path::Path,
+    targets: &[std::net::SocketAddr],
+) -> Option<(std::process::Child, u16)> {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return None;
+    }
+    let prom = dir.join("prom");
+    std::fs::create_dir_all(prom.join("data")).ok()?;
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerts/mcptap.rules.yml"
+    ))
+    .ok()?;
+    std::fs::write(prom.join("rules.yml"), rules).ok()?;
+    let list: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+    std::fs::write(
+        prom.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: mcptap\n    static_configs:\n      - targets: [{}]\n",
+            prom.join("rules.yml").display(),
+            list.join(", ")
+        ),
+    )
+    .ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    let mut om = String::new();
+    for t in (now - 600..now - 2).step_by(5) {
+        for target in targets {
+            om.push_str(&format!(
+                "up{{job=\"mcptap\",instance=\"{target}\"}} 1 {t}\n"
+            ));
+        }
+    }
+    om.push_str("# EOF\n");
+    std::fs::write(prom.join("up.om"), om).ok()?;
+    let ok = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+        .arg(prom.join("up.om"))
+        .arg(prom.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    assert!(ok, "promtool backfill");
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            prom.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            prom.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let up = |port: u16| {
+        http_get(port, "/api/v1/query?query=up")
+            .is_some_and(|r| r.matches("\"value\"").count() >= 2)
+    };
+    while !up(port) {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus did not scrape both hosts"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some((child, port))
 }

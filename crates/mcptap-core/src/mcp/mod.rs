@@ -329,7 +329,7 @@ impl<D: Detector> Tracker<D> {
     ) -> snapshot::ImportReport {
         let mut report = snapshot::ImportReport::default();
         for e in snap.sessions {
-            let key = (e.server, e.key);
+            let key = (e.server, e.key.clone());
             let public = session::scope_of(&key) == Scope::Session;
             if (public && !session::is_valid_session_id(&key.1, self.limits.max_session_id_len))
                 || key.1.len() > 512
@@ -344,20 +344,8 @@ impl<D: Detector> Tracker<D> {
             if self.sessions.contains(&key) {
                 continue;
             }
-            self.make_room(now, out);
-            let mut s = Session::new(e.client, Timestamp(e.last_seen_ns.min(now.0)));
-            s.lineage_id = e.lineage_id;
-            s.era = e.era;
-            s.protocol_version = e.protocol_version;
-            s.handshakes = e.handshakes;
-            s.baseline = e.baseline;
-            s.streaming_negotiated = e.streaming_negotiated;
-            s.requests = e.requests;
-            s.alerts = e.alerts;
-            s.detection = e.detection;
-            s.ext = e.era_state.map(|r| Box::new(EraState::from(r)));
-            self.sessions.insert(key.clone(), s);
-            self.recharge(&key, now, out);
+            let last_seen = Timestamp(e.last_seen_ns.min(now.0));
+            self.install(&key, e, last_seen, now, out);
             report.sessions += 1;
         }
         for e in snap.ended {
@@ -645,7 +633,7 @@ impl<D: Detector> Tracker<D> {
                         _ => None,
                     });
                     let version = entry.shared_version;
-                    self.install(key, entry, now, out);
+                    self.install(key, entry, now, now, out);
                     if let Some(s) = self.sessions.get_mut(key) {
                         s.fleet_key = fleet_key.map(Into::into);
                         s.shared_digest = text_digest(text);
@@ -666,16 +654,19 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
-    /// A session from a shared or snapshot record.
+    /// A session from a shared or snapshot record, last seen at `last_seen`. Counted as
+    /// started (midstream) like any session this instance picks up, so that it is counted as
+    /// ended too.
     fn install(
         &mut self,
         key: &SessionKey,
         e: snapshot::SessionEntry<D::SessionState>,
+        last_seen: Timestamp,
         now: Timestamp,
         out: &mut Vec<Output>,
     ) {
         self.make_room(now, out);
-        let mut s = Session::new(e.client, now);
+        let mut s = Session::new(e.client, last_seen);
         s.lineage_id = e.lineage_id;
         s.era = e.era;
         s.protocol_version = e.protocol_version;
