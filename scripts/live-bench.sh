@@ -8,6 +8,7 @@
 #   options: --duration S (default 30)  --threads N (one run with N; repeatable; `auto` is the
 #            default of one worker per core)  --capture FILE (skip scripts/bench.sh)
 #            --buffer-bytes N (passed to mcptap)  --port P (metrics port, default: a free one)
+#            --config FILE (passed to mcptap, e.g. a [fleet] section: the fleet-mode run)
 #            --preload (tcpreplay -K: capture loaded into RAM first; a faster sender)
 #            --keep (keep the temp dir with logs and events)
 #
@@ -53,6 +54,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS+=("$2"); shift ;;
     --capture) CAPTURE="$2"; shift ;;
     --buffer-bytes) EXTRA+=(--buffer-bytes "$2"); shift ;;
+    --config) EXTRA+=(--config "$2"); shift ;;
     --port) PORT="$2"; shift ;;
     --keep) KEEP=1 ;;
     --preload) PRELOAD=(--preload-pcap) ;;
