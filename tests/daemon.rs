@@ -2,6 +2,7 @@
 //! a clean stop on SIGTERM. Tests that need to open a capture run only as root (CI is root).
 
 mod common;
+use common::free_port;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
@@ -25,14 +26,6 @@ fn one_error_line(out: &Output) -> String {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("mcptap: error: "), "{stderr}");
     stderr
-}
-
-/// A free loopback port (bound then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 #[test]
@@ -586,24 +579,8 @@ fn two_gateway_instances_share_session_state_through_redis() {
     let dir = std::env::temp_dir().join(format!("mcptap-fleet-live-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let redis_port = free_port();
-    let mut redis = Command::new("redis-server")
-        .args([
-            "--port",
-            &redis_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--dir", dir.to_str().expect("dir")])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let redis =
+        common::start_redis(&["127.0.0.1".to_string()], redis_port, &dir).expect("redis-server");
     let config = dir.join("fleet.toml");
     std::fs::write(
         &config,
@@ -669,8 +646,7 @@ fn two_gateway_instances_share_session_state_through_redis() {
     );
     let (out_a, _) = stop_daemon(a);
     let (out_b, err_b) = stop_daemon(b);
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
     let alerts: Vec<&str> = out_b
@@ -772,29 +748,9 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     let dir = std::env::temp_dir().join(format!("mcptap-netns-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let redis_port = free_port();
-    let start_redis = || {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                &format!("10.{}.0.1", hosts[0].2),
-                &format!("10.{}.0.1", hosts[1].2),
-            ])
-            .args(["--protected-mode", "no", "--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.to_str().expect("dir")])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect((format!("10.{}.0.1", hosts[0].2), redis_port)).is_err()
-        {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child
-    };
-    let mut redis = start_redis();
+    let bind: Vec<String> = hosts.iter().map(|h| format!("10.{}.0.1", h.2)).collect();
+    let start = || common::start_redis(&bind, redis_port, &dir).expect("redis-server");
+    let redis = start();
     // Each host's MCP server: a socket made inside its namespace (it stays there).
     let listeners: Vec<std::net::TcpListener> = hosts
         .iter()
@@ -894,8 +850,7 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     });
 
     // The store goes away: host B keeps working on its local view and says so.
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     let mut down = Conversation::new("netns-s2");
     down.tools_call("midstream", Answer::Sse);
     play_connection(&listeners[1], client(1), down.take_writes());
@@ -907,7 +862,7 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
         "{metrics_b}"
     );
     // Back: the next first sighting is served again.
-    redis = start_redis();
+    let redis = start();
     std::thread::sleep(Duration::from_millis(300));
     let mut back = Conversation::new("netns-s3");
     back.tools_call("midstream", Answer::Sse);
@@ -920,8 +875,7 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
     for (child, _) in daemons {
         outs.push(stop_daemon(child));
     }
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     if let Some((mut p, _)) = prometheus {
         let _ = p.kill();
         let _ = p.wait();

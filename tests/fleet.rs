@@ -6,57 +6,17 @@
 use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
 use mcptap_testkit::sim::Sim;
 use mcptap_testkit::tcp::Endpoint;
+
+mod common;
+use common::{Redis, free_port, start_redis};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A throwaway redis-server on 127.0.0.1, or `None` where Debian's package is not installed
-/// (CI installs it: scripts/setup.sh --test).
+/// A throwaway redis-server on 127.0.0.1, or `None` where it is not installed.
 fn redis(dir: &Path) -> Option<(Redis, u16)> {
     let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            dir.to_str().expect("dir"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let redis = Redis(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some((redis, port));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("redis-server did not start");
+    start_redis(&["127.0.0.1".to_string()], port, dir).map(|r| (r, port))
 }
 
 /// The incident split by connection: host A saw the healthy session up to the 502, host B the
@@ -277,6 +237,16 @@ fn a_session_alternating_between_instances_alerts_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The TLS redis-server of [`tls_and_a_password_file`], killed when dropped.
+struct TlsRedis(std::process::Child);
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `rediss://` with a private CA and a password from a file: the same forensics as above; the
 /// password never reaches the output.
 #[test]
@@ -387,7 +357,7 @@ fn tls_and_a_password_file() {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server");
-    let _redis = Redis(child);
+    let _redis = TlsRedis(child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

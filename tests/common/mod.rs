@@ -71,3 +71,56 @@ pub fn events_of_workers(
     v.sort();
     v
 }
+
+/// A free TCP port on 127.0.0.1 (bound and released: free when asked, almost always after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A throwaway redis-server, killed when dropped.
+pub struct Redis {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts redis-server on `port` listening on `bind`, with its files in `dir`; `None` where
+/// Debian's package is not installed (CI installs it: scripts/setup.sh --test). Waits until it
+/// accepts connections on the first address.
+pub fn start_redis(bind: &[String], port: u16, dir: &Path) -> Option<Redis> {
+    use std::time::{Duration, Instant};
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind"])
+        .args(bind)
+        .args([
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let redis = Redis { child, port };
+    let first = bind.first().map_or("127.0.0.1", String::as_str);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect((first, port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(redis)
+}
