@@ -100,13 +100,14 @@ pub struct FleetCounts {
 /// Most lookup latencies kept for the percentiles (a reservoir of the first ones).
 const MAX_LATENCIES: usize = 1 << 20;
 
-/// A synchronous Redis connection with a read/write timeout: used by replay, where a lookup
-/// on the way of the packets is what `replay --fleet` is for.
+/// One worker's (or a replay's) store: the redis crate's tokio `ConnectionManager` (it
+/// reconnects by itself, re-authenticating), driven on a current-thread runtime of its own so
+/// that the pipeline's synchronous loop can wait for an answer, at most `lookup_timeout_ms`.
 pub struct FleetStore {
     client: redis::Client,
-    conn: Option<redis::Connection>,
+    conn: Option<redis::aio::ConnectionManager>,
+    rt: tokio::runtime::Runtime,
     settings: FleetSettings,
-    password: Option<String>,
     write: bool,
     timeout: Duration,
     /// Down since, and when to try again.
@@ -125,20 +126,6 @@ impl FleetStore {
         let url = settings.url.as_deref().ok_or("fleet: no url")?;
         // rustls needs its crypto chosen once per process (a second install is a no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = match &settings.tls_ca_file {
-            Some(ca) if url.starts_with("rediss://") => {
-                let pem = std::fs::read(ca).map_err(|e| format!("fleet tls_ca_file {ca}: {e}"))?;
-                redis::Client::build_with_tls(
-                    url,
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            _ => redis::Client::open(url),
-        }
-        .map_err(|e| format!("fleet url: {e}"))?;
         let password = match &settings.password_file {
             None => None,
             Some(f) => Some(
@@ -148,11 +135,42 @@ impl FleetStore {
                     .to_string(),
             ),
         };
+        // Credentials live in the connection info, so every reconnect authenticates again.
+        use redis::IntoConnectionInfo;
+        let info = url
+            .into_connection_info()
+            .map_err(|e| format!("fleet url: {e}"))?;
+        let mut redis_settings = info.redis_settings().clone();
+        if let Some(user) = &settings.username {
+            redis_settings = redis_settings.set_username(user);
+        }
+        if let Some(pass) = &password {
+            redis_settings = redis_settings.set_password(pass);
+        }
+        let info = info.set_redis_settings(redis_settings);
+        let client = match &settings.tls_ca_file {
+            Some(ca) if url.starts_with("rediss://") => {
+                let pem = std::fs::read(ca).map_err(|e| format!("fleet tls_ca_file {ca}: {e}"))?;
+                redis::Client::build_with_tls(
+                    info,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            _ => redis::Client::open(info),
+        }
+        .map_err(|e| format!("fleet url: {e}"))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("fleet: runtime: {e}"))?;
         Ok(FleetStore {
             client,
             conn: None,
+            rt,
             settings: settings.clone(),
-            password,
             write,
             timeout: Duration::from_millis(settings.lookup_timeout_ms.max(1)),
             down: None,
@@ -163,31 +181,56 @@ impl FleetStore {
         })
     }
 
-    fn connection(&mut self) -> Result<&mut redis::Connection, FleetError> {
-        if self.conn.is_none() {
-            if let Some((_, retry_at)) = self.down
-                && Instant::now() < retry_at
-            {
-                return Err(FleetError::Connect);
-            }
-            let mut conn = self
-                .client
-                .get_connection_with_timeout(self.timeout.max(Duration::from_millis(200)))
-                .map_err(|_| FleetError::Connect)?;
-            let _ = conn.set_read_timeout(Some(self.timeout));
-            let _ = conn.set_write_timeout(Some(self.timeout));
-            if let Some(pass) = &self.password {
-                let mut auth = redis::cmd("AUTH");
-                if let Some(user) = &self.settings.username {
-                    auth.arg(user);
-                }
-                auth.arg(pass)
-                    .query::<()>(&mut conn)
-                    .map_err(|_| FleetError::Connect)?;
-            }
-            self.conn = Some(conn);
+    /// The connection manager, made on first use and again after it could not be made; no
+    /// attempt at all while an outage waits for its next retry (so a dead store costs nothing).
+    fn connection(&mut self) -> Result<redis::aio::ConnectionManager, FleetError> {
+        if let Some((_, retry_at)) = self.down
+            && Instant::now() < retry_at
+        {
+            return Err(FleetError::Connect);
         }
-        self.conn.as_mut().ok_or(FleetError::Connect)
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
+        }
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(200))))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(10));
+        let limit = self.timeout.max(Duration::from_millis(200)) * 2;
+        let client = &self.client;
+        // The timer must be made inside the runtime.
+        let made = self.rt.block_on(async move {
+            tokio::time::timeout(limit, client.get_connection_manager_with_config(config)).await
+        });
+        match made {
+            Ok(Ok(c)) => {
+                self.conn = Some(c.clone());
+                Ok(c)
+            }
+            _ => Err(FleetError::Connect),
+        }
+    }
+
+    /// Runs one store operation within the lookup timeout.
+    fn run<T, F>(
+        &mut self,
+        op: impl FnOnce(redis::aio::ConnectionManager) -> F,
+    ) -> Result<T, FleetError>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.connection()?;
+        let limit = self.timeout;
+        let fut = op(conn);
+        match self
+            .rt
+            .block_on(async move { tokio::time::timeout(limit, fut).await })
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Self::classify(&e)),
+            Err(_) => Err(FleetError::Timeout),
+        }
     }
 
     fn failed(&mut self, e: FleetError, write: bool) {
@@ -202,7 +245,6 @@ impl FleetStore {
         } else {
             self.counts.lookup_errors[slot] += 1;
         }
-        self.conn = None;
         let now = Instant::now();
         match self.down {
             None => {
@@ -260,13 +302,12 @@ impl FleetStore {
         self.counts.lookups += 1;
         let started = Instant::now();
         let full = format!("{}{key}", self.settings.key_prefix);
-        let got = match self.connection() {
-            Ok(conn) => redis::cmd("GET")
+        let got = self.run(|mut c| async move {
+            redis::cmd("GET")
                 .arg(&full)
-                .query::<Option<String>>(conn)
-                .map_err(|e| Self::classify(&e)),
-            Err(e) => Err(e),
-        };
+                .query_async::<Option<String>>(&mut c)
+                .await
+        });
         match got {
             Ok(v) => {
                 self.recovered();
@@ -300,18 +341,18 @@ impl FleetStore {
         }
         let full = format!("{}{key}", self.settings.key_prefix);
         let ttl_ms = (ttl_ns / 1_000_000).max(1);
-        let done = match self.connection() {
-            Ok(conn) => redis::Script::new(CAS_SCRIPT)
+        let record = record.to_string();
+        let done = self.run(|mut c| async move {
+            redis::Script::new(CAS_SCRIPT)
                 .key(&full)
                 .key(format!("{full}:v"))
                 .arg(base_version)
                 .arg(version)
                 .arg(record)
                 .arg(ttl_ms)
-                .invoke::<i64>(conn)
-                .map_err(|e| Self::classify(&e)),
-            Err(e) => Err(e),
-        };
+                .invoke_async::<i64>(&mut c)
+                .await
+        });
         match done {
             Ok(1) => {
                 self.recovered();
@@ -341,13 +382,12 @@ impl FleetStore {
             .iter()
             .map(|k| format!("{}{k}", self.settings.key_prefix))
             .collect();
-        let got = match self.connection() {
-            Ok(conn) => redis::cmd("MGET")
+        let got = self.run(|mut c| async move {
+            redis::cmd("MGET")
                 .arg(&full)
-                .query::<Vec<Option<String>>>(conn)
-                .map_err(|e| Self::classify(&e)),
-            Err(e) => Err(e),
-        };
+                .query_async::<Vec<Option<String>>>(&mut c)
+                .await
+        });
         match got {
             Ok(v) if v.len() == keys.len() => {
                 self.recovered();
@@ -406,12 +446,8 @@ impl FleetStore {
                     .arg(ttl_ms);
             }
         }
-        let replies = match self.connection() {
-            Ok(conn) => pipe
-                .query::<Vec<redis::Value>>(conn)
-                .map_err(|e| Self::classify(&e)),
-            Err(e) => Err(e),
-        };
+        let replies =
+            self.run(|mut c| async move { pipe.query_async::<Vec<redis::Value>>(&mut c).await });
         let replies = match replies {
             Ok(r) => {
                 self.recovered();
@@ -460,17 +496,16 @@ impl FleetStore {
         }
         let full = format!("{}alert:{dedup}", self.settings.key_prefix);
         let ttl_ms = (ttl_ns / 1_000_000).max(1);
-        let set = match self.connection() {
-            Ok(conn) => redis::cmd("SET")
+        let set = self.run(|mut c| async move {
+            redis::cmd("SET")
                 .arg(&full)
                 .arg(1)
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl_ms)
-                .query::<Option<String>>(conn)
-                .map_err(|e| Self::classify(&e)),
-            Err(e) => Err(e),
-        };
+                .query_async::<Option<String>>(&mut c)
+                .await
+        });
         match set {
             Ok(v) => {
                 self.recovered();
