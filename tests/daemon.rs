@@ -298,8 +298,6 @@ fn worker_path_gives_the_events_of_one_pipeline() {
 #[test]
 fn live_two_workers_see_the_incident_on_a_high_server_port() {
     use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
-    use mcptap_testkit::tcp::Piece;
-    use std::io::{Read, Write};
     if !is_root() {
         return;
     }
@@ -362,25 +360,7 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
         let mut client = client.into_std().expect("std stream");
         client.set_nonblocking(false).expect("blocking");
         let (mut srv, _) = server.accept().expect("accept");
-        for w in writes {
-            let bytes: Vec<u8> = w
-                .pieces
-                .iter()
-                .flat_map(|p| match p {
-                    Piece::Bytes(b) => b.clone(),
-                    _ => Vec::new(),
-                })
-                .collect();
-            let (from, to) = if w.from_client {
-                (&mut client, &mut srv)
-            } else {
-                (&mut srv, &mut client)
-            };
-            from.write_all(&bytes).expect("write");
-            let mut got = vec![0; bytes.len()];
-            to.read_exact(&mut got).expect("read");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        pump_writes(&mut client, &mut srv, writes);
         drop(srv);
         drop(client);
         std::thread::sleep(Duration::from_millis(50));
@@ -405,8 +385,6 @@ fn play_connection(
     from: std::net::SocketAddr,
     writes: Vec<mcptap_testkit::tcp::AppWrite>,
 ) {
-    use mcptap_testkit::tcp::Piece;
-    use std::io::{Read, Write};
     let to = server.local_addr().expect("addr");
     let sock = socket2_free_connect(from, to);
     let mut client = sock;
@@ -429,6 +407,18 @@ fn play_connection(
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
+    pump_writes(&mut client, &mut srv, writes);
+}
+
+/// Plays a conversation's writes over a connected pair of sockets, each read back whole by the
+/// other side before the next.
+fn pump_writes(
+    client: &mut std::net::TcpStream,
+    srv: &mut std::net::TcpStream,
+    writes: Vec<mcptap_testkit::tcp::AppWrite>,
+) {
+    use mcptap_testkit::tcp::Piece;
+    use std::io::{Read, Write};
     for w in writes {
         let bytes: Vec<u8> = w
             .pieces
@@ -439,9 +429,9 @@ fn play_connection(
             })
             .collect();
         let (a, b) = if w.from_client {
-            (&mut client, &mut srv)
+            (&mut *client, &mut *srv)
         } else {
-            (&mut srv, &mut client)
+            (&mut *srv, &mut *client)
         };
         a.write_all(&bytes).expect("write");
         let mut got = vec![0; bytes.len()];
