@@ -489,3 +489,178 @@ fn redaction_hides_clients_in_events_and_in_the_store() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Host A's and host B's writes of one client as two captures (each host its own address,
+/// the same Host header; the client the same address, as a load balancer's
+/// `X-Forwarded-For` or PROXY header would name it).
+/// `servers`: the last octet of the MCP endpoint's address as each capture shows it.
+fn split_writes(
+    dir: &Path,
+    name: &str,
+    writes: &[Vec<mcptap_testkit::tcp::AppWrite>; 2],
+    servers: [u8; 2],
+) -> (PathBuf, PathBuf) {
+    let mut paths = Vec::new();
+    for (n, writes) in writes.iter().enumerate() {
+        let mut sim = Sim::new(60 + n as u64);
+        // Host B's part comes a second after host A's.
+        sim.advance(n as i64 * 1_000_000_000);
+        let conn = sim.connect(
+            Endpoint::new([127, 0, 0, 20], 42_000 + n as u16),
+            Endpoint::new([127, 0, 0, servers[n]], 8080),
+            writes.clone(),
+        );
+        sim.run(vec![conn]);
+        let path = dir.join(format!("{name}-host-{n}-{}.pcap", servers[1]));
+        sim.write_pcap(&path).expect("pcap");
+        paths.push(path);
+    }
+    (paths.remove(0), paths.remove(0))
+}
+
+/// What a person reads off a replay: alerts (by session or lineage) and handshakes'
+/// predecessors.
+fn findings(events: &[serde_json::Value]) -> Vec<String> {
+    let mut found: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e["event"].as_str() {
+            Some("alert") => Some(format!(
+                "alert {} {}",
+                e["session_id"]
+                    .as_str()
+                    .or(e["lineage_id"].as_str().map(|_| "(lineage)"))
+                    .unwrap_or("-"),
+                e["kind"].as_str().unwrap_or("?")
+            )),
+            Some("handshake") if !e["predecessor_session_id"].is_null() => Some(format!(
+                "handshake {} after {}",
+                e["session_id"].as_str().unwrap_or("-"),
+                e["predecessor_session_id"].as_str().unwrap_or("?")
+            )),
+            _ => None,
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Sessionless state crosses hosts too: a modern client's first declarations, a stateless
+/// server's response modes per endpoint, and an ended session as the predecessor of the
+/// client's next one. For each, host B's replay with host A's state finds what a merged
+/// replay finds, and neither capture alone finds it.
+#[test]
+fn lineages_and_stateless_endpoints_cross_hosts() {
+    use mcptap_testkit::mcp::{initialize_request, initialize_result, modern, tools_call_request};
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-lineage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let Some((_redis, port)) = redis(&dir) else {
+        eprintln!("redis-server not installed: skipped (scripts/setup.sh --test installs it)");
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}/");
+
+    // A modern client declares its full set on host A, then a narrowed one (twice) on B.
+    let modern_writes = |caps: &str, first_id: u64| {
+        let mut talk = Conversation::new("unused");
+        for id in first_id..first_id + 2 {
+            let body = modern::request(
+                id,
+                "tools/call",
+                r#""name":"search_docs","arguments":{}"#,
+                caps,
+                "agent",
+                "1.0",
+            );
+            talk.exchange(
+                modern::post(&body, "tools/call", Some("search_docs"), ""),
+                modern::answer(false, &modern::tool_result(id)),
+            );
+        }
+        talk.take_writes()
+    };
+    // A stateless legacy server: SSE answers on host A, JSON on B.
+    let stateless = |answers: &[bool], first_id: u64, init: bool| {
+        let mut talk = Conversation::new("unused");
+        let client = mcptap_testkit::mcp::Client {
+            host: "mcp.internal:8080",
+            name: "testkit-client",
+            version: "0.1.0",
+        };
+        if init {
+            let body = initialize_request(first_id, FULL_CLIENT_CAPS, "testkit-client", "0.1.0");
+            let result = initialize_result(first_id, r#"{"streaming":true}"#, "stateless");
+            talk.exchange(client.post(&body, None), modern::answer(false, &result));
+        }
+        for (n, sse) in answers.iter().enumerate() {
+            let id = first_id + 1 + n as u64;
+            let body = tools_call_request(id, "search_docs", r#"{"query":"status"}"#);
+            let result = mcptap_testkit::mcp::tool_result(id, "ok");
+            talk.exchange(client.post(&body, None), modern::answer(*sse, &result));
+        }
+        talk.take_writes()
+    };
+    // A session deleted on host A; the client's next session starts on B, narrowed.
+    let mut first = Conversation::new("gone-s1");
+    first
+        .initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized()
+        .tools_call("one", Answer::Sse)
+        .delete();
+    let mut next = Conversation::new("next-s2");
+    next.initialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Json)
+        .initialized();
+
+    let cases = [
+        (
+            "modern",
+            "alert (lineage) client_capability_narrowing",
+            [
+                modern_writes(modern::FULL_CAPS, 1),
+                modern_writes(modern::RESET_CAPS, 10),
+            ],
+        ),
+        (
+            "stateless",
+            "alert (lineage) content_type_divergence",
+            [
+                stateless(&[true, true], 1, true),
+                stateless(&[false], 20, false),
+            ],
+        ),
+        (
+            "predecessor",
+            "handshake next-s2 after gone-s1",
+            [first.take_writes(), next.take_writes()],
+        ),
+    ];
+    for (name, expected, writes) in &cases {
+        // One gateway host's two connections, merged, show it; two hosts' captures (their
+        // own addresses, the same Host header) need the store.
+        let (one_a, one_b) = split_writes(&dir, name, writes, [31, 31]);
+        let merged =
+            findings(&replay(&[one_a.to_str().expect("path"), one_b.to_str().expect("path")]).0);
+        assert_eq!(merged, [*expected], "{name}: the merged replay finds it");
+        let (a, b) = split_writes(&dir, name, writes, [31, 32]);
+        let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+        assert!(findings(&replay(&[b]).0).is_empty(), "{name}: B alone");
+        let key_prefix = format!("t-{name}:");
+        let (events, stderr) = replay(&[
+            "--fleet",
+            &url,
+            "--fleet-key-prefix",
+            &key_prefix,
+            "--fleet-write",
+            a,
+        ]);
+        assert!(
+            findings(&events).iter().all(|f| !merged.contains(f)),
+            "{name}: A alone finds nothing of it: {:?}",
+            findings(&events)
+        );
+        assert!(stderr.contains(" 0 errors"), "{name}: {stderr}");
+        let (events, stderr) = replay(&["--fleet", &url, "--fleet-key-prefix", &key_prefix, b]);
+        assert_eq!(findings(&events), merged, "{name}: {stderr}");
+        assert!(!stderr.contains("(0 found)"), "{name}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -118,6 +118,11 @@ impl Lineage {
         Dropped(dropped)
     }
 
+    /// The most recent ended session under `key`.
+    pub fn latest(&self, key: &LineageKey) -> Option<&Ended> {
+        self.by_key.get(key)?.back().map(|e| &e.ended)
+    }
+
     /// The most recent ended session under `key` within `window_ns` of `now`.
     pub fn predecessor(&self, key: &LineageKey, now: Timestamp, window_ns: i64) -> Option<&Ended> {
         let newest = &self.by_key.get(key)?.back()?.ended;

@@ -118,17 +118,118 @@ struct Fleet {
     dirty: Vec<SessionKey>,
     /// Sessions by their fleet-wide key (for conflicts).
     sessions: HashMap<Box<str>, SessionKey>,
+    /// Lineages by their fleet-wide key: looked up (or created) already, and their version.
+    lineages: HashMap<Box<str>, SharedMark>,
+    /// The input ended: what waits is released, nothing new is looked up.
+    closing: bool,
+}
+
+/// A request's JSON-RPC messages and whom they belong to, before its exchange is opened.
+#[derive(Debug)]
+struct ClassifiedRequest {
+    session_id: Option<String>,
+    era: Era,
+    requests: Vec<PendingRequest>,
+    client_answers: Vec<(Id, Option<i64>)>,
+    /// Set for requests without a session and for `initialize`.
+    lineage_id: Option<Box<str>>,
 }
 
 /// Most sessions indexed by fleet key; beyond, a conflict on an unindexed one is not merged
 /// (its next change is written over the store's).
 const MAX_FLEET_SESSIONS: usize = 1 << 20;
 
-/// A session's messages held until the store answers.
+/// A session's or lineage's messages held until the store answers.
 #[derive(Debug)]
 struct Held {
-    events: Vec<(FlowCtx, Timestamp, HttpEvent)>,
+    fleet_key: Box<str>,
+    events: Vec<(FlowCtx, Timestamp, HeldMessage)>,
     bytes: usize,
+}
+
+/// A held message: as it came, or a request already classified (its body parsed).
+#[derive(Debug)]
+enum HeldMessage {
+    Http(HttpEvent),
+    Request {
+        exchange: u64,
+        head: RequestHead,
+        request: ClassifiedRequest,
+    },
+}
+
+/// What this instance last wrote (or found) of a lineage's shared record.
+#[derive(Debug)]
+struct SharedMark {
+    server: SocketAddr,
+    version: u64,
+    /// Of the record's lasting content (0: unknown).
+    digest: u64,
+}
+
+/// Lineages whose store version is remembered at once; beyond, the index starts over.
+const MAX_FLEET_LINEAGES: usize = 65_536;
+
+/// The fleet-wide key of a stateless server's endpoint (method and tool).
+pub fn fleet_endpoint_key(server_identity: &str, method: &str, tool: Option<&str>) -> String {
+    format!(
+        "endpoint:{}",
+        identity::lineage_id(server_identity, method, tool.unwrap_or("\0"))
+    )
+}
+
+/// Fleet keys of lineage records start with this.
+const LINEAGE_FLEET_PREFIX: &str = "lineage:";
+
+/// The fleet-wide key of a lineage (its id already names the server and the client).
+pub fn fleet_lineage_key(lineage_id: &str) -> String {
+    format!("{LINEAGE_FLEET_PREFIX}{lineage_id}")
+}
+
+/// The digest of what lasts in `entry`: counters that move with every request (requests,
+/// last seen, declaration sequence) and the version are left out, so that a write goes
+/// out only when something a detector uses changed. `None`: it does not serialize.
+fn lasting_digest<D: serde::Serialize>(entry: &mut snapshot::SessionEntry<D>) -> Option<u64> {
+    let requests = std::mem::take(&mut entry.requests);
+    let last_seen = std::mem::take(&mut entry.last_seen_ns);
+    let version = std::mem::take(&mut entry.shared_version);
+    let seq = entry
+        .era_state
+        .as_mut()
+        .map(|e| std::mem::take(&mut e.declaration_seq));
+    let text = serde_json::to_string(&*entry).ok();
+    entry.requests = requests;
+    entry.last_seen_ns = last_seen;
+    entry.shared_version = version;
+    if let (Some(e), Some(seq)) = (entry.era_state.as_mut(), seq) {
+        e.declaration_seq = seq;
+    }
+    text.map(|t| text_digest(&t))
+}
+
+/// Takes the alerts of `out[start..]` that `mine` picks, each named fleet-wide under
+/// `fleet_key` (they wait for the fleet's verdict).
+fn take_alerts(
+    out: &mut Vec<Output>,
+    start: usize,
+    fleet_key: &str,
+    mine: impl Fn(&Alert) -> bool,
+) -> Vec<SharedAlert> {
+    let mut alerts = Vec::new();
+    let mut i = start.min(out.len());
+    while i < out.len() {
+        let picked = matches!(&out[i], Output::Event(Event::Alert(a)) if mine(a));
+        if picked && let Output::Event(event) = out.remove(i) {
+            let dedup = match &event {
+                Event::Alert(a) => format!("{fleet_key}:{}", a.kind.identity()),
+                _ => String::new(),
+            };
+            alerts.push(SharedAlert { dedup, event });
+        } else {
+            i += 1;
+        }
+    }
+    alerts
 }
 
 /// Bounds of fleet mode's held messages: per session, in all, and sessions waiting at once.
@@ -456,79 +557,182 @@ impl<D: Detector> Tracker<D> {
             return self.on_http_local(ctx, ts, ev, out);
         }
         let start = out.len();
-        if let Some(ev) = self.hold_for_fleet(ctx, ts, ev, out) {
-            self.on_http_local(ctx, ts, ev, out);
-        }
+        self.on_http_fleet(ctx, ts, ev, None, out);
         self.share_dirty(out, start);
     }
 
-    /// Holds `ev` when it belongs to a session whose shared state is not known yet (asking
-    /// for it on the session's first sighting); returns it when it can be processed now.
-    fn hold_for_fleet(
+    /// Fleet mode: a request of a session or lineage whose shared state is not known yet is
+    /// held (and its state asked for on first sighting), with everything that follows on its
+    /// connection; other messages are processed now.
+    fn on_http_fleet(
         &mut self,
         ctx: FlowCtx,
         ts: Timestamp,
         ev: HttpEvent,
+        released: Option<&SessionKey>,
         out: &mut Vec<Output>,
-    ) -> Option<HttpEvent> {
-        let waiting = match self.fleet.as_ref() {
-            Some(f) => f.held_flows.get(&ctx.flow).cloned(),
-            None => return Some(ev),
+    ) {
+        let waiting = self
+            .fleet
+            .as_ref()
+            .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
+        if let Some(key) = waiting {
+            let cost = held_cost(&ev);
+            return self.hold(&key, ctx, ts, HeldMessage::Http(ev), cost, out);
+        }
+        let HttpEvent::Request {
+            exchange,
+            head,
+            body,
+        } = ev
+        else {
+            return self.on_http_local(ctx, ts, ev, out);
         };
-        let key = match waiting {
-            Some(key) => key,
-            None => {
-                let HttpEvent::Request { head, .. } = &ev else {
-                    return Some(ev);
+        let Some(request) = self.classify_request(ctx, &head, &body, out) else {
+            return;
+        };
+        let cost = 256 + body.len() + head.path.len();
+        self.route_request(ctx, ts, exchange, head, request, cost, released, out);
+    }
+
+    /// A classified request: held behind a lookup (its connection's, or one it needs), or
+    /// its exchange opened now. `released`: the lookup it waited for (never asked again).
+    #[allow(clippy::too_many_arguments)]
+    fn route_request(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        exchange: u64,
+        head: RequestHead,
+        request: ClassifiedRequest,
+        cost: usize,
+        released: Option<&SessionKey>,
+        out: &mut Vec<Output>,
+    ) {
+        let waiting = self
+            .fleet
+            .as_ref()
+            .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
+        let held = waiting.or_else(|| {
+            self.fleet_target(ctx, &head, &request, released)
+                .and_then(|(key, fleet_key)| self.start_lookup(ctx, key, fleet_key, out))
+        });
+        match held {
+            Some(key) => {
+                let message = HeldMessage::Request {
+                    exchange,
+                    head,
+                    request,
                 };
-                let Some(sid) = headers::request_session_id(head)
-                    .filter(|s| session::is_valid_session_id(s, self.limits.max_session_id_len))
-                else {
-                    return Some(ev);
-                };
-                let key = (ctx.server, sid.to_string());
-                if self.sessions.contains(&key) {
-                    return Some(ev);
-                }
-                let fleet_key =
-                    fleet_session_key(&self.identities.server_identity(ctx.server, head), sid);
-                let Some(fleet) = self.fleet.as_mut() else {
-                    return Some(ev);
-                };
-                if !fleet.pending.contains_key(&key) {
-                    if fleet.pending.len() >= MAX_PENDING_LOOKUPS {
-                        out.push(Output::Telemetry(Telemetry::LimitHit {
-                            limit: Limit::FleetHeld,
-                        }));
-                        return Some(ev);
-                    }
-                    out.push(Output::Shared(SharedRequest::Lookup {
-                        key: fleet_key.clone(),
-                    }));
-                    fleet.by_fleet_key.insert(fleet_key.into(), key.clone());
-                    fleet.pending.insert(
-                        key.clone(),
-                        Held {
-                            events: Vec::new(),
-                            bytes: 0,
-                        },
-                    );
-                }
-                fleet.held_flows.insert(ctx.flow, key.clone());
-                key
+                self.hold(&key, ctx, ts, message, cost, out);
             }
-        };
-        let cost = held_cost(&ev);
+            None => self.open_request(ctx, ts, exchange, head, request, out),
+        }
+    }
+
+    /// The session or lineage whose shared state `request` needs and this instance does not
+    /// have: its table key and its fleet-wide key.
+    fn fleet_target(
+        &self,
+        ctx: FlowCtx,
+        head: &RequestHead,
+        request: &ClassifiedRequest,
+        released: Option<&SessionKey>,
+    ) -> Option<(SessionKey, String)> {
+        if self.fleet.as_ref().is_none_or(|f| f.closing) {
+            return None;
+        }
+        if let Some(sid) = &request.session_id {
+            let key = (ctx.server, sid.clone());
+            if self.sessions.contains(&key) || released == Some(&key) {
+                return None;
+            }
+            let server = self.identities.server_identity(ctx.server, head);
+            return Some((key, fleet_session_key(&server, sid)));
+        }
+        if let Some(lid) = request.lineage_id.as_deref() {
+            let fleet_key = fleet_lineage_key(lid);
+            let known = self
+                .fleet
+                .as_ref()
+                .is_none_or(|f| f.lineages.contains_key(fleet_key.as_str()));
+            let key = session::lineage_key(ctx.server, lid);
+            if !known && released != Some(&key) {
+                return Some((key, fleet_key));
+            }
+        }
+        // A stateless legacy server: its response modes per method and tool.
+        if request.era != Era::Legacy {
+            return None;
+        }
+        let r = request.requests.iter().find(|r| {
+            let key = session::endpoint_key(ctx.server, &r.method, r.tool.as_deref());
+            !self.sessions.contains(&key) && released != Some(&key)
+        })?;
+        let server = self.identities.server_identity(ctx.server, head);
+        Some((
+            session::endpoint_key(ctx.server, &r.method, r.tool.as_deref()),
+            fleet_endpoint_key(&server, &r.method, r.tool.as_deref()),
+        ))
+    }
+
+    /// Asks the store for `key`'s state unless that is under way; `None`: too many lookups
+    /// wait already (counted), go on with the local view.
+    fn start_lookup(
+        &mut self,
+        ctx: FlowCtx,
+        key: SessionKey,
+        fleet_key: String,
+        out: &mut Vec<Output>,
+    ) -> Option<SessionKey> {
+        let fleet = self.fleet.as_mut()?;
+        if !fleet.pending.contains_key(&key) {
+            if fleet.pending.len() >= MAX_PENDING_LOOKUPS {
+                out.push(Output::Telemetry(Telemetry::LimitHit {
+                    limit: Limit::FleetHeld,
+                }));
+                return None;
+            }
+            out.push(Output::Shared(SharedRequest::Lookup {
+                key: fleet_key.clone(),
+            }));
+            fleet
+                .by_fleet_key
+                .insert(fleet_key.as_str().into(), key.clone());
+            fleet.pending.insert(
+                key.clone(),
+                Held {
+                    fleet_key: fleet_key.into(),
+                    events: Vec::new(),
+                    bytes: 0,
+                },
+            );
+        }
+        fleet.held_flows.insert(ctx.flow, key.clone());
+        Some(key)
+    }
+
+    /// Queues `message` behind `key`'s lookup; beyond the bounds the lookup is given up and
+    /// everything held is processed with the local view (counted).
+    fn hold(
+        &mut self,
+        key: &SessionKey,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        message: HeldMessage,
+        cost: usize,
+        out: &mut Vec<Output>,
+    ) {
         let Some(fleet) = self.fleet.as_mut() else {
-            return Some(ev);
+            return;
         };
         let over = fleet.held_bytes + cost > MAX_HELD_BYTES
             || fleet
                 .pending
-                .get(&key)
+                .get(key)
                 .is_some_and(|h| h.bytes + cost > MAX_HELD_BYTES_PER_SESSION);
-        if let Some(held) = fleet.pending.get_mut(&key) {
-            held.events.push((ctx, ts, ev));
+        if let Some(held) = fleet.pending.get_mut(key) {
+            held.events.push((ctx, ts, message));
             held.bytes += cost;
             fleet.held_bytes += cost;
         }
@@ -537,14 +741,13 @@ impl<D: Detector> Tracker<D> {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::FleetHeld,
             }));
-            self.release_held(&key, None, ts, out);
+            self.release_held(key, None, ts, out);
         }
-        None
     }
 
-    /// The store answered the lookup of `fleet_key`: `record` is the session's shared state
-    /// (JSON, as an [`SharedRequest::Update`] wrote it) or `None` (absent, timed out, store
-    /// down). The session's held messages are processed now, in order.
+    /// The store answered the lookup of `fleet_key`: `record` is the session's or lineage's
+    /// shared state (JSON, as an [`SharedRequest::Update`] wrote it) or `None` (absent, timed
+    /// out, store down). The held messages are processed now, in order.
     pub fn on_shared_state(
         &mut self,
         fleet_key: &str,
@@ -554,8 +757,8 @@ impl<D: Detector> Tracker<D> {
     ) {
         let Some(key) = self
             .fleet
-            .as_mut()
-            .and_then(|f| f.by_fleet_key.remove(fleet_key))
+            .as_ref()
+            .and_then(|f| f.by_fleet_key.get(fleet_key).cloned())
         else {
             return; // a late or unknown answer
         };
@@ -565,10 +768,26 @@ impl<D: Detector> Tracker<D> {
     }
 
     /// The store refused an [`SharedRequest::Update`] of `fleet_key`: another instance
-    /// changed the session first. Its record (`stored`) is merged into this one's view — the
-    /// first handshake stays the fleet's first, response modes must fit what both saw — and
-    /// written again on top of it.
+    /// changed the session or lineage first. Its record (`stored`) is merged into this one's
+    /// view — the first handshake or declaration stays the fleet's first, response modes must
+    /// fit what both saw — and written again on top of it.
     pub fn on_shared_conflict(
+        &mut self,
+        fleet_key: &str,
+        stored: &str,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let start = out.len();
+        if fleet_key.starts_with(LINEAGE_FLEET_PREFIX) {
+            self.merge_lineage_conflict(fleet_key, stored, now, out);
+        } else {
+            self.merge_session_conflict(fleet_key, stored, now, out);
+        }
+        self.share_dirty(out, start);
+    }
+
+    fn merge_session_conflict(
         &mut self,
         fleet_key: &str,
         stored: &str,
@@ -590,6 +809,63 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.get_mut(&key) else {
             return;
         };
+        s.shared_version = theirs.shared_version;
+        s.shared_digest = 0;
+        self.merge_entry(&key, theirs);
+        self.touch_shared(&key);
+        self.recharge(&key, now, out);
+    }
+
+    fn merge_lineage_conflict(
+        &mut self,
+        fleet_key: &str,
+        stored: &str,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(server) = self
+            .fleet
+            .as_ref()
+            .and_then(|f| f.lineages.get(fleet_key).map(|m| m.server))
+        else {
+            return;
+        };
+        let theirs = match serde_json::from_str::<snapshot::LineageShare<D::SessionState>>(stored) {
+            Ok(t) if t.v == snapshot::SNAPSHOT_VERSION => t,
+            _ => {
+                out.push(Output::Telemetry(Telemetry::FleetGarbage));
+                return;
+            }
+        };
+        let lid = &fleet_key[LINEAGE_FLEET_PREFIX.len()..];
+        let key = session::lineage_key(server, lid);
+        if let Some(f) = self.fleet.as_mut()
+            && let Some(mark) = f.lineages.get_mut(fleet_key)
+        {
+            mark.version = theirs.shared_version;
+            mark.digest = 0;
+        }
+        if let Some(entry) = theirs.entry {
+            if self.sessions.contains(&key) {
+                self.merge_entry(&key, entry);
+            } else {
+                let last_seen = Timestamp(entry.last_seen_ns.min(now.0));
+                self.install(&key, entry, last_seen, now, out);
+            }
+        }
+        if let Some(ended) = theirs.ended {
+            self.adopt_ended(server, lid, ended, now, out);
+        }
+        self.touch_shared(&key);
+        self.recharge(&key, now, out);
+    }
+
+    /// Another instance's view of entry `key`, merged into this one's: its first handshake
+    /// and first declarations stay the baseline; response modes must fit what both saw.
+    fn merge_entry(&mut self, key: &SessionKey, theirs: snapshot::SessionEntry<D::SessionState>) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
         if theirs.baseline.is_some() {
             s.baseline = theirs.baseline;
         }
@@ -598,14 +874,12 @@ impl<D: Detector> Tracker<D> {
         s.alerts = s.alerts.max(theirs.alerts);
         self.detector
             .merge_state(&mut s.detection, theirs.detection);
-        s.shared_version = theirs.shared_version;
-        s.shared_digest = 0;
-        self.touch_shared(&key);
-        let start = out.len();
-        self.recharge(&key, now, out);
-        self.share_dirty(out, start);
+        if let Some(record) = theirs.era_state {
+            s.ext.get_or_insert_with(Box::default).merge(record);
+        }
     }
 
+    /// Releases what waits behind `key`'s lookup, with the store's `record` if it answered.
     fn release_held(
         &mut self,
         key: &SessionKey,
@@ -616,42 +890,170 @@ impl<D: Detector> Tracker<D> {
         let Some(fleet) = self.fleet.as_mut() else {
             return;
         };
-        fleet.by_fleet_key.retain(|_, k| k != key);
         let Some(held) = fleet.pending.remove(key) else {
             return;
         };
+        fleet.by_fleet_key.remove(&held.fleet_key);
         fleet.held_flows.retain(|_, k| k != key);
         fleet.held_bytes = fleet.held_bytes.saturating_sub(held.bytes);
-        if let Some(text) = record {
-            match serde_json::from_str::<snapshot::SessionEntry<D::SessionState>>(text) {
-                Ok(entry) if !self.sessions.contains(key) => {
-                    let fleet_key = held.events.first().and_then(|(ctx, _, ev)| match ev {
-                        HttpEvent::Request { head, .. } => Some(fleet_session_key(
-                            &self.identities.server_identity(ctx.server, head),
-                            &key.1,
-                        )),
-                        _ => None,
-                    });
-                    let version = entry.shared_version;
-                    self.install(key, entry, now, now, out);
-                    if let Some(s) = self.sessions.get_mut(key) {
-                        s.fleet_key = fleet_key.map(Into::into);
-                        s.shared_digest = text_digest(text);
-                        s.shared_version = version;
-                    }
-                    out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
+        match session::scope_of(key) {
+            Scope::Lineage => self.adopt_lineage(key, &held.fleet_key, record, now, out),
+            Scope::Endpoint => {
+                self.adopt_session(key, &held.fleet_key, record, now, out);
+                // Known from now on, whether the store had it or not.
+                if let Some((ctx, _, _)) = held.events.first() {
+                    self.ensure(key, ctx.client, now, false, out);
                 }
-                Ok(_) => {}
-                Err(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
+                if let Some(s) = self.sessions.get_mut(key) {
+                    s.fleet_key.get_or_insert_with(|| held.fleet_key.clone());
+                }
             }
-        } else {
+            _ => self.adopt_session(key, &held.fleet_key, record, now, out),
+        }
+        // In order; this key is known now (from the store, or as new), but a request may
+        // need another one (its endpoint after its lineage), and its connection waits again.
+        for (ctx, ts, message) in held.events {
+            match message {
+                HeldMessage::Http(ev) => self.on_http_fleet(ctx, ts, ev, Some(key), out),
+                HeldMessage::Request {
+                    exchange,
+                    head,
+                    request,
+                } => {
+                    let cost = 256 + head.path.len();
+                    let released = Some(key);
+                    self.route_request(ctx, ts, exchange, head, request, cost, released, out)
+                }
+            }
+        }
+    }
+
+    fn adopt_session(
+        &mut self,
+        key: &SessionKey,
+        fleet_key: &str,
+        record: Option<&str>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(text) = record else {
             out.push(Output::Telemetry(Telemetry::FleetState { found: false }));
+            return;
+        };
+        match serde_json::from_str::<snapshot::SessionEntry<D::SessionState>>(text) {
+            Ok(entry) if !self.sessions.contains(key) => {
+                let version = entry.shared_version;
+                self.install(key, entry, now, now, out);
+                if let Some(s) = self.sessions.get_mut(key) {
+                    s.fleet_key = Some(fleet_key.into());
+                    s.shared_version = version;
+                }
+                out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
+            }
+            Ok(_) => {}
+            Err(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
         }
-        // Processed as they would have been: the session exists now (from the store, or
-        // picked up midstream by its first request), so nothing is held again.
-        for (ctx, ts, ev) in held.events {
-            self.on_http_local(ctx, ts, ev, out);
+    }
+
+    /// A lineage's shared record: its entry (modern declarations, a stateless client's
+    /// handshakes) and its latest ended session, kept where this instance has nothing newer.
+    fn adopt_lineage(
+        &mut self,
+        key: &SessionKey,
+        fleet_key: &str,
+        record: Option<&str>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        let mut version = 0;
+        match record.map(serde_json::from_str::<snapshot::LineageShare<D::SessionState>>) {
+            None => out.push(Output::Telemetry(Telemetry::FleetState { found: false })),
+            Some(Ok(share)) if share.v == snapshot::SNAPSHOT_VERSION => {
+                version = share.shared_version;
+                let lid = &fleet_key[LINEAGE_FLEET_PREFIX.len()..];
+                if let Some(entry) = share.entry
+                    && !self.sessions.contains(key)
+                {
+                    let last_seen = Timestamp(entry.last_seen_ns.min(now.0));
+                    self.install(key, entry, last_seen, now, out);
+                }
+                if let Some(ended) = share.ended {
+                    self.adopt_ended(key.0, lid, ended, now, out);
+                }
+                out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
+            }
+            Some(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
         }
+        self.mark_lineage(fleet_key, key.0, version, out);
+    }
+
+    /// Remembers that the store's version of lineage `fleet_key` is `version`. The index is
+    /// bounded: when full it starts over (counted), which costs lookups, not findings.
+    fn mark_lineage(
+        &mut self,
+        fleet_key: &str,
+        server: SocketAddr,
+        version: u64,
+        out: &mut Vec<Output>,
+    ) -> Option<&mut SharedMark> {
+        let fleet = self.fleet.as_mut()?;
+        if !fleet.lineages.contains_key(fleet_key) && fleet.lineages.len() >= MAX_FLEET_LINEAGES {
+            fleet.lineages.clear();
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::FleetHeld,
+            }));
+        }
+        let mark = fleet
+            .lineages
+            .entry(fleet_key.into())
+            .or_insert(SharedMark {
+                server,
+                version,
+                digest: 0,
+            });
+        Some(mark)
+    }
+
+    /// An ended session of lineage `lid` that another instance saw: remembered unless this
+    /// instance knows a later one or it is older than the lineage window.
+    fn adopt_ended(
+        &mut self,
+        server: SocketAddr,
+        lid: &str,
+        e: snapshot::EndedEntry,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) {
+        if now.0.saturating_sub(e.ts_ns) > self.limits.lineage_window_ns
+            || !session::is_valid_session_id(&e.session_id, self.limits.max_session_id_len)
+        {
+            return;
+        }
+        let key = LineageKey {
+            server,
+            lineage_id: lid.into(),
+        };
+        if self
+            .lineage
+            .latest(&key)
+            .is_some_and(|mine| mine.ts.0 >= e.ts_ns)
+        {
+            return;
+        }
+        let dropped = self.lineage.remember(
+            key,
+            Ended {
+                ts: Timestamp(e.ts_ns),
+                session_id: e.session_id,
+                baseline: e.baseline,
+            },
+        );
+        for _ in 0..dropped.0 {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::LineageRecords,
+            }));
+        }
+        self.publish_lineage_bytes();
     }
 
     /// A session from a shared or snapshot record, last seen at `last_seen`. Counted as
@@ -687,76 +1089,149 @@ impl<D: Detector> Tracker<D> {
         self.recharge(key, now, out);
     }
 
-    /// Marks session `key`'s shared state as possibly changed (fleet mode).
+    /// Marks entry `key`'s shared state as possibly changed (fleet mode): a session, an
+    /// endpoint's modes, or a lineage (its entry or its ended sessions).
     fn touch_shared(&mut self, key: &SessionKey) {
         if let Some(f) = self.fleet.as_mut()
-            && session::scope_of(key) == Scope::Session
+            && session::scope_of(key) != Scope::Server
             && !f.dirty.contains(key)
         {
             f.dirty.push(key.clone());
         }
     }
 
-    /// Hands out the shared state of sessions that changed since it was last shared, with the
-    /// alerts those changes raised (taken from `out[start..]`: the fleet decides whether they
-    /// are new).
+    /// Hands out the shared state of sessions and lineages that changed since it was last
+    /// shared, with the alerts those changes raised (taken from `out[start..]`: the fleet
+    /// decides whether they are new).
     fn share_dirty(&mut self, out: &mut Vec<Output>, start: usize) {
         let Some(dirty) = self.fleet.as_mut().map(|f| std::mem::take(&mut f.dirty)) else {
             return;
         };
-        let ttl_ns = self.limits.session_idle_timeout_ns;
         for key in dirty {
-            let Some(s) = self.sessions.get(&key) else {
-                continue;
-            };
-            let Some(fleet_key) = s.fleet_key.clone() else {
-                continue;
-            };
-            let base_version = s.shared_version;
-            let mut entry = session_entry(&key, s);
-            entry.shared_version = base_version + 1;
-            let Ok(record) = serde_json::to_string(&entry) else {
-                continue;
-            };
-            let digest = text_digest(&record);
-            let Some(s) = self.sessions.get_mut(&key) else {
-                continue;
-            };
-            if s.shared_digest == digest {
-                continue;
+            if session::scope_of(&key) == Scope::Lineage {
+                self.share_lineage(&key, out, start);
+            } else {
+                self.share_session(&key, out, start);
             }
-            s.shared_digest = digest;
-            s.shared_version = base_version + 1;
-            // This session's alerts of this call wait for the fleet's verdict.
-            let mut alerts = Vec::new();
-            let mut i = start.min(out.len());
-            while i < out.len() {
-                let mine = matches!(&out[i], Output::Event(Event::Alert(a))
-                    if a.server == key.0 && a.session_id.as_deref() == Some(key.1.as_str()));
-                if mine && let Output::Event(event) = out.remove(i) {
-                    let dedup = match &event {
-                        Event::Alert(a) => format!("{fleet_key}:{}", a.kind.identity()),
-                        _ => String::new(),
-                    };
-                    alerts.push(SharedAlert { dedup, event });
-                } else {
-                    i += 1;
-                }
-            }
-            if let Some(f) = self.fleet.as_mut()
-                && (f.sessions.len() < MAX_FLEET_SESSIONS || f.sessions.contains_key(&fleet_key))
-            {
-                f.sessions.insert(fleet_key.clone(), key.clone());
-            }
-            out.push(Output::Shared(SharedRequest::Update {
-                key: fleet_key.to_string(),
-                record,
-                ttl_ns,
-                base_version,
-                version: base_version + 1,
-                alerts,
-            }));
         }
+    }
+
+    fn share_session(&mut self, key: &SessionKey, out: &mut Vec<Output>, start: usize) {
+        let Some(s) = self.sessions.get(key) else {
+            return;
+        };
+        let Some(fleet_key) = s.fleet_key.clone() else {
+            return;
+        };
+        let base_version = s.shared_version;
+        let mut entry = session_entry(key, s);
+        let Some(digest) = lasting_digest(&mut entry) else {
+            return;
+        };
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        if s.shared_digest == digest {
+            return;
+        }
+        entry.shared_version = base_version + 1;
+        let Ok(record) = serde_json::to_string(&entry) else {
+            return;
+        };
+        s.shared_digest = digest;
+        s.shared_version = base_version + 1;
+        let endpoint = session::scope_of(key) == Scope::Endpoint;
+        let alerts = take_alerts(out, start, &fleet_key, |a| {
+            a.server == key.0
+                && if endpoint {
+                    a.session_id.is_none()
+                        && matches!(&a.kind, AlertKind::ContentTypeDivergence(d)
+                            if session::endpoint_key(key.0, &d.method, d.tool.as_deref()) == *key)
+                } else {
+                    a.session_id.as_deref() == Some(key.1.as_str())
+                }
+        });
+        if let Some(f) = self.fleet.as_mut()
+            && (f.sessions.len() < MAX_FLEET_SESSIONS || f.sessions.contains_key(&fleet_key))
+        {
+            f.sessions.insert(fleet_key.clone(), key.clone());
+        }
+        out.push(Output::Shared(SharedRequest::Update {
+            key: fleet_key.to_string(),
+            record,
+            ttl_ns: self.limits.session_idle_timeout_ns,
+            base_version,
+            version: base_version + 1,
+            alerts,
+        }));
+    }
+
+    /// A lineage's record: its entry (if it has one) and its latest ended session.
+    fn share_lineage(&mut self, key: &SessionKey, out: &mut Vec<Output>, start: usize) {
+        let Some(lid) = session::lineage_of_key(key).map(str::to_string) else {
+            return;
+        };
+        let mut entry = self.sessions.get(key).map(|s| session_entry(key, s));
+        let ended = self
+            .lineage
+            .latest(&LineageKey {
+                server: key.0,
+                lineage_id: lid.as_str().into(),
+            })
+            .map(|e| snapshot::EndedEntry {
+                server: key.0,
+                lineage_id: lid.as_str().into(),
+                ts_ns: e.ts.0,
+                session_id: e.session_id.clone(),
+                baseline: e.baseline.clone(),
+            });
+        if entry.is_none() && ended.is_none() {
+            return;
+        }
+        let digest = match entry.as_mut() {
+            Some(e) => lasting_digest(e),
+            None => Some(0),
+        };
+        let ended_digest = ended
+            .as_ref()
+            .and_then(|e| serde_json::to_string(e).ok())
+            .map_or(0, |t| text_digest(&t));
+        let Some(digest) = digest.map(|d| d ^ ended_digest.rotate_left(1)) else {
+            return;
+        };
+        let fleet_key = fleet_lineage_key(&lid);
+        let Some(mark) = self.mark_lineage(&fleet_key, key.0, 0, out) else {
+            return;
+        };
+        if mark.digest == digest {
+            return;
+        }
+        let base_version = mark.version;
+        let share = snapshot::LineageShare {
+            v: snapshot::SNAPSHOT_VERSION,
+            shared_version: base_version + 1,
+            entry,
+            ended,
+        };
+        let Ok(record) = serde_json::to_string(&share) else {
+            return;
+        };
+        mark.digest = digest;
+        mark.version = base_version + 1;
+        let alerts = take_alerts(out, start, &fleet_key, |a| {
+            a.server == key.0 && a.session_id.is_none() && a.lineage_id.as_deref() == Some(&lid)
+        });
+        out.push(Output::Shared(SharedRequest::Update {
+            key: fleet_key,
+            record,
+            ttl_ns: self
+                .limits
+                .lineage_window_ns
+                .max(self.limits.session_idle_timeout_ns),
+            base_version,
+            version: base_version + 1,
+            alerts,
+        }));
     }
 
     fn on_http_local(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
@@ -881,6 +1356,9 @@ impl<D: Detector> Tracker<D> {
     /// the capture, which concludes nothing: their exchanges are reported, without alerts.
     pub fn finish(&mut self, now: Timestamp, out: &mut Vec<Output>) {
         // Sessions still waiting for the store go on with their local view.
+        if let Some(f) = self.fleet.as_mut() {
+            f.closing = true;
+        }
         let waiting: Vec<SessionKey> = self
             .fleet
             .as_ref()
@@ -1102,7 +1580,21 @@ impl<D: Detector> Tracker<D> {
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
-        let mut session_id = self.valid_session_id(headers::request_session_id(&head), out);
+        if let Some(request) = self.classify_request(ctx, &head, body, out) {
+            self.open_request(ctx, ts, exchange, head, request, out);
+        }
+    }
+
+    /// What a request is and whom it belongs to: its JSON-RPC messages, its session and
+    /// lineage. `None`: its body is not JSON-RPC (counted).
+    fn classify_request(
+        &mut self,
+        ctx: FlowCtx,
+        head: &RequestHead,
+        body: &[u8],
+        out: &mut Vec<Output>,
+    ) -> Option<ClassifiedRequest> {
+        let mut session_id = self.valid_session_id(headers::request_session_id(head), out);
         let mut era = Era::Legacy;
         if session_id.is_none()
             && !self.sse_endpoints.is_empty()
@@ -1114,7 +1606,7 @@ impl<D: Detector> Tracker<D> {
             era = Era::HttpSse;
         }
         let header_modern =
-            headers::request_protocol_version(&head).is_some_and(modern::is_modern_version);
+            headers::request_protocol_version(head).is_some_and(modern::is_modern_version);
         let mut requests = Vec::new();
         let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
         if !body.is_empty() {
@@ -1156,7 +1648,7 @@ impl<D: Detector> Tracker<D> {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
                         reason: e.into(),
                     }));
-                    return;
+                    return None;
                 }
             }
         }
@@ -1172,7 +1664,7 @@ impl<D: Detector> Tracker<D> {
             .find(|r| r.method == "initialize")
             .and_then(|r| r.init_params.as_deref())
             .and_then(init_client_name);
-        let mut lineage_id = if session_id.is_none() || init_name.is_some() {
+        let lineage_id = if session_id.is_none() || init_name.is_some() {
             let name = match (declaration, &init_name) {
                 (Some(d), _) if d.client_name.is_some() => d
                     .client_name
@@ -1182,11 +1674,37 @@ impl<D: Detector> Tracker<D> {
                 _ => None,
             };
             let legacy = era != Era::Modern;
-            Some(self.lineage_of(ctx, &head, name, legacy, out))
+            Some(self.lineage_of(ctx, head, name, legacy, out))
         } else {
-            // A session's requests: its lineage, looked up with the session below.
+            // A session's requests: its lineage, looked up with the session.
             None
         };
+        Some(ClassifiedRequest {
+            session_id,
+            era,
+            requests,
+            client_answers,
+            lineage_id,
+        })
+    }
+
+    /// Opens the exchange of a classified request (see [`Self::classify_request`]).
+    fn open_request(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        exchange: u64,
+        head: RequestHead,
+        request: ClassifiedRequest,
+        out: &mut Vec<Output>,
+    ) {
+        let ClassifiedRequest {
+            session_id,
+            era,
+            mut requests,
+            client_answers,
+            mut lineage_id,
+        } = request;
         for r in &requests {
             out.push(Output::Telemetry(Telemetry::Request {
                 server: ctx.server,
@@ -1852,6 +2370,7 @@ impl<D: Detector> Tracker<D> {
                     l.alerts += 1;
                 }
                 alert_ctx.push(out, ts, alert);
+                self.touch_shared(&key);
             }
             (None, _) => {}
         }
@@ -1935,6 +2454,7 @@ impl<D: Detector> Tracker<D> {
                     .map(str::to_string),
                 error_code: c.error_code,
             });
+            self.touch_shared(key);
             if let Some(ext) = self.ext_mut(key) {
                 match failure {
                     None => ext.modern_ok = true,
@@ -2452,7 +2972,11 @@ impl<D: Detector> Tracker<D> {
             if let Some(s) = self.sessions.get_mut(&key) {
                 s.fleet_key.get_or_insert_with(|| fleet_key.into());
             }
-            self.touch_shared(&key);
+        }
+        self.touch_shared(&key);
+        if let Some(lid) = &origin.lineage_id {
+            // A downgrade verdict changed the lineage's modern state.
+            self.touch_shared(&session::lineage_key(origin.server, lid));
         }
         // The handshake may have given the session its baseline and client info.
         self.recharge(&key, ts, out);
@@ -2478,6 +3002,7 @@ impl<D: Detector> Tracker<D> {
             session_id: key.1.clone(),
             baseline: s.baseline.clone(),
         };
+        self.touch_shared(&session::lineage_key(key.0, &lineage_key.lineage_id));
         let dropped = self.lineage.remember(lineage_key, record);
         for _ in 0..dropped.0 {
             out.push(Output::Telemetry(Telemetry::LimitHit {

@@ -36,6 +36,11 @@ pub fn lineage_key(server: SocketAddr, lineage_id: &str) -> SessionKey {
     (server, format!("{LINEAGE_PREFIX}{lineage_id}"))
 }
 
+/// The lineage id of a lineage entry's key.
+pub fn lineage_of_key(key: &SessionKey) -> Option<&str> {
+    key.1.strip_prefix(LINEAGE_PREFIX)
+}
+
 pub fn server_key(server: SocketAddr) -> SessionKey {
     (server, SERVER_KEY.to_string())
 }
@@ -243,6 +248,57 @@ pub const MAX_FAILURES: usize = 4;
 pub const MAX_INPUT_PENDING: usize = 16;
 
 impl EraState {
+    /// Another instance's record of the same lineage or server: its first declarations stay
+    /// the first (it got to the store first); what either saw or alerted counts as seen.
+    pub fn merge(&mut self, theirs: super::snapshot::EraRecord) {
+        for d in theirs.declarations {
+            let full = self.declarations.len() >= MAX_DECLARED_METHODS;
+            match self.declarations.iter_mut().find(|m| m.method == d.method) {
+                Some(mine) => {
+                    mine.first_paths = d.first_paths;
+                    mine.first_caps = d.first_caps;
+                    mine.first_digest = d.first_digest;
+                    mine.multiplexed |= d.multiplexed;
+                    for digest in d.seen {
+                        if !mine.seen.contains(&digest) && mine.seen.len() < MAX_SETS_PER_METHOD {
+                            mine.seen.push(digest);
+                        }
+                    }
+                    for set in d.alerted {
+                        if !mine.alerted.contains(&set) && mine.alerted.len() < MAX_SETS_PER_METHOD
+                        {
+                            mine.alerted.push(set);
+                        }
+                    }
+                }
+                None if !full => self.declarations.push(d),
+                None => {}
+            }
+        }
+        for digest in theirs.logged {
+            if !self.logged.contains(&digest) && self.logged.len() < MAX_LOGGED_SETS {
+                self.logged.push(digest);
+            }
+        }
+        self.declaration_seq = self.declaration_seq.max(theirs.declaration_seq);
+        self.modern_ok |= theirs.modern_ok;
+        if theirs.first_versions.is_some() {
+            self.first_versions = theirs.first_versions;
+        }
+        self.discover_digest = self.discover_digest.or(theirs.discover_digest);
+        for v in theirs.alerted_versions {
+            if !self.alerted_versions.contains(&v) && self.alerted_versions.len() < MAX_LOGGED_SETS
+            {
+                self.alerted_versions.push(v);
+            }
+        }
+        for p in theirs.alerted_paths {
+            if !self.alerted_paths.contains(&p) && self.alerted_paths.len() < MAX_LOGGED_SETS {
+                self.alerted_paths.push(p);
+            }
+        }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         let paths = |p: &CapPaths| paths_bytes(p);
         let decl: usize = self

@@ -143,6 +143,17 @@ pub struct EndedEntry {
     pub baseline: Option<CapsRecord>,
 }
 
+/// A lineage's record in the fleet store: its entry (modern declarations, a stateless
+/// client's handshakes and modes) and its latest ended session (a predecessor for the next).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound(deserialize = "D: serde::de::DeserializeOwned"))]
+pub struct LineageShare<D> {
+    pub v: u32,
+    pub shared_version: u64,
+    pub entry: Option<SessionEntry<D>>,
+    pub ended: Option<EndedEntry>,
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ImportReport {

@@ -555,3 +555,130 @@ fn input_required_exchanges_are_charged_for_their_strings() {
         h.t.session_bytes()
     );
 }
+
+/// The fleet store as the adapter keeps it, in memory: records with versions
+/// (compare-and-set) and the claims that make each alert fleet-wide once.
+#[derive(Default)]
+struct MemoryStore {
+    records: std::collections::HashMap<String, (u64, String)>,
+    claims: std::collections::HashSet<String>,
+    lookups: Vec<String>,
+    writes: Vec<String>,
+    published: Vec<Value>,
+}
+
+impl MemoryStore {
+    /// Serves the store requests of `h`'s latest outputs, as `fleet::serve` does.
+    fn serve(&mut self, h: &mut Harness, from: usize) {
+        use crate::model::{Event, SharedRequest};
+        let mut at = from;
+        while at < h.out.len() {
+            let Output::Shared(request) = h.out[at].clone() else {
+                at += 1;
+                continue;
+            };
+            let now = Timestamp(h.now);
+            match request {
+                SharedRequest::Lookup { key } => {
+                    self.lookups.push(key.clone());
+                    let record = self.records.get(&key).map(|(_, r)| r.clone());
+                    h.t.on_shared_state(&key, record.as_deref(), now, &mut h.out);
+                }
+                SharedRequest::Update {
+                    key,
+                    record,
+                    base_version,
+                    version,
+                    alerts,
+                    ..
+                } => {
+                    // Claims are taken whether the write wins or not (SET NX).
+                    for a in alerts {
+                        if self.claims.insert(a.dedup)
+                            && let Event::Alert(alert) = &a.event
+                        {
+                            self.published
+                                .push(serde_json::to_value(alert).expect("json"));
+                        }
+                    }
+                    let stored = self.records.get(&key).map_or(0, |(v, _)| *v);
+                    if stored == base_version || stored == 0 {
+                        self.writes.push(key.clone());
+                        self.records.insert(key, (version, record));
+                    } else {
+                        let theirs = self.records[&key].1.clone();
+                        h.t.on_shared_conflict(&key, &theirs, now, &mut h.out);
+                    }
+                }
+            }
+            at += 1;
+        }
+    }
+}
+
+/// A modern lineage without load-balancer affinity: its requests alternate between two
+/// instances sharing a store. Each instance looks the lineage up once, writes only when what
+/// detection uses changed, and the narrowing is published once.
+#[test]
+fn a_modern_lineage_alternating_between_instances_narrows_once() {
+    let mut store = MemoryStore::default();
+    let mut hosts = [Harness::new(), Harness::new()];
+    for h in &mut hosts {
+        h.t.enable_fleet();
+    }
+    let full = json!({"roots":{"listChanged":true},"sampling":{},"elicitation":{}});
+    let narrowed = json!({"roots":{"listChanged":true}});
+    let sets = [
+        &full, &full, &full, &full, &narrowed, &narrowed, &narrowed, &narrowed,
+    ];
+    for (n, caps) in sets.iter().enumerate() {
+        let h = &mut hosts[n % 2];
+        h.now = 1_000_000_000 + n as i64 * 10_000_000;
+        let from = h.out.len();
+        let id = n as u64 + 1;
+        h.answered(
+            ctx(n as u64 + 1),
+            0,
+            modern_post("tools/list"),
+            declared(id, "tools/list", caps),
+            json!({"tools":[]}),
+        );
+        store.serve(h, from);
+    }
+    let local: Vec<Value> = hosts.iter().flat_map(|h| h.of("alert")).collect();
+    assert!(local.is_empty(), "alerts wait for the store: {local:?}");
+    let kinds: Vec<&str> = store
+        .published
+        .iter()
+        .filter_map(|a| a["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["client_capability_narrowing"],
+        "{:?}",
+        store.published
+    );
+    assert_eq!(
+        store.published[0]["removed"],
+        json!(["elicitation", "sampling"])
+    );
+    // One lookup per instance; writes: the first declaration, the narrowed set, the alert.
+    assert_eq!(store.lookups.len(), 2, "{:?}", store.lookups);
+    assert!(store.writes.len() <= 6, "{:?}", store.writes);
+    // The full set repeated changed nothing that detection uses: no write for it.
+    let first_writes = store.writes.len();
+    for n in 0..6u64 {
+        let h = &mut hosts[0];
+        h.now += 10_000_000;
+        let from = h.out.len();
+        h.answered(
+            ctx(100 + n),
+            0,
+            modern_post("tools/list"),
+            declared(100 + n, "tools/list", &narrowed),
+            json!({"tools":[]}),
+        );
+        store.serve(h, from);
+    }
+    assert_eq!(store.writes.len(), first_writes, "{:?}", store.writes);
+}
