@@ -2,8 +2,8 @@
 
 use crate::capture::{self, CaptureError, ReadSummary};
 use crate::fleet::{self, FleetStore};
+use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
-use mcptap_core::model::{Output, SharedRequest};
 use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
 
 /// What a replay produced besides the outputs themselves.
@@ -51,22 +51,17 @@ pub fn replay_with_fleet(
             }
         };
     let read = capture::read_captures(paths, &mut |pkt| {
-        let before = outputs.len();
         pipeline.handle_packet(
             Timestamp(pkt.ts_nanos),
             pkt.linktype,
             pkt.data,
             &mut outputs,
         );
-        // Most packets produce nothing: skip the drain. In fleet mode writes go out every
-        // few hundred packets, pipelined; a lookup is answered before the next packet, so
-        // that held messages keep their place among the others (a replay is deterministic).
+        // Most packets produce nothing: skip the drain. In fleet mode the store is served
+        // every few hundred packets: its writes go out pipelined (held sessions wait as they
+        // would for a slower store).
         since_served += 1;
-        let asked = fleet_mode
-            && outputs[before..]
-                .iter()
-                .any(|o| matches!(o, Output::Shared(SharedRequest::Lookup { .. })));
-        if !outputs.is_empty() && (!fleet_mode || asked || since_served >= FLEET_BATCH_PACKETS) {
+        if !outputs.is_empty() && (!fleet_mode || since_served >= FLEET_BATCH_PACKETS) {
             deliver(&mut pipeline, &mut outputs);
             since_served = 0;
         }

@@ -122,6 +122,9 @@ struct Fleet {
     lineages: HashMap<Box<str>, SharedMark>,
     /// The input ended: what waits is released, nothing new is looked up.
     closing: bool,
+    /// Sessions the store did not have, looked up ahead of their turn (their connection
+    /// waited for another): not asked again when their request comes.
+    absent: foldhash::HashSet<SessionKey>,
 }
 
 /// A request's JSON-RPC messages and whom they belong to, before its exchange is opened.
@@ -143,6 +146,8 @@ const MAX_FLEET_SESSIONS: usize = 1 << 20;
 #[derive(Debug)]
 struct Held {
     fleet_key: Box<str>,
+    /// The client whose request asked.
+    client: SocketAddr,
     events: Vec<(FlowCtx, Timestamp, HeldMessage)>,
     bytes: usize,
 }
@@ -572,21 +577,23 @@ impl<D: Detector> Tracker<D> {
         released: Option<&SessionKey>,
         out: &mut Vec<Output>,
     ) {
-        let waiting = self
-            .fleet
-            .as_ref()
-            .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
-        if let Some(key) = waiting {
-            let cost = held_cost(&ev);
-            return self.hold(&key, ctx, ts, HeldMessage::Http(ev), cost, out);
-        }
         let HttpEvent::Request {
             exchange,
             head,
             body,
         } = ev
         else {
-            return self.on_http_local(ctx, ts, ev, out);
+            let waiting = self
+                .fleet
+                .as_ref()
+                .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
+            return match waiting {
+                Some(key) => {
+                    let cost = held_cost(&ev);
+                    self.hold(&key, ctx, ts, HeldMessage::Http(ev), cost, out)
+                }
+                None => self.on_http_local(ctx, ts, ev, out),
+            };
         };
         let Some(request) = self.classify_request(ctx, &head, &body, out) else {
             return;
@@ -613,10 +620,23 @@ impl<D: Detector> Tracker<D> {
             .fleet
             .as_ref()
             .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
-        let held = waiting.or_else(|| {
-            self.fleet_target(ctx, &head, &request, released)
-                .and_then(|(key, fleet_key)| self.start_lookup(ctx, key, fleet_key, out))
-        });
+        let target = self.fleet_target(ctx, &head, &request, released);
+        let held = match waiting {
+            Some(key) => {
+                // Behind another lookup on its connection: its own goes out now, so that the
+                // answers come in one round trip rather than one after the other. (Not a
+                // session behind an `initialize`'s lineage: its answer will create it.)
+                if let Some((k, fleet_key)) = target
+                    && (session::scope_of(&key) == Scope::Session
+                        || session::scope_of(&k) != Scope::Session)
+                {
+                    self.start_lookup(ctx, k, fleet_key, false, out);
+                }
+                Some(key)
+            }
+            None => target
+                .and_then(|(key, fleet_key)| self.start_lookup(ctx, key, fleet_key, true, out)),
+        };
         match held {
             Some(key) => {
                 let message = HeldMessage::Request {
@@ -644,7 +664,10 @@ impl<D: Detector> Tracker<D> {
         }
         if let Some(sid) = &request.session_id {
             let key = (ctx.server, sid.clone());
-            if self.sessions.contains(&key) || released == Some(&key) {
+            if self.sessions.contains(&key)
+                || released == Some(&key)
+                || self.fleet.as_ref().is_some_and(|f| f.absent.contains(&key))
+            {
                 return None;
             }
             let server = self.identities.server_identity(ctx.server, head);
@@ -661,13 +684,14 @@ impl<D: Detector> Tracker<D> {
                 return Some((key, fleet_key));
             }
         }
-        // A stateless legacy server: its response modes per method and tool.
+        // A stateless legacy server (requests after `initialize` without a session id): its
+        // response modes per method and tool.
         if request.era != Era::Legacy {
             return None;
         }
         let r = request.requests.iter().find(|r| {
             let key = session::endpoint_key(ctx.server, &r.method, r.tool.as_deref());
-            !self.sessions.contains(&key) && released != Some(&key)
+            r.method != "initialize" && !self.sessions.contains(&key) && released != Some(&key)
         })?;
         let server = self.identities.server_identity(ctx.server, head);
         Some((
@@ -676,13 +700,15 @@ impl<D: Detector> Tracker<D> {
         ))
     }
 
-    /// Asks the store for `key`'s state unless that is under way; `None`: too many lookups
-    /// wait already (counted), go on with the local view.
+    /// Asks the store for `key`'s state unless that is under way; `hold_flow`: the rest of
+    /// the connection waits for it. `None`: too many lookups wait already (counted), go on
+    /// with the local view.
     fn start_lookup(
         &mut self,
         ctx: FlowCtx,
         key: SessionKey,
         fleet_key: String,
+        hold_flow: bool,
         out: &mut Vec<Output>,
     ) -> Option<SessionKey> {
         let fleet = self.fleet.as_mut()?;
@@ -703,12 +729,15 @@ impl<D: Detector> Tracker<D> {
                 key.clone(),
                 Held {
                     fleet_key: fleet_key.into(),
+                    client: ctx.client,
                     events: Vec::new(),
                     bytes: 0,
                 },
             );
         }
-        fleet.held_flows.insert(ctx.flow, key.clone());
+        if hold_flow {
+            fleet.held_flows.insert(ctx.flow, key.clone());
+        }
         Some(key)
     }
 
@@ -901,9 +930,7 @@ impl<D: Detector> Tracker<D> {
             Scope::Endpoint => {
                 self.adopt_session(key, &held.fleet_key, record, now, out);
                 // Known from now on, whether the store had it or not.
-                if let Some((ctx, _, _)) = held.events.first() {
-                    self.ensure(key, ctx.client, now, false, out);
-                }
+                self.ensure(key, held.client, now, false, out);
                 if let Some(s) = self.sessions.get_mut(key) {
                     s.fleet_key.get_or_insert_with(|| held.fleet_key.clone());
                 }
@@ -938,6 +965,12 @@ impl<D: Detector> Tracker<D> {
     ) {
         let Some(text) = record else {
             out.push(Output::Telemetry(Telemetry::FleetState { found: false }));
+            if let Some(f) = self.fleet.as_mut() {
+                if f.absent.len() >= MAX_PENDING_LOOKUPS {
+                    f.absent.clear();
+                }
+                f.absent.insert(key.clone());
+            }
             return;
         };
         match serde_json::from_str::<snapshot::SessionEntry<D::SessionState>>(text) {

@@ -682,3 +682,47 @@ fn a_modern_lineage_alternating_between_instances_narrows_once() {
     }
     assert_eq!(store.writes.len(), first_writes, "{:?}", store.writes);
 }
+
+/// Sessions one after another on one keep-alive connection: the second is looked up while
+/// the connection still waits for the first, so both answers come in one round trip, and
+/// nothing is asked twice.
+#[test]
+fn sessions_queued_on_one_connection_are_looked_up_together() {
+    use crate::model::SharedRequest;
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let post_on = |sid: &str| {
+        headers::request_head(
+            "POST",
+            "/mcp",
+            Some("application/json"),
+            Some("application/json, text/event-stream"),
+            Some(sid),
+            Some("2025-06-18"),
+        )
+    };
+    let call =
+        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
+    h.answered(ctx(1), 0, post_on("s-one"), call(1), json!({"content":[]}));
+    h.answered(ctx(1), 1, post_on("s-two"), call(2), json!({"content":[]}));
+    let lookups = |h: &Harness| -> Vec<String> {
+        h.out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Shared(SharedRequest::Lookup { key }) => Some(key.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let asked = lookups(&h);
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(h.of("exchange").is_empty(), "held until the store answers");
+    let now = Timestamp(h.now);
+    for key in &asked {
+        h.t.on_shared_state(key, None, now, &mut h.out);
+    }
+    let exchanges = h.of("exchange");
+    let ids: Vec<&Value> = exchanges.iter().map(|e| &e["request_id"]).collect();
+    assert_eq!(ids, [&json!(1), &json!(2)], "in order");
+    assert_eq!(lookups(&h).len(), 2, "nothing asked twice");
+}
