@@ -33,6 +33,10 @@
 //! SESSIONS short MCP connections each minting a distinct `Mcp-Session-Id`, and one faulty
 //! session (the incident) in the middle; see `support/flood.rs`.
 //!
+//! With `--gateway N`, writes only the gateway-shaped capture of N conversations
+//! (`gateway-<N>s-seed<SEED>.pcap`: many short sessions in small packets to one or two
+//! upstreams, legacy and modern, a few incidents; see `support/gateway.rs`).
+//!
 //! With `--adversarial NAME` (or `all`), writes only issue 11's exhaustion captures used by
 //! `scripts/exhaustion-bench.sh` instead, one per case:
 //!
@@ -52,7 +56,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use mcptap_testkit::capture::{PcapHeader, PcapWriter};
-use support::{adversarial, flood, traffic};
+use support::{adversarial, flood, gateway, traffic};
 
 struct Args {
     out: PathBuf,
@@ -64,6 +68,7 @@ struct Args {
     flood_sessions: u64,
     adversarial: Vec<String>,
     fleet_pair: u64,
+    gateway: u64,
 }
 fn parse_args() -> Option<Args> {
     let raw: Vec<String> = std::env::args()
@@ -83,6 +88,7 @@ fn parse_args() -> Option<Args> {
         flood_sessions: 100_000,
         adversarial: Vec::new(),
         fleet_pair: 0,
+        gateway: 0,
     };
     let mut it = raw.into_iter();
     while let Some(flag) = it.next() {
@@ -102,6 +108,13 @@ fn parse_args() -> Option<Args> {
                     .ok()
                     .filter(|n| (1..=1_000_000).contains(n))
                     .unwrap_or_else(|| die("bad --fleet-pair (1..=1000000 sessions)"))
+            }
+            "--gateway" => {
+                args.gateway = val()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=10_000_000).contains(n))
+                    .unwrap_or_else(|| die("bad --gateway (1..=10000000 sessions)"))
             }
             "--flood-flows" => {
                 args.flood_flows = val()
@@ -154,6 +167,13 @@ fn main() {
             let path = args.out.join(format!("adv-{name}-seed{}.pcap", args.seed));
             generate_adversarial(&path, name, args.seed);
         }
+        return;
+    }
+    if args.gateway > 0 {
+        let path = args
+            .out
+            .join(format!("gateway-{}s-seed{}.pcap", args.gateway, args.seed));
+        generate_gateway(&path, args.gateway, args.seed);
         return;
     }
     if args.fleet_pair > 0 {
@@ -247,6 +267,25 @@ fn generate_flood(path: &Path, flows: u64, sessions: u64, seed: u64) {
         stats.sessions,
         flood::VICTIM_SID,
         stats.victim_packets,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn generate_gateway(path: &Path, sessions: u64, seed: u64) {
+    let started = Instant::now();
+    let (stats, bytes) = write_capture(path, |emit| gateway::generate(sessions, seed, emit));
+    println!(
+        "gen_capture: wrote {} ({} bytes, {} packets, {:.0} bytes per packet on the wire, {} legacy sessions, {} modern lineages, {} stateless conversations, {} legacy incidents, {} modern incidents, {} exchanges) in {:.1} s",
+        path.display(),
+        bytes,
+        stats.packets,
+        stats.bytes as f64 / stats.packets.max(1) as f64,
+        stats.sessions,
+        stats.modern_lineages,
+        stats.stateless,
+        stats.incidents,
+        stats.modern_incidents,
+        stats.exchanges,
         started.elapsed().as_secs_f64()
     );
 }

@@ -4,4 +4,5 @@
 
 pub mod adversarial;
 pub mod flood;
+pub mod gateway;
 pub mod traffic;
