@@ -274,6 +274,15 @@ fn generate_flood(path: &Path, flows: u64, sessions: u64, seed: u64) {
 fn generate_gateway(path: &Path, sessions: u64, seed: u64) {
     let started = Instant::now();
     let (stats, bytes) = write_capture(path, |emit| gateway::generate(sessions, seed, emit));
+    // The alerts its incidents must raise, for scripts/bench.sh to check.
+    let expected = path.with_extension("alerts");
+    let line = format!(
+        "capability_narrowing={n} content_type_divergence={n} client_capability_narrowing={m}\n",
+        n = stats.incidents,
+        m = stats.modern_incidents
+    );
+    std::fs::write(&expected, line)
+        .unwrap_or_else(|e| die(&format!("{}: {e}", expected.display())));
     println!(
         "gen_capture: wrote {} ({} bytes, {} packets, {:.0} bytes per packet on the wire, {} legacy sessions, {} modern lineages, {} stateless conversations, {} legacy incidents, {} modern incidents, {} exchanges) in {:.1} s",
         path.display(),

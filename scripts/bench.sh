@@ -11,8 +11,9 @@
 # and prints the machine, a table (wall time, MB/s, packets/s, peak RSS, ratios) and where
 # mcptap stands against the project's targets. This script is the single source of the figures.
 #
-#   scripts/bench.sh                 # full size: mixed 1024 MB + all-MCP 256 MB (tshark: minutes)
-#   scripts/bench.sh --quick         # mixed 100 MB + all-MCP 25 MB
+#   scripts/bench.sh                 # full size: mixed 1024 MB + all-MCP 256 MB + gateway-shaped
+#                                    # 110,000 conversations (5.4 M packets; tshark: minutes)
+#   scripts/bench.sh --quick         # mixed 100 MB + all-MCP 25 MB + gateway 11,000
 #   scripts/bench.sh --no-tshark     # mcptap only
 #   scripts/bench.sh --generate-only # build and make sure the captures exist, print their paths
 #   scripts/bench.sh --flood         # only the full-scale flood check (scripts/flood.sh): 1M SYN
@@ -20,7 +21,14 @@
 #                                    # evictions and the faulty session's alerts (~3 min)
 #   options: --seed N (default 1), --data DIR (default target/bench-data), --runs N (default 5),
 #            --keep-cache (time the captures in the page cache as found; see "page cache" below),
-#            --mixed-mb N / --mcp-mb N (capture sizes; a small pair makes a smoke run)
+#            --mixed-mb N / --mcp-mb N (capture sizes; a small pair makes a smoke run),
+#            --gateway-sessions N (conversations of the gateway-shaped capture; 0 skips it)
+#
+# Every capture is also read by `tcpdump -r FILE -w /dev/null` (the cost of reading the file,
+# the reference of the gateway target: mcptap within 2x). The gateway capture is replayed with
+# its events to a file at the default log level (the product's contract: handshakes at INFO),
+# plus once with --log-level warn and once with --log-format json, to price the logging; its
+# incidents must raise exactly the alerts the generator wrote next to it (FILE.alerts).
 #
 # A/B against another binary (the acceptance check of a change: old and new on the same
 # captures in the same run, so both meet the same machine load):
@@ -53,6 +61,7 @@ RUNS=5
 DATA="$ROOT/target/bench-data"
 MIXED_MB=""
 MCP_MB=""
+GATEWAY_SESSIONS=""
 BASELINE=""
 BIN=""
 CALLGRIND=0
@@ -68,16 +77,17 @@ while [ $# -gt 0 ]; do
     --data) DATA="$2"; shift ;;
     --mixed-mb) MIXED_MB="$2"; shift ;;
     --mcp-mb) MCP_MB="$2"; shift ;;
+    --gateway-sessions) GATEWAY_SESSIONS="$2"; shift ;;
     --baseline) BASELINE="$2"; shift ;;
     --bin) BIN="$2"; shift ;;
     --callgrind) CALLGRIND=1 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$FLOOD" = 1 ]; then exec "$ROOT/scripts/flood.sh" --seed "$SEED" --data "$DATA"; fi
-if [ "$QUICK" = 1 ]; then : "${MIXED_MB:=100}" "${MCP_MB:=25}"; else : "${MIXED_MB:=1024}" "${MCP_MB:=256}"; fi
+if [ "$QUICK" = 1 ]; then : "${MIXED_MB:=100}" "${MCP_MB:=25}" "${GATEWAY_SESSIONS:=11000}"; else : "${MIXED_MB:=1024}" "${MCP_MB:=256}" "${GATEWAY_SESSIONS:=110000}"; fi
 MODE="$([ "$QUICK" = 1 ] && echo quick || echo full)"
 case "$MIXED_MB/$MCP_MB" in
   1024/256|100/25) ;;
@@ -86,6 +96,7 @@ esac
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (apt-get install time)"
+command -v tcpdump >/dev/null || die "tcpdump not found (apt-get install tcpdump)"
 command -v python3 >/dev/null || die "python3 not found"
 if [ "$TSHARK" = 1 ]; then
   command -v tshark >/dev/null || die "tshark not found (apt-get install tshark), or pass --no-tshark"
@@ -124,9 +135,23 @@ if [ ! -f "$MIXED" ] || [ ! -f "$MCP" ] || [ "$(cat "$STAMP" 2>/dev/null || true
     --mixed-mb "$MIXED_MB" --mcp-mb "$MCP_MB"
   echo "$GEN_HASH" > "$STAMP"
 fi
+GATEWAY=""
+NAMES=(mixed mcp)
+if [ "$GATEWAY_SESSIONS" != 0 ]; then
+  GATEWAY="$DATA/gateway-${GATEWAY_SESSIONS}s-seed${SEED}.pcap"
+  GSTAMP="$DATA/gateway-${GATEWAY_SESSIONS}s-seed${SEED}.stamp"
+  if [ ! -f "$GATEWAY" ] || [ ! -f "${GATEWAY%.pcap}.alerts" ] || [ "$(cat "$GSTAMP" 2>/dev/null || true)" != "$GEN_HASH" ]; then
+    echo "== generating the gateway-shaped capture (seed $SEED) =="
+    rm -f "$GATEWAY"
+    cargo bench --quiet --bench gen_capture -- --out "$DATA" --seed "$SEED" --gateway "$GATEWAY_SESSIONS"
+    echo "$GEN_HASH" > "$GSTAMP"
+  fi
+  NAMES+=(gateway)
+fi
 if [ "$GENERATE_ONLY" = 1 ]; then
   echo "$MIXED"
   echo "$MCP"
+  [ -n "$GATEWAY" ] && echo "$GATEWAY"
   exit 0
 fi
 
@@ -147,7 +172,7 @@ echo "mcptap:  $("$BIN" --version) ($BIN, sha256 $(sha256sum "$BIN" | cut -c1-16
 echo "mode:    $MODE, seed $SEED, mcptap runs per capture: $RUNS (median wall)$([ -n "$BASELINE" ] && echo ", alternating with the baseline")"
 echo
 echo "== captures =="
-for f in "$MIXED" "$MCP"; do
+for f in "$MIXED" "$MCP" $GATEWAY; do
   echo "$(sha256sum "$f" | cut -d' ' -f1)  $(basename "$f")  $(stat -c %s "$f") bytes"
 done
 
@@ -208,12 +233,23 @@ TSHARK_ARGS=(
 )
 
 declare -A R
-for name in mixed mcp; do
-  file="$MIXED"; [ "$name" = mcp ] && file="$MCP"
+file_of() { case "$1" in mixed) echo "$MIXED" ;; mcp) echo "$MCP" ;; gateway) echo "$GATEWAY" ;; esac; }
+for name in "${NAMES[@]}"; do
+  file="$(file_of "$name")"
   size="$(stat -c %s "$file")"
+  # The gateway target is with events written to a file; the bulk ones to /dev/null.
+  events_to=/dev/null; [ "$name" = gateway ] && events_to="$WORK/timed-events.ndjson"
   echo
   echo "== $name: $(basename "$file") =="
   recache "$file"
+  tds=""
+  for i in $(seq 1 "$RUNS"); do
+    read -r wall _ _ < <(run_timed "$WORK/tcpdump-$name-$i" tcpdump -r "$file" -w /dev/null)
+    tds+="$wall "
+  done
+  # shellcheck disable=SC2086
+  R[$name.tcpdump.wall]="$(median $tds)"
+  echo "tcpdump -r FILE -w /dev/null: median ${R[$name.tcpdump.wall]} s of $RUNS runs ($tds)"
   # Tools timed on this capture: the new binary, and the baseline when given, alternating so
   # that both meet the same load (new/old in odd rounds, old/new in even ones).
   tools=(mcptap); [ -n "$BASELINE" ] && tools+=(base)
@@ -224,7 +260,7 @@ for name in mixed mcp; do
     [ $((i % 2)) = 0 ] && [ "${#tools[@]}" = 2 ] && order=(base mcptap)
     for t in "${order[@]}"; do
       bin="$BIN"; [ "$t" = base ] && bin="$BASELINE"
-      read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events /dev/null)
+      read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events "$events_to")
       printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
       walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
     done
@@ -240,6 +276,26 @@ for name in mixed mcp; do
     R[$name.$t.rss]="${rss_max[$t]}"
   done
   R[$name.size]="$size"; R[$name.packets]="$packets"
+  if [ "$name" = gateway ]; then
+    # Its incidents raise exactly what the generator says; nothing else alerts.
+    want="$(tr ' ' '\n' < "${GATEWAY%.pcap}.alerts" | sort | tr '\n' ' ')"
+    got="$(sed -n 's/^ *alerts: //p' "$WORK/mcptap-$name-1.err" | tr ' ' '\n' | sort | tr '\n' ' ')"
+    [ "$want" = "$got" ] || die "gateway capture: alerts '$got', expected '$want'"
+    echo "incidents: the alerts expected ($want)"
+    # What logging costs: the same replay without handshake lines, and with JSON lines.
+    lq=""; lj=""
+    for i in $(seq 1 "$RUNS"); do
+      read -r wall _ _ < <(run_timed "$WORK/quiet-$i" "$BIN" replay "$file" --events "$events_to" --log-level warn)
+      lq+="$wall "
+      read -r wall _ _ < <(run_timed "$WORK/json-$i" "$BIN" --log-format json replay "$file" --events "$events_to")
+      lj+="$wall "
+    done
+    # shellcheck disable=SC2086
+    R[gateway.quiet.wall]="$(median $lq)"
+    # shellcheck disable=SC2086
+    R[gateway.json.wall]="$(median $lj)"
+    echo "log cost: text $(awk -v a="${R[gateway.mcptap.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}') of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians: default ${R[gateway.mcptap.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
+  fi
   # Events for the facts check (not timed).
   "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error > /dev/null 2>&1
   if [ -n "$BASELINE" ]; then
@@ -279,7 +335,8 @@ fmt_row() { # capture tool wall rss size packets cpu
 }
 echo "| capture | tool   | size MB  | wall s    | MB/s      | packets/s  | RSS MiB   | CPU s     |"
 echo "|---------|--------|----------|-----------|-----------|------------|-----------|-----------|"
-for name in mixed mcp; do
+for name in "${NAMES[@]}"; do
+  fmt_row "$name" tcpdump "${R[$name.tcpdump.wall]}" 0 "${R[$name.size]}" "${R[$name.packets]}" 0
   fmt_row "$name" mcptap "${R[$name.mcptap.wall]}" "${R[$name.mcptap.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.mcptap.cpu]}"
   if [ -n "$BASELINE" ]; then
     fmt_row "$name" base "${R[$name.base.wall]}" "${R[$name.base.rss]}" "${R[$name.size]}" "${R[$name.packets]}" "${R[$name.base.cpu]}"
@@ -291,7 +348,7 @@ done
 if [ -n "$BASELINE" ]; then
   echo
   echo "A/B, new / baseline (medians of $RUNS alternating runs each; < 1 means the new binary is faster):"
-  for name in mixed mcp; do
+  for name in "${NAMES[@]}"; do
     awk -v c="$name" -v nw="${R[$name.mcptap.wall]}" -v bw="${R[$name.base.wall]}" \
         -v nc="${R[$name.mcptap.cpu]}" -v bc="${R[$name.base.cpu]}" \
         -v nr="${R[$name.mcptap.rss]}" -v br="${R[$name.base.rss]}" 'BEGIN{
@@ -304,22 +361,28 @@ if [ -n "$BASELINE" ]; then
   done
 elif [ "$CALLGRIND" = 1 ]; then
   echo
-  for name in mixed mcp; do
-    awk -v c="$name" -v n="${R[$name.mcptap.ir]}" -v s="${R[$name.size]}" 'BEGIN{
-      printf "  %-6s instructions %.0f (callgrind), %.1f per capture byte\n", c, n, n/s }'
+  for name in "${NAMES[@]}"; do
+    awk -v c="$name" -v n="${R[$name.mcptap.ir]}" -v s="${R[$name.size]}" -v p="${R[$name.packets]}" 'BEGIN{
+      printf "  %-7s instructions %.0f (callgrind), %.1f per capture byte, %.0f per packet\n", c, n, n/s, n/p }'
   done
 fi
+echo
+echo "ratio mcptap/tcpdump (wall time of reading the same file; the gateway target is <= 2):"
+for name in "${NAMES[@]}"; do
+  awk -v c="$name" -v m="${R[$name.mcptap.wall]}" -v t="${R[$name.tcpdump.wall]}" 'BEGIN{
+    printf "  %-7s %.2f (mcptap %.3f s, tcpdump %.3f s)\n", c, m/t, m, t }'
+done
 if [ "$TSHARK" = 1 ]; then
   echo
   echo "ratio mcptap/tshark (wall time and peak RSS; < 1 means mcptap uses less):"
-  for name in mixed mcp; do
+  for name in "${NAMES[@]}"; do
     awk -v c="$name" -v mw="${R[$name.mcptap.wall]}" -v tw="${R[$name.tshark.wall]}" \
         -v mr="${R[$name.mcptap.rss]}" -v tr="${R[$name.tshark.rss]}" 'BEGIN{
       printf "  %-6s wall %.4f (mcptap %.1fx faster), RSS %.3f\n", c, mw/tw, tw/mw, mr/tr }'
   done
   echo
   echo "facts (tools/call responses: session id + media type):"
-  for name in mixed mcp; do echo "  $name: ${R[$name.facts]}"; done
+  for name in "${NAMES[@]}"; do echo "  $name: ${R[$name.facts]}"; done
 fi
 
 echo
@@ -332,12 +395,16 @@ target "mixed: mcptap throughput" "$(awk -v s="${R[mixed.size]}" -v w="${R[mixed
 target "all-MCP: mcptap throughput" "$(awk -v s="${R[mcp.size]}" -v w="${R[mcp.mcptap.wall]}" 'BEGIN{print s/1e6/w}')" 400 MB/s
 if [ "$TSHARK" = 1 ]; then
   for name in mixed mcp; do
-    target "$name: speed-up over tshark" "$(awk -v m="${R[$name.mcptap.wall]}" -v t="${R[$name.tshark.wall]}" 'BEGIN{print t/m}')" 50 x
+    target "$name: speed-up over tshark" "$(awk -v m="${R[$name.mcptap.wall]}" -v t="${R[$name.tshark.wall]}" 'BEGIN{print t/m}')" 100 x
   done
+fi
+if [ -n "$GATEWAY" ]; then
+  # As a "higher is better" figure: tcpdump's time over mcptap's, goal 0.5 (within 2x).
+  target "gateway: tcpdump time / mcptap time" "$(awk -v m="${R[gateway.mcptap.wall]}" -v t="${R[gateway.tcpdump.wall]}" 'BEGIN{print t/m}')" 0.5 x
 fi
 printf "  MB/s = capture file size / wall time. mcptap MB per CPU-second (size / (user+sys),\n"
 printf "  less sensitive to other load on the machine):"
-for name in mixed mcp; do
+for name in "${NAMES[@]}"; do
   awk -v c="$name" -v s="${R[$name.size]}" -v u="${R[$name.mcptap.cpu]}" 'BEGIN{
     printf " %s %.1f", c, s/1e6/u }'
 done

@@ -152,7 +152,7 @@ fn conversation(n: u64, rng: &mut Rng, stats: &mut Stats) -> (Conn, Option<Conn>
                 let second = talk.take_writes();
                 return (conn(first, rng, 0), Some(conn(second, rng, 1)));
             }
-            let answer = if n % 3 == 0 {
+            let answer = if n.is_multiple_of(3) {
                 Answer::Json
             } else {
                 Answer::Sse
@@ -212,7 +212,7 @@ fn conversation(n: u64, rng: &mut Rng, stats: &mut Stats) -> (Conn, Option<Conn>
                 );
                 talk.exchange(
                     modern::post(&body, "tools/call", Some("search_docs"), ""),
-                    modern::answer(n % 4 == 0, &modern::tool_result(id)),
+                    modern::answer(n.is_multiple_of(4), &modern::tool_result(id)),
                 );
             }
             stats.exchanges += 1 + calls;

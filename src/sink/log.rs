@@ -1,4 +1,5 @@
-//! Human-readable `tracing` lines: handshakes at INFO, alerts at WARN, the rest at DEBUG.
+//! Human-readable `tracing` lines: handshakes and sessions that ended with alerts at INFO,
+//! alerts at WARN, the rest at DEBUG.
 //! Only the fields of the event are logged: never headers such as Authorization or Cookie,
 //! never bodies beyond capabilities, client/server info, methods, tool names and ids.
 
@@ -120,7 +121,20 @@ pub fn log_event(ev: &Event) {
             answered = e.answered,
             "exchange"
         ),
-        Event::SessionEnd(s) => tracing::info!(
+        // A session that ended with alerts is worth a line at INFO; the many that ended
+        // quietly are DEBUG (a gateway ends tens of thousands a minute).
+        Event::SessionEnd(s) if s.alerts > 0 => tracing::info!(
+            target: "mcptap::session",
+            ts = %s.ts.rfc3339(),
+            session_id = s.session_id.as_deref().unwrap_or("-"),
+            server = %s.server,
+            reason = s.reason.as_str(),
+            handshakes = s.handshakes,
+            requests = s.requests,
+            alerts = s.alerts,
+            "session end"
+        ),
+        Event::SessionEnd(s) => tracing::debug!(
             target: "mcptap::session",
             ts = %s.ts.rfc3339(),
             session_id = s.session_id.as_deref().unwrap_or("-"),
