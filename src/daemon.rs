@@ -5,7 +5,9 @@ use crate::capture::{self, ReadSummary};
 use crate::config::{CaptureConfig, Config};
 use crate::fleet::{FleetCounts, FleetStore};
 use crate::live::worker_of_server;
-use crate::live::{self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory};
+use crate::live::{
+    self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory, WorkerQueue,
+};
 use crate::redact::Redactor;
 use crate::server::{self, ServerState};
 use crate::sink::log;
@@ -22,7 +24,7 @@ use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -74,6 +76,8 @@ fn wall_clock() -> Timestamp {
 
 /// One pipeline thread: everything downstream of capture for its shard of the traffic.
 struct Worker {
+    /// Batches waiting in this worker's queue (the capture side counts them in).
+    queue_depth: prometheus::IntGauge,
     pipeline: Pipeline,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
@@ -149,6 +153,8 @@ impl Worker {
         loop {
             match rx.recv_timeout(Duration::from_millis(250)) {
                 Ok(batch) => {
+                    self.queue_depth.dec();
+                    let mut last = None;
                     for (ts, frame) in batch.iter() {
                         self.pipeline.handle_packet(
                             Timestamp(ts),
@@ -156,8 +162,16 @@ impl Worker {
                             frame,
                             &mut outputs,
                         );
+                        last = Some(ts);
                     }
                     self.drain(&mut outputs);
+                    // Live: how long the batch's last packet took from the wire to its events.
+                    if self.wall_clock_when_idle
+                        && let Some(ts) = last
+                    {
+                        let lag_ns = wall_clock().0.saturating_sub(ts).max(0);
+                        self.metrics.observe_pipeline_lag(lag_ns as f64 / 1e9);
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) if self.wall_clock_when_idle => {
                     // No traffic: let time pass so idle flows and sessions still expire.
@@ -225,14 +239,20 @@ type WorkerHandle = JoinHandle<WorkerEnd>;
 impl WorkerPool {
     /// Starts `n` workers. Their limits are process-wide totals: every pipeline counts what it
     /// holds in one [`SharedUsage`].
-    fn spawn(&self, n: usize) -> Result<(Vec<SyncSender<Batch>>, Vec<WorkerHandle>), String> {
+    fn spawn(&self, n: usize) -> Result<(Vec<WorkerQueue>, Vec<WorkerHandle>), String> {
         let usage = Arc::new(SharedUsage::default());
         let mut senders = Vec::new();
         let mut handles = Vec::new();
         for i in 0..n {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(self.queue_batches);
-            senders.push(tx);
+            let (depth, waited_packets) = self.metrics.worker_queue(i);
+            senders.push(WorkerQueue {
+                tx,
+                depth: depth.clone(),
+                waited_packets,
+            });
             let worker = Worker {
+                queue_depth: depth,
                 pipeline: Pipeline::configured(self.limits, self.analysis.clone(), usage.clone()),
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),
@@ -349,11 +369,12 @@ pub fn replay_through_workers(
     let mut send_failed = false;
     let read = capture::read_captures(files, &mut |pkt| {
         let w = dispatcher.worker_of(pkt.linktype, pkt.data);
-        let (Some(batch), Some(tx)) = (batches.get_mut(w), senders.get(w)) else {
+        let (Some(batch), Some(queue)) = (batches.get_mut(w), senders.get(w)) else {
             return;
         };
         if batch.linktype != pkt.linktype && !batch.packets.is_empty() {
-            send_failed |= tx.send(std::mem::take(batch)).is_err();
+            let linktype = batch.linktype;
+            send_failed |= !live::send(queue, batch, linktype);
         }
         batch.linktype = pkt.linktype;
         let off = batch.data.len();
@@ -361,13 +382,13 @@ pub fn replay_through_workers(
         batch.packets.push((pkt.ts_nanos, off, pkt.data.len()));
         if batch.packets.len() >= 512 {
             let linktype = batch.linktype;
-            send_failed |= tx.send(std::mem::take(batch)).is_err();
-            batch.linktype = linktype;
+            send_failed |= !live::send(queue, batch, linktype);
         }
     });
-    for (batch, tx) in batches.into_iter().zip(&senders) {
+    for (mut batch, queue) in batches.into_iter().zip(&senders) {
         if !batch.packets.is_empty() {
-            send_failed |= tx.send(batch).is_err();
+            let linktype = batch.linktype;
+            send_failed |= !live::send(queue, &mut batch, linktype);
         }
     }
     drop(senders);

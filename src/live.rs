@@ -166,8 +166,19 @@ impl DropCounter {
 const BATCH_PACKETS: usize = 512;
 const POLL_TIMEOUT_MS: u16 = 100;
 
+/// A pipeline worker's queue as the capture threads see it: its sender and the gauges of
+/// what waits in it (the worker takes batches off `depth` as it receives them).
+#[derive(Debug, Clone)]
+pub struct WorkerQueue {
+    pub tx: SyncSender<Batch>,
+    /// Batches queued for the worker.
+    pub depth: prometheus::IntGauge,
+    /// Packets whose batch found the queue full: the capture thread waited for the worker.
+    pub waited_packets: prometheus::IntCounter,
+}
+
 /// Hands a full or pending batch to the pipeline; false when the pipeline is gone.
-fn send(tx: &SyncSender<Batch>, batch: &mut Batch, linktype: u32) -> bool {
+pub fn send(queue: &WorkerQueue, batch: &mut Batch, linktype: u32) -> bool {
     let out = std::mem::replace(
         batch,
         Batch {
@@ -175,13 +186,20 @@ fn send(tx: &SyncSender<Batch>, batch: &mut Batch, linktype: u32) -> bool {
             ..Batch::default()
         },
     );
-    match tx.try_send(out) {
+    let sent = match queue.tx.try_send(out) {
         Ok(()) => true,
-        // The pipeline is behind: block rather than drop; the kernel buffer absorbs the
-        // burst and pcap_stats counts what it cannot.
-        Err(TrySendError::Full(b)) => tx.send(b).is_ok(),
+        // The pipeline is behind: block rather than drop (the kernel buffer absorbs the
+        // burst and pcap_stats counts what it cannot), and say so in a counter.
+        Err(TrySendError::Full(b)) => {
+            queue.waited_packets.inc_by(b.packets.len() as u64);
+            queue.tx.send(b).is_ok()
+        }
         Err(TrySendError::Disconnected(_)) => false,
+    };
+    if sent {
+        queue.depth.inc();
     }
+    sent
 }
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
@@ -419,7 +437,7 @@ impl Dispatcher {
 /// about once a second and at the end.
 pub fn spawn(
     mut oc: OpenCapture,
-    workers: Vec<SyncSender<Batch>>,
+    workers: Vec<WorkerQueue>,
     mut dispatcher: Dispatcher,
     stop: Arc<AtomicBool>,
     health: Arc<CaptureHealth>,
@@ -495,9 +513,9 @@ pub fn spawn(
                 let mut fds = [PollFd::new(oc.cap.as_fd(), PollFlags::POLLIN)];
                 let _ = poll(&mut fds, POLL_TIMEOUT_MS);
             }
-            for (batch, tx) in batches.into_iter().zip(&workers) {
+            for (mut batch, queue) in batches.into_iter().zip(&workers) {
                 if !batch.packets.is_empty() {
-                    let _ = tx.send(batch);
+                    let _ = send(queue, &mut batch, linktype);
                 }
             }
             if let Ok(s) = oc.cap.stats() {

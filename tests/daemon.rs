@@ -366,6 +366,35 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(1500));
+    // The workers' queues and lag: both workers have a queue gauge (drained by now), the
+    // capture never had to wait, and every batch's lag was observed.
+    let metrics = http_get(port, "/metrics").expect("metrics");
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    for w in ["0", "1"] {
+        assert_eq!(
+            value(&format!("mcptap_worker_queue_batches{{worker=\"{w}\"}}")),
+            0.0,
+            "{metrics}"
+        );
+        assert_eq!(
+            value(&format!(
+                "mcptap_capture_waited_packets_total{{worker=\"{w}\"}}"
+            )),
+            0.0,
+            "{metrics}"
+        );
+    }
+    assert!(
+        value("mcptap_pipeline_lag_seconds_count") >= 2.0,
+        "{metrics}"
+    );
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
     let out = child.wait_with_output().expect("output");

@@ -136,6 +136,9 @@ pub struct Metrics {
     fleet_errors: IntCounterVec,
     fleet_up: prometheus::IntGauge,
     request_duration: HistogramVec,
+    worker_queue: IntGaugeVec,
+    capture_waits: IntCounterVec,
+    pipeline_lag: prometheus::Histogram,
     server_directory: DirectoryMetrics,
     metrics_endpoint_errors: IntCounterVec,
 }
@@ -225,6 +228,28 @@ impl Metrics {
             &["server", "method"],
         )?;
         r.register(Box::new(request_duration.clone()))?;
+        let worker_queue = gauge_vec(
+            &r,
+            "mcptap_worker_queue_batches",
+            "Batches of packets waiting in a pipeline worker's queue (up to 512 packets each).",
+            &["worker"],
+        )?;
+        let capture_waits = counter_vec(
+            &r,
+            "mcptap_capture_waited_packets_total",
+            "Packets whose batch found a pipeline worker's queue full: the capture thread waited for the worker (the kernel buffer absorbs the wait; what it cannot is in mcptap_capture_drops_total).",
+            &["worker"],
+        )?;
+        let pipeline_lag = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "mcptap_pipeline_lag_seconds",
+                "Live: from a batch's last packet on the wire (its capture timestamp) to its events written.",
+            )
+            .buckets(vec![
+                0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+        )?;
+        r.register(Box::new(pipeline_lag.clone()))?;
         let m = Metrics {
             packets: counter(&r, "mcptap_packets_total", "Packets seen.")?,
             bytes: counter(&r, "mcptap_bytes_total", "Bytes of captured frames seen.")?,
@@ -484,6 +509,9 @@ impl Metrics {
                 g
             },
             request_duration,
+            worker_queue,
+            capture_waits,
+            pipeline_lag,
             server_directory: DirectoryMetrics::new(&r)?,
             metrics_endpoint_errors: counter_vec(
                 &r,
@@ -639,6 +667,19 @@ impl Metrics {
     }
 
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
+    /// Worker `index`'s queue gauge and the counter of packets the capture waited with.
+    pub fn worker_queue(&self, index: usize) -> (IntGauge, IntCounter) {
+        let label = index.to_string();
+        (
+            self.worker_queue.with_label_values(&[label.as_str()]),
+            self.capture_waits.with_label_values(&[label.as_str()]),
+        )
+    }
+
+    pub fn observe_pipeline_lag(&self, seconds: f64) {
+        self.pipeline_lag.observe(seconds);
+    }
+
     pub fn add_capture_drops(&self, kernel: u64, interface: u64) {
         self.capture_drops
             .with_label_values(&["kernel"])
