@@ -111,7 +111,7 @@ pub struct Tracker<D: Detector> {
 #[derive(Debug, Default)]
 struct Fleet {
     pending: HashMap<SessionKey, Held>,
-    by_fleet_key: HashMap<Box<str>, SessionKey>,
+    by_fleet_key: HashMap<Box<str>, Vec<SessionKey>>,
     /// Flows whose messages wait behind a pending session.
     held_flows: HashMap<u64, SessionKey>,
     held_bytes: usize,
@@ -160,6 +160,8 @@ enum HeldMessage {
         exchange: u64,
         head: RequestHead,
         request: ClassifiedRequest,
+        /// What it was charged when first held.
+        cost: usize,
     },
 }
 
@@ -177,6 +179,8 @@ const MAX_FLEET_LINEAGES: usize = 65_536;
 
 /// The fleet-wide key of a stateless server's endpoint (method and tool).
 pub fn fleet_endpoint_key(server_identity: &str, method: &str, tool: Option<&str>) -> String {
+    // Cut as the table key cuts it, so that one local endpoint is one record everywhere.
+    let tool = tool.map(|t| &t[..session::floor_boundary(t, 128)]);
     format!(
         "endpoint:{}",
         identity::lineage_id(server_identity, method, tool.unwrap_or("\0"))
@@ -643,6 +647,7 @@ impl<D: Detector> Tracker<D> {
                     exchange,
                     head,
                     request,
+                    cost,
                 };
                 self.hold(&key, ctx, ts, message, cost, out);
             }
@@ -719,12 +724,16 @@ impl<D: Detector> Tracker<D> {
                 }));
                 return None;
             }
-            out.push(Output::Shared(SharedRequest::Lookup {
-                key: fleet_key.clone(),
-            }));
-            fleet
+            let waiters = fleet
                 .by_fleet_key
-                .insert(fleet_key.as_str().into(), key.clone());
+                .entry(fleet_key.as_str().into())
+                .or_default();
+            if waiters.is_empty() {
+                out.push(Output::Shared(SharedRequest::Lookup {
+                    key: fleet_key.clone(),
+                }));
+            }
+            waiters.push(key.clone());
             fleet.pending.insert(
                 key.clone(),
                 Held {
@@ -784,15 +793,17 @@ impl<D: Detector> Tracker<D> {
         now: Timestamp,
         out: &mut Vec<Output>,
     ) {
-        let Some(key) = self
+        let Some(keys) = self
             .fleet
-            .as_ref()
-            .and_then(|f| f.by_fleet_key.get(fleet_key).cloned())
+            .as_mut()
+            .and_then(|f| f.by_fleet_key.remove(fleet_key))
         else {
             return; // a late or unknown answer
         };
         let start = out.len();
-        self.release_held(&key, record, now, out);
+        for key in keys {
+            self.release_held(&key, record, now, out);
+        }
         self.share_dirty(out, start);
     }
 
@@ -922,7 +933,12 @@ impl<D: Detector> Tracker<D> {
         let Some(held) = fleet.pending.remove(key) else {
             return;
         };
-        fleet.by_fleet_key.remove(&held.fleet_key);
+        if let Some(w) = fleet.by_fleet_key.get_mut(&held.fleet_key) {
+            w.retain(|k| k != key);
+            if w.is_empty() {
+                fleet.by_fleet_key.remove(&held.fleet_key);
+            }
+        }
         fleet.held_flows.retain(|_, k| k != key);
         fleet.held_bytes = fleet.held_bytes.saturating_sub(held.bytes);
         match session::scope_of(key) {
@@ -946,8 +962,9 @@ impl<D: Detector> Tracker<D> {
                     exchange,
                     head,
                     request,
+                    cost,
                 } => {
-                    let cost = 256 + head.path.len();
+                    // Charged again as it was first (its parsed parts outlive its body).
                     let released = Some(key);
                     self.route_request(ctx, ts, exchange, head, request, cost, released, out)
                 }
@@ -977,9 +994,14 @@ impl<D: Detector> Tracker<D> {
             Ok(entry) if !self.sessions.contains(key) => {
                 let version = entry.shared_version;
                 self.install(key, entry, now, now, out);
+                let digest = self
+                    .sessions
+                    .get(key)
+                    .and_then(|s| lasting_digest(&mut session_entry(key, s)));
                 if let Some(s) = self.sessions.get_mut(key) {
                     s.fleet_key = Some(fleet_key.into());
                     s.shared_version = version;
+                    s.shared_digest = digest.unwrap_or(0);
                 }
                 out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
             }
@@ -1017,7 +1039,42 @@ impl<D: Detector> Tracker<D> {
             }
             Some(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
         }
-        self.mark_lineage(fleet_key, key.0, version, out);
+        let digest = self.lineage_digest(key);
+        if let Some(mark) = self.mark_lineage(fleet_key, key.0, version, out) {
+            mark.digest = digest.unwrap_or(0);
+        }
+    }
+
+    /// What `share_lineage` compares: the lasting digest of the lineage's entry and its
+    /// latest ended session.
+    fn lineage_digest(&self, key: &SessionKey) -> Option<u64> {
+        let lid = session::lineage_of_key(key)?;
+        let mut entry = self.sessions.get(key).map(|s| session_entry(key, s));
+        let ended = self
+            .lineage
+            .latest(&LineageKey {
+                server: key.0,
+                lineage_id: lid.into(),
+            })
+            .map(|e| snapshot::EndedEntry {
+                server: key.0,
+                lineage_id: lid.into(),
+                ts_ns: e.ts.0,
+                session_id: e.session_id.clone(),
+                baseline: e.baseline.clone(),
+            });
+        if entry.is_none() && ended.is_none() {
+            return None;
+        }
+        let d = match entry.as_mut() {
+            Some(e) => lasting_digest(e)?,
+            None => 0,
+        };
+        let ed = ended
+            .as_ref()
+            .and_then(|e| serde_json::to_string(e).ok())
+            .map_or(0, |t| text_digest(&t));
+        Some(d ^ ed.rotate_left(1))
     }
 
     /// Remembers that the store's version of lineage `fleet_key` is `version`. The index is
@@ -1252,7 +1309,10 @@ impl<D: Detector> Tracker<D> {
         mark.digest = digest;
         mark.version = base_version + 1;
         let alerts = take_alerts(out, start, &fleet_key, |a| {
-            a.server == key.0 && a.session_id.is_none() && a.lineage_id.as_deref() == Some(&lid)
+            a.server == key.0
+                && a.session_id.is_none()
+                && a.lineage_id.as_deref() == Some(&lid)
+                && !matches!(a.kind, AlertKind::ContentTypeDivergence(_))
         });
         out.push(Output::Shared(SharedRequest::Update {
             key: fleet_key,
@@ -3080,6 +3140,10 @@ impl<D: Detector> Tracker<D> {
         reason: EndReason,
         out: &mut Vec<Output>,
     ) {
+        if let Some(f) = self.fleet.as_mut() {
+            // Seen again, it is a first sighting again: the store may have it by then.
+            f.absent.remove(key);
+        }
         let scope = session::scope_of(key);
         // An evicted session keeps its lineage record: its client may well come back.
         if scope == Scope::Session

@@ -55,7 +55,7 @@ pub fn endpoint_key(server: SocketAddr, method: &str, tool: Option<&str>) -> Ses
     (server, k)
 }
 
-fn floor_boundary(s: &str, at: usize) -> usize {
+pub(crate) fn floor_boundary(s: &str, at: usize) -> usize {
     let mut at = at.min(s.len());
     while !s.is_char_boundary(at) {
         at -= 1;

@@ -726,3 +726,251 @@ fn sessions_queued_on_one_connection_are_looked_up_together() {
     assert_eq!(ids, [&json!(1), &json!(2)], "in order");
     assert_eq!(lookups(&h).len(), 2, "nothing asked twice");
 }
+
+// ---- review14 ----
+
+fn lookups_of(h: &Harness) -> Vec<String> {
+    h.out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Shared(crate::model::SharedRequest::Lookup { key }) => Some(key.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn updates_of(h: &Harness) -> Vec<String> {
+    h.out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Shared(crate::model::SharedRequest::Update { key, .. }) => Some(key.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One modern lineage reaching two backend addresses behind one Host (same server identity):
+/// one fleet key, two table keys. Both requests must come out once the store answers.
+#[test]
+fn one_fleet_key_two_backends_nothing_held_forever() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let caps = json!({"roots":{}});
+    let mut other = ctx(2);
+    other.server = "10.0.0.3:8080".parse().expect("addr");
+    h.request(
+        ctx(1),
+        0,
+        modern_post("tools/list"),
+        declared(1, "tools/list", &caps),
+    );
+    h.request(
+        other,
+        0,
+        modern_post("tools/list"),
+        declared(2, "tools/list", &caps),
+    );
+    let asked = lookups_of(&h);
+    let now = Timestamp(h.now);
+    for key in &asked {
+        h.t.on_shared_state(key, None, now, &mut h.out);
+    }
+    for c in [ctx(1), other] {
+        h.head(
+            c,
+            0,
+            headers::response_head(200, Some("application/json"), None),
+        );
+        h.json(c, 0, json!({"jsonrpc":"2.0","id":1,"result":{"tools":[]}}));
+        h.end(c, 0, BodyEnd::Complete);
+    }
+    assert_eq!(
+        h.of("exchange").len(),
+        2,
+        "lookups {asked:?}: one flow still held"
+    );
+}
+
+/// A session the store lacked, created here, evicted/idled out, then seen again: its state
+/// (written by this instance) must be asked for again.
+#[test]
+fn absent_session_is_looked_up_again_after_it_ended_here() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let post = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        Some("s-1"),
+        Some("2025-06-18"),
+    );
+    let call =
+        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
+    h.request(ctx(1), 0, post.clone(), call(1));
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len(), 1);
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[0], None, now, &mut h.out);
+    // Idle out locally.
+    h.now += SessionLimits::default().session_idle_timeout_ns + 1_000_000_000;
+    h.t.sweep(Timestamp(h.now), &mut h.out);
+    assert_eq!(h.t.active_sessions(), 0);
+    h.request(ctx(2), 0, post, call(2));
+    assert_eq!(lookups_of(&h).len(), 2, "seen again: asked again");
+}
+
+/// A lineage adopted from the store and then seen declaring the same set: nothing that
+/// detection uses changed, so nothing is written.
+#[test]
+fn adopted_lineage_is_not_written_back_unchanged() {
+    let caps = json!({"roots":{}});
+    let mut a = Harness::new();
+    a.t.enable_fleet();
+    a.answered(
+        ctx(1),
+        0,
+        modern_post("tools/list"),
+        declared(1, "tools/list", &caps),
+        json!({"tools":[]}),
+    );
+    let key = lookups_of(&a)[0].clone();
+    let now = Timestamp(a.now);
+    a.t.on_shared_state(&key, None, now, &mut a.out);
+    let record = a
+        .out
+        .iter()
+        .rev()
+        .find_map(|o| match o {
+            Output::Shared(crate::model::SharedRequest::Update { key: k, record, .. })
+                if *k == key =>
+            {
+                Some(record.clone())
+            }
+            _ => None,
+        })
+        .expect("A writes the lineage");
+    let mut b = Harness::new();
+    b.t.enable_fleet();
+    b.answered(
+        ctx(2),
+        0,
+        modern_post("tools/list"),
+        declared(2, "tools/list", &caps),
+        json!({"tools":[]}),
+    );
+    let now = Timestamp(b.now);
+    b.t.on_shared_state(&key, Some(&record), now, &mut b.out);
+    b.answered(
+        ctx(3),
+        0,
+        modern_post("tools/list"),
+        declared(3, "tools/list", &caps),
+        json!({"tools":[]}),
+    );
+    for o in &b.out {
+        if let Output::Shared(crate::model::SharedRequest::Update { record: r, .. }) = o {
+            eprintln!("A: {record}\nB: {r}");
+        }
+    }
+    assert_eq!(updates_of(&b), Vec::<String>::new(), "B changed nothing");
+}
+
+fn answer_new_lookups(h: &mut Harness, answered: &mut usize) {
+    loop {
+        let asked = lookups_of(h);
+        if asked.len() == *answered {
+            return;
+        }
+        for key in asked[*answered..].to_vec() {
+            let now = Timestamp(h.now);
+            h.t.on_shared_state(&key, None, now, &mut h.out);
+        }
+        *answered = asked.len();
+    }
+}
+
+fn stateless_post() -> RequestHead {
+    let mut head = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        None,
+        None,
+    );
+    head.host = Some("mcp.example".into());
+    head
+}
+
+fn stateless_talk(
+    h: &mut Harness,
+    c: FlowCtx,
+    name: &str,
+    sse: bool,
+    answered: Option<&mut usize>,
+) {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":name,"version":"1"}}});
+    let result =
+        json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{"streaming":true}}});
+    h.answered(c, 0, stateless_post(), init, result);
+    let mut answered = answered;
+    if let Some(a) = answered.as_deref_mut() {
+        answer_new_lookups(h, a);
+    }
+    for ex in 1..3u64 {
+        let call =
+            json!({"jsonrpc":"2.0","id":ex+1,"method":"tools/call","params":{"name":"search"}});
+        h.request(c, ex, stateless_post(), call);
+        let result = json!({"jsonrpc":"2.0","id":ex+1,"result":{"content":[]}});
+        if sse {
+            h.head(
+                c,
+                ex,
+                headers::response_head(200, Some("text/event-stream"), None),
+            );
+            h.sse(c, ex, event("message", result.to_string()));
+        } else {
+            h.head(
+                c,
+                ex,
+                headers::response_head(200, Some("application/json"), None),
+            );
+            h.json(c, ex, result);
+        }
+        h.end(c, ex, BodyEnd::Complete);
+        if let Some(a) = answered.as_deref_mut() {
+            answer_new_lookups(h, a);
+        }
+    }
+}
+
+/// A stateless endpoint's divergence is the endpoint's alert: it must be claimed under the
+/// endpoint's fleet key whatever else changed in the same call.
+#[test]
+fn endpoint_alert_is_claimed_under_the_endpoint_key() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let mut answered = 0;
+    stateless_talk(&mut h, ctx(1), "x", true, Some(&mut answered));
+    assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
+    // Client y's whole conversation waits behind its lineage's lookup, released at once.
+    stateless_talk(&mut h, ctx(2), "y", false, None);
+    answer_new_lookups(&mut h, &mut answered);
+    let claims: Vec<String> = h
+        .out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Shared(crate::model::SharedRequest::Update { alerts, .. }) => Some(alerts),
+            _ => None,
+        })
+        .flatten()
+        .map(|a| a.dedup.clone())
+        .collect();
+    assert!(!claims.is_empty(), "local: {:?}", h.of("alert"));
+    assert!(
+        claims.iter().all(|d| d.starts_with("endpoint:")),
+        "{claims:?}"
+    );
+}
