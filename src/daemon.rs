@@ -194,6 +194,7 @@ impl Worker {
             // Flushed after every batch: an alert reaches the file within the batch latency.
             sinks.flush();
             drop(sinks);
+            crate::sink::log_writer::flush();
             if let Some(slots) = &self.snapshots
                 && let Some(generation) = slots.pending(self.answered_snapshot)
             {

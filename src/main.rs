@@ -281,7 +281,7 @@ fn init_logging(format: config::LogFormat, level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
-        .with_writer(io::stderr);
+        .with_writer(mcptap::sink::log_writer::LogWriter);
     match format {
         config::LogFormat::Text => builder.with_target(false).init(),
         config::LogFormat::Json => builder.json().init(),
@@ -289,6 +289,12 @@ fn init_logging(format: config::LogFormat, level: &str) {
 }
 
 fn main() -> ExitCode {
+    let code = run_main();
+    mcptap::sink::log_writer::flush();
+    code
+}
+
+fn run_main() -> ExitCode {
     if let Some(code) = assets::run_if_requested() {
         return code;
     }
@@ -422,10 +428,12 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
     }
     match inv.refusal() {
         Some(why) => {
+            mcptap::sink::log_writer::flush();
             eprintln!("mcptap: error: {}: {why}", files.join(", "));
             ExitCode::from(1)
         }
         None => {
+            mcptap::sink::log_writer::flush();
             eprintln!(
                 "mcptap: {}: {} frames, {} addresses, all loopback",
                 files.join(", "),
@@ -438,6 +446,7 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
 }
 
 fn fail(msg: &str) -> ExitCode {
+    mcptap::sink::log_writer::flush();
     eprintln!("mcptap: error: {msg}");
     ExitCode::from(2)
 }
@@ -459,6 +468,7 @@ fn replay(
                 Some(s)
             }
             Err(e) => {
+                mcptap::sink::log_writer::flush();
                 eprintln!("mcptap: error: {e}");
                 return ExitCode::from(2);
             }
@@ -468,6 +478,7 @@ fn replay(
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::new(f)),
             Err(e) => {
+                mcptap::sink::log_writer::flush();
                 eprintln!("mcptap: error: {path}: cannot create events file: {e}");
                 return ExitCode::from(2);
             }
@@ -508,6 +519,7 @@ fn replay(
             .map_or(String::new(), |(p50, p99, max)| {
                 format!("; lookup p50 {p50} µs, p99 {p99} µs, max {max} µs")
             });
+        mcptap::sink::log_writer::flush();
         eprintln!(
             "fleet store: {} lookups ({} found), {} writes ({} conflicts), {} alerts already raised elsewhere, {} errors{latency}",
             c.lookups, c.found, c.writes, c.conflicts, c.alerts_deduplicated, c.errors
@@ -517,6 +529,7 @@ fn replay(
     let report = match result {
         Ok(r) => r,
         Err(e) => {
+            mcptap::sink::log_writer::flush();
             eprintln!("mcptap: error: {e}");
             return ExitCode::from(2);
         }
@@ -535,9 +548,11 @@ fn replay(
     if let Some(e) = write_error.or(flushed.err())
         && e.kind() != io::ErrorKind::BrokenPipe
     {
+        mcptap::sink::log_writer::flush();
         eprintln!("mcptap: error: writing events: {e}");
         return ExitCode::from(2);
     }
+    mcptap::sink::log_writer::flush();
     eprintln!("{}", summary.render(&report.stats, started.elapsed()));
     if fail_on_alert && summary.total_alerts() > 0 {
         ExitCode::from(3)
@@ -570,6 +585,7 @@ fn replay_through_workers(
             }
             let mut summary = r.summary;
             summary.capture_bytes_skipped = r.read.skipped_bytes();
+            mcptap::sink::log_writer::flush();
             eprintln!("{}", summary.render(&r.stats, started.elapsed()));
             if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)

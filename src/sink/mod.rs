@@ -2,6 +2,7 @@
 //! events also become NDJSON lines.
 
 pub mod log;
+pub mod log_writer;
 pub mod metrics;
 pub mod ndjson;
 pub mod summary;
