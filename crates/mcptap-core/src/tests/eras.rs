@@ -882,9 +882,9 @@ fn answer_new_lookups(h: &mut Harness, answered: &mut usize) {
         if asked.len() == *answered {
             return;
         }
-        for key in asked[*answered..].to_vec() {
+        for key in &asked[*answered..] {
             let now = Timestamp(h.now);
-            h.t.on_shared_state(&key, None, now, &mut h.out);
+            h.t.on_shared_state(key, None, now, &mut h.out);
         }
         *answered = asked.len();
     }
