@@ -19,6 +19,23 @@ pub fn log_output(output: &Output) {
     }
 }
 
+/// One `session end` line at `level` (a tracing macro's name).
+macro_rules! session_end {
+    ($level:ident, $s:expr) => {
+        tracing::$level!(
+            target: "mcptap::session",
+            ts = %$s.ts.rfc3339(),
+            session_id = $s.session_id.as_deref().unwrap_or("-"),
+            server = %$s.server,
+            reason = $s.reason.as_str(),
+            handshakes = $s.handshakes,
+            requests = $s.requests,
+            alerts = $s.alerts,
+            "session end"
+        )
+    };
+}
+
 pub fn log_event(ev: &Event) {
     match ev {
         Event::Handshake(h) => tracing::info!(
@@ -123,28 +140,8 @@ pub fn log_event(ev: &Event) {
         ),
         // A session that ended with alerts is worth a line at INFO; the many that ended
         // quietly are DEBUG (a gateway ends tens of thousands a minute).
-        Event::SessionEnd(s) if s.alerts > 0 => tracing::info!(
-            target: "mcptap::session",
-            ts = %s.ts.rfc3339(),
-            session_id = s.session_id.as_deref().unwrap_or("-"),
-            server = %s.server,
-            reason = s.reason.as_str(),
-            handshakes = s.handshakes,
-            requests = s.requests,
-            alerts = s.alerts,
-            "session end"
-        ),
-        Event::SessionEnd(s) => tracing::debug!(
-            target: "mcptap::session",
-            ts = %s.ts.rfc3339(),
-            session_id = s.session_id.as_deref().unwrap_or("-"),
-            server = %s.server,
-            reason = s.reason.as_str(),
-            handshakes = s.handshakes,
-            requests = s.requests,
-            alerts = s.alerts,
-            "session end"
-        ),
+        Event::SessionEnd(s) if s.alerts > 0 => session_end!(info, s),
+        Event::SessionEnd(s) => session_end!(debug, s),
     }
 }
 

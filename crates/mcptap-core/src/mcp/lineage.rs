@@ -33,6 +33,16 @@ pub struct Ended {
     pub baseline: Option<CapsRecord>,
 }
 
+impl From<super::snapshot::EndedEntry> for Ended {
+    fn from(e: super::snapshot::EndedEntry) -> Self {
+        Ended {
+            ts: Timestamp(e.ts_ns),
+            session_id: e.session_id,
+            baseline: e.baseline,
+        }
+    }
+}
+
 /// One remembered session: its record and its place in the age order.
 #[derive(Debug)]
 struct Entry {

@@ -465,21 +465,9 @@ impl<D: Detector> Tracker<D> {
             }
             let key = LineageKey {
                 server: e.server,
-                lineage_id: e.lineage_id,
+                lineage_id: e.lineage_id.clone(),
             };
-            let dropped = self.lineage.remember(
-                key,
-                Ended {
-                    ts: Timestamp(e.ts_ns),
-                    session_id: e.session_id,
-                    baseline: e.baseline,
-                },
-            );
-            for _ in 0..dropped.0 {
-                out.push(Output::Telemetry(Telemetry::LimitHit {
-                    limit: Limit::LineageRecords,
-                }));
-            }
+            self.remember_record(key, Ended::from(e), out);
             report.ended += 1;
         }
         self.publish_lineage_bytes();
@@ -1130,20 +1118,18 @@ impl<D: Detector> Tracker<D> {
         {
             return;
         }
-        let dropped = self.lineage.remember(
-            key,
-            Ended {
-                ts: Timestamp(e.ts_ns),
-                session_id: e.session_id,
-                baseline: e.baseline,
-            },
-        );
+        self.remember_record(key, Ended::from(e), out);
+        self.publish_lineage_bytes();
+    }
+
+    /// Remembers an ended session for lineage; what the bound drops is counted.
+    fn remember_record(&mut self, key: LineageKey, ended: Ended, out: &mut Vec<Output>) {
+        let dropped = self.lineage.remember(key, ended);
         for _ in 0..dropped.0 {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::LineageRecords,
             }));
         }
-        self.publish_lineage_bytes();
     }
 
     /// A session from a shared or snapshot record, last seen at `last_seen`. Counted as
@@ -3096,12 +3082,7 @@ impl<D: Detector> Tracker<D> {
             baseline: s.baseline.clone(),
         };
         self.touch_shared(&session::lineage_key(key.0, &lineage_key.lineage_id));
-        let dropped = self.lineage.remember(lineage_key, record);
-        for _ in 0..dropped.0 {
-            out.push(Output::Telemetry(Telemetry::LimitHit {
-                limit: Limit::LineageRecords,
-            }));
-        }
+        self.remember_record(lineage_key, record, out);
         self.publish_lineage_bytes();
     }
 
