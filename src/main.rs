@@ -274,6 +274,13 @@ impl LimitArgs {
     }
 }
 
+/// `eprintln!` in order with the buffered log lines (see `sink::log_writer`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        mcptap::sink::log_writer::say(format_args!($($arg)*))
+    };
+}
+
 fn init_logging(format: config::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -428,13 +435,11 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
     }
     match inv.refusal() {
         Some(why) => {
-            mcptap::sink::log_writer::flush();
-            eprintln!("mcptap: error: {}: {why}", files.join(", "));
+            say!("mcptap: error: {}: {why}", files.join(", "));
             ExitCode::from(1)
         }
         None => {
-            mcptap::sink::log_writer::flush();
-            eprintln!(
+            say!(
                 "mcptap: {}: {} frames, {} addresses, all loopback",
                 files.join(", "),
                 inv.frames,
@@ -446,8 +451,7 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
 }
 
 fn fail(msg: &str) -> ExitCode {
-    mcptap::sink::log_writer::flush();
-    eprintln!("mcptap: error: {msg}");
+    say!("mcptap: error: {msg}");
     ExitCode::from(2)
 }
 
@@ -468,8 +472,7 @@ fn replay(
                 Some(s)
             }
             Err(e) => {
-                mcptap::sink::log_writer::flush();
-                eprintln!("mcptap: error: {e}");
+                say!("mcptap: error: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -478,8 +481,7 @@ fn replay(
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::new(f)),
             Err(e) => {
-                mcptap::sink::log_writer::flush();
-                eprintln!("mcptap: error: {path}: cannot create events file: {e}");
+                say!("mcptap: error: {path}: cannot create events file: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -519,18 +521,21 @@ fn replay(
             .map_or(String::new(), |(p50, p99, max)| {
                 format!("; lookup p50 {p50} µs, p99 {p99} µs, max {max} µs")
             });
-        mcptap::sink::log_writer::flush();
-        eprintln!(
+        say!(
             "fleet store: {} lookups ({} found), {} writes ({} conflicts), {} alerts already raised elsewhere, {} errors{latency}",
-            c.lookups, c.found, c.writes, c.conflicts, c.alerts_deduplicated, c.errors
+            c.lookups,
+            c.found,
+            c.writes,
+            c.conflicts,
+            c.alerts_deduplicated,
+            c.errors
         );
     }
     let flushed = writer.flush();
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            mcptap::sink::log_writer::flush();
-            eprintln!("mcptap: error: {e}");
+            say!("mcptap: error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -548,12 +553,10 @@ fn replay(
     if let Some(e) = write_error.or(flushed.err())
         && e.kind() != io::ErrorKind::BrokenPipe
     {
-        mcptap::sink::log_writer::flush();
-        eprintln!("mcptap: error: writing events: {e}");
+        say!("mcptap: error: writing events: {e}");
         return ExitCode::from(2);
     }
-    mcptap::sink::log_writer::flush();
-    eprintln!("{}", summary.render(&report.stats, started.elapsed()));
+    say!("{}", summary.render(&report.stats, started.elapsed()));
     if fail_on_alert && summary.total_alerts() > 0 {
         ExitCode::from(3)
     } else {
@@ -585,8 +588,7 @@ fn replay_through_workers(
             }
             let mut summary = r.summary;
             summary.capture_bytes_skipped = r.read.skipped_bytes();
-            mcptap::sink::log_writer::flush();
-            eprintln!("{}", summary.render(&r.stats, started.elapsed()));
+            say!("{}", summary.render(&r.stats, started.elapsed()));
             if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)
             } else {

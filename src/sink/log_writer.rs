@@ -2,7 +2,8 @@
 //! handshakes a minute, and one `write(2)` per line cost more than formatting it. Warnings
 //! and errors are written at once; other lines wait in a bounded buffer that is flushed when
 //! it fills, when the previous flush is more than [`MAX_DELAY`] old at the next line, and by
-//! [`flush`] (each pipeline batch, the idle tick, the end of a replay).
+//! [`flush`] (each pipeline batch or idle tick, the end of a run); the program's own lines go through
+//! [`say`], after what waits.
 
 use std::io::{self, Write};
 use std::sync::Mutex;
@@ -28,6 +29,14 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending {
 pub fn flush() {
     let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     flush_locked(&mut p);
+}
+
+/// A line of the program's own on standard error (errors, the replay summary), after the
+/// log lines that wait, so that the order stays as written.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    flush_locked(&mut p);
+    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 fn flush_locked(p: &mut Pending) {
