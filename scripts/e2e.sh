@@ -310,7 +310,7 @@ check "promtool check config (rules: for: reduced to 0s)" \
 # scraping the target 5 minutes earlier (`and on(job, instance) (up offset 5m)`), so that a
 # freshly started Prometheus does not page for old events. A production Prometheus has that
 # history; this throw-away one gets it by backfilling `up{job="mcptap", instance=...} 1` for
-# the last 10 minutes (promtool tsdb create-blocks-from openmetrics) before it starts. The
+# the last 10 minutes (scripts/prom-backfill.sh: promtool tsdb create-blocks-from openmetrics) before it starts. The
 # alerts then fire whichever branch of the rule applies, without depending on scrape timing.
 python3 - "$P_METRICS" >"$WORK/prom/up-history.om" <<'EOF'
 import sys, time
@@ -320,7 +320,7 @@ for t in range(now - 600, now - 2, 5):
 print("# EOF")
 EOF
 check "backfill up{job=\"mcptap\"} history (10 min)" \
-  timeout 30 promtool tsdb create-blocks-from openmetrics -q "$WORK/prom/up-history.om" "$WORK/prom/data" \
+  timeout 30 scripts/prom-backfill.sh "$WORK/prom/up-history.om" "$WORK/prom/data" \
   || abort "backfill"
 
 prometheus --config.file="$WORK/prom/prometheus.yml" --storage.tsdb.path="$WORK/prom/data" \

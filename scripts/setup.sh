@@ -21,4 +21,6 @@ if ((${#need[@]})); then
   echo "setup: installing ${need[*]}" >&2
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # The downloaded .debs are not needed again; CI machines can be short of disk.
+  $SUDO apt-get clean
 fi

@@ -4,6 +4,8 @@
 # purged on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Free disk first: a machine short of it fails late and obscurely (promtool, the linker).
+df -h . "${TMPDIR:-/tmp}" | sed 's/^/test: /'
 scripts/setup.sh --test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

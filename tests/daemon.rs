@@ -980,16 +980,20 @@ fn start_prometheus(
     }
     om.push_str("# EOF\n");
     std::fs::write(prom.join("up.om"), om).ok()?;
-    let ok = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(prom.join("up.om"))
-        .arg(prom.join("data"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .ok()?
-        .success();
-    assert!(ok, "promtool backfill");
+    // Through the script that writes the block in a tmpfs: promtool preallocates 512 MiB.
+    let backfill = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/prom-backfill.sh"
+    ))
+    .arg(prom.join("up.om"))
+    .arg(prom.join("data"))
+    .output()
+    .ok()?;
+    assert!(
+        backfill.status.success(),
+        "promtool backfill: {}",
+        String::from_utf8_lossy(&backfill.stderr)
+    );
     let port = free_port();
     let child = Command::new("prometheus")
         .arg(format!(
