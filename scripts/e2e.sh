@@ -573,10 +573,17 @@ check "mcptap logged no panic and no ERROR" no_errors_logged
 log "events"
 ALL_EVENTS="$WORK/all-events.ndjson"
 cat "$ROTATED" "$EVENTS" >"$ALL_EVENTS" 2>/dev/null
-check "events: every line is a JSON object with event, ts, session_id" \
+check "events: every line is a JSON object with event, ts, session_id (null only in the totals)" \
   jqc -s 'length as $n | "\($n) events (moved-away + new file)",
-          (all(.[]; type == "object" and (.event | type) == "string"
-                   and (.ts | type) == "string" and (.session_id | type) == "string") and $n > 0)' "$ALL_EVENTS"
+          (all(.[]; type == "object" and (.event | type) == "string" and (.ts | type) == "string"
+                   and ((.session_id | type) == "string" or (.event == "summary" or .event == "stats")))
+           and $n > 0)' "$ALL_EVENTS"
+check "events: one summary, the last line, counting the alerts and no drops" \
+  jqc -s '([.[] | select(.event == "alert")] | length) as $alerts
+          | [.[] | select(.event == "summary")] as $s
+          | "\($s | length) summary; alerts written \($alerts), counted \($s[0].alerts | add)",
+            ($s | length == 1) and (.[-1].event == "summary") and ($s[0].alerts | add) == $alerts
+            and $s[0].capture_drops == 0 and $s[0].packets > 0' "$ALL_EVENTS"
 events_handshakes() {
   jqc -s --arg sse "$S_SSE" --arg json "$S_JSON" --arg inc "$S_INC" --arg empty "$S_EMPTY" --arg hup "$S_HUP" '
     def hs($s): [.[] | select(.event == "handshake" and .server == $s)];

@@ -74,13 +74,26 @@ pub struct MetricsConfig {
     pub server_names: BTreeMap<SocketAddr, String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventsConfig {
     /// NDJSON events file, reopened on SIGHUP (for logrotate).
     pub file: Option<String>,
     /// Also write events to standard output.
     pub stdout: bool,
+    /// Seconds between two `stats` events (the totals so far: packets, gaps, drops, parse
+    /// errors, evictions) while capturing; 0: none (the `summary` at exit stays).
+    pub stats_interval_secs: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            file: None,
+            stdout: false,
+            stats_interval_secs: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -203,6 +216,12 @@ impl Config {
             return Err(format!(
                 "fleet.lookup_timeout_ms must be 1..=10000 (got {})",
                 self.fleet.lookup_timeout_ms
+            ));
+        }
+        if self.events.stats_interval_secs > MAX_METRICS_TIMEOUT_SECS {
+            return Err(format!(
+                "events.stats_interval_secs must be 0..={MAX_METRICS_TIMEOUT_SECS} (got {})",
+                self.events.stats_interval_secs
             ));
         }
         if !(1..=MAX_METRICS_TIMEOUT_SECS).contains(&self.state.snapshot_interval_secs) {

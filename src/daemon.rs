@@ -13,7 +13,7 @@ use crate::server::{self, ServerState};
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
-use crate::sink::summary::Summary;
+use crate::sink::summary::{Summary, TimeSpan};
 use crate::state::{self, Snapshot, SnapshotSlots};
 use mcptap_core::mcp::identity::Identities;
 use mcptap_core::model::Output;
@@ -34,20 +34,61 @@ struct EventSinks {
     file: Option<EventFile>,
     stdout: Option<NdjsonWriter<std::io::Stdout>>,
     dirty: bool,
+    /// Every worker's outputs counted (they are written here, under the same lock).
+    totals: Summary,
+    /// Each worker's packet counters as of its last batch.
+    worker_packets: Vec<PacketStats>,
+    span: TimeSpan,
+    /// Packets the kernel or the interfaces dropped (live capture).
+    capture_drops: Option<u64>,
 }
 
 impl EventSinks {
+    fn new(file: Option<EventFile>, stdout: Option<NdjsonWriter<std::io::Stdout>>) -> Self {
+        EventSinks {
+            file,
+            stdout,
+            dirty: false,
+            totals: Summary::default(),
+            worker_packets: Vec::new(),
+            span: TimeSpan::default(),
+            capture_drops: None,
+        }
+    }
+
     fn write(&mut self, output: &Output) {
+        self.totals.observe(output);
         let Output::Event(ev) = output else { return };
+        self.write_line(ev);
+    }
+
+    fn write_line<T: serde::Serialize + ?Sized>(&mut self, line: &T) {
         if let Some(f) = self.file.as_mut()
-            && let Err(e) = f.write(ev)
+            && let Err(e) = f.write_value(line)
         {
             tracing::error!("writing events file: {e}");
         }
         if let Some(w) = self.stdout.as_mut() {
-            let _ = w.write(ev);
+            let _ = w.write_value(line);
         }
         self.dirty = true;
+    }
+
+    fn packets(&self) -> PacketStats {
+        let mut all = PacketStats::default();
+        for p in &self.worker_packets {
+            all.merge(p);
+        }
+        all
+    }
+
+    /// Writes the totals so far as a `summary` or `stats` event, and flushes.
+    fn write_totals(&mut self, event: &'static str) {
+        let packets = self.packets();
+        let totals = std::mem::take(&mut self.totals);
+        self.write_line(&totals.totals_event(event, &packets, self.span, self.capture_drops));
+        self.totals = totals;
+        self.flush();
     }
 
     fn flush(&mut self) {
@@ -81,7 +122,6 @@ struct Worker {
     pipeline: Pipeline,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
-    summary: Summary,
     reopen: Arc<AtomicBool>,
     /// What this worker last reported to the shared counters.
     reported: PacketStats,
@@ -120,7 +160,6 @@ impl Worker {
         }
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         for o in outputs.drain(..) {
-            self.summary.observe(&o);
             self.metrics.observe(&o);
             log::log_output(&o);
             sinks.write(&o);
@@ -154,8 +193,10 @@ impl Worker {
             match rx.recv_timeout(Duration::from_millis(250)) {
                 Ok(batch) => {
                     self.queue_depth.dec();
+                    let mut first = None;
                     let mut last = None;
                     for (ts, frame) in batch.iter() {
+                        first.get_or_insert(ts);
                         self.pipeline.handle_packet(
                             Timestamp(ts),
                             batch.linktype,
@@ -165,6 +206,11 @@ impl Worker {
                         last = Some(ts);
                     }
                     self.drain(&mut outputs);
+                    if let (Some(first), Some(last)) = (first, last) {
+                        let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+                        sinks.span.see(Timestamp(first));
+                        sinks.span.see(Timestamp(last));
+                    }
                     // Live: how long the batch's last packet took from the wire to its events.
                     if self.wall_clock_when_idle
                         && let Some(ts) = last
@@ -183,6 +229,7 @@ impl Worker {
             }
             self.report();
             let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+            self.share_packet_stats(&mut sinks);
             if self.reopen.swap(false, Ordering::SeqCst)
                 && let Some(f) = sinks.file.as_mut()
             {
@@ -204,13 +251,27 @@ impl Worker {
         }
         self.pipeline.finish(&mut outputs);
         self.drain(&mut outputs);
-        self.sinks.lock().unwrap_or_else(|p| p.into_inner()).flush();
+        let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        self.share_packet_stats(&mut sinks);
+        sinks.flush();
+        drop(sinks);
         self.report();
         let state = self
             .snapshots
             .is_some()
             .then(|| self.pipeline.export_state());
-        (self.summary, self.pipeline.stats().clone(), state)
+        (self.pipeline.stats().clone(), state)
+    }
+
+    fn share_packet_stats(&self, sinks: &mut EventSinks) {
+        if sinks.worker_packets.len() <= self.index {
+            sinks
+                .worker_packets
+                .resize(self.index + 1, PacketStats::default());
+        }
+        if let Some(slot) = sinks.worker_packets.get_mut(self.index) {
+            slot.clone_from(self.pipeline.stats());
+        }
     }
 }
 
@@ -233,8 +294,8 @@ struct WorkerPool {
     redactor: Option<Redactor>,
 }
 
-/// What a worker hands back: its summary, counters and (with a snapshot file) its state.
-type WorkerEnd = (Summary, PacketStats, Option<Snapshot>);
+/// What a worker hands back: its counters and (with a snapshot file) its state.
+type WorkerEnd = (PacketStats, Option<Snapshot>);
 type WorkerHandle = JoinHandle<WorkerEnd>;
 
 impl WorkerPool {
@@ -257,7 +318,6 @@ impl WorkerPool {
                 pipeline: Pipeline::configured(self.limits, self.analysis.clone(), usage.clone()),
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),
-                summary: Summary::default(),
                 reopen: self.reopen.clone(),
                 reported: PacketStats::default(),
                 reported_flows: 0,
@@ -298,23 +358,25 @@ impl WorkerPool {
     }
 }
 
+/// Waits for every worker; then writes the `summary` event (the totals of all of them).
 fn join_workers(
     workers: Vec<WorkerHandle>,
+    sinks: &Mutex<EventSinks>,
 ) -> Result<(Summary, PacketStats, Option<Snapshot>), String> {
-    let mut summary = Summary::default();
     let mut stats = PacketStats::default();
     let mut state: Option<Snapshot> = None;
     for w in workers {
-        let (s, p, part) = w
+        let (p, part) = w
             .join()
             .map_err(|_| "pipeline thread panicked".to_string())?;
-        summary.merge(&s);
         stats.merge(&p);
         if let Some(part) = part {
             state.get_or_insert_with(Snapshot::default).merge(part);
         }
     }
-    Ok((summary, stats, state))
+    let mut sinks = sinks.lock().unwrap_or_else(|p| p.into_inner());
+    sinks.write_totals("summary");
+    Ok((sinks.totals.clone(), stats, state))
 }
 
 /// What [`replay_through_workers`] read and what its workers saw.
@@ -343,17 +405,14 @@ pub fn replay_through_workers(
         ),
         None => None,
     };
-    let sinks = Arc::new(Mutex::new(EventSinks {
-        stdout: file.is_none().then(|| NdjsonWriter::new(std::io::stdout())),
-        file,
-        dirty: false,
-    }));
+    let stdout = file.is_none().then(|| NdjsonWriter::new(std::io::stdout()));
+    let sinks = Arc::new(Mutex::new(EventSinks::new(file, stdout)));
     let metrics =
         Arc::new(Metrics::new(LabelConfig::default()).map_err(|e| format!("metrics: {e}"))?);
     let pool = WorkerPool {
         limits,
         analysis,
-        sinks,
+        sinks: sinks.clone(),
         metrics,
         reopen: Arc::new(AtomicBool::new(false)),
         wall_clock_when_idle: false,
@@ -393,7 +452,7 @@ pub fn replay_through_workers(
         }
     }
     drop(senders);
-    let (summary, stats, _) = join_workers(workers)?;
+    let (summary, stats, _) = join_workers(workers, &sinks)?;
     let read = read.map_err(|e| e.to_string())?;
     if send_failed {
         return Err("a pipeline worker stopped early".into());
@@ -478,14 +537,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .min(crate::config::MAX_THREADS),
         n => n,
     };
-    let sinks = Arc::new(Mutex::new(EventSinks {
-        file,
-        stdout: cfg
-            .events
-            .stdout
-            .then(|| NdjsonWriter::new(std::io::stdout())),
-        dirty: false,
-    }));
+    let stdout = cfg
+        .events
+        .stdout
+        .then(|| NdjsonWriter::new(std::io::stdout()));
+    let sinks = Arc::new(Mutex::new(EventSinks::new(file, stdout)));
+    sinks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .capture_drops = Some(0);
     let started = Instant::now();
     let snapshot_path = cfg
         .state
@@ -534,9 +594,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 health.clone(),
                 {
                     let metrics = metrics.clone();
+                    let sinks = sinks.clone();
                     let mut reported = DirectoryStats::default();
                     move |d: live::Drops, directory: DirectoryStats| {
                         metrics.add_capture_drops(d.kernel, d.interface);
+                        if d.kernel + d.interface > 0 {
+                            let mut sinks = sinks.lock().unwrap_or_else(|p| p.into_inner());
+                            *sinks.capture_drops.get_or_insert(0) += d.kernel + d.interface;
+                        }
                         let (now, before) = (directory, reported);
                         metrics.add_server_directory(
                             "learned_server",
@@ -567,6 +632,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
             redactor.clone(),
         )?),
         _ => None,
+    };
+    let stats_writer = match cfg.events.stats_interval_secs {
+        0 => None,
+        secs => Some(spawn_stats_writer(
+            sinks.clone(),
+            Duration::from_secs(secs),
+            stop.clone(),
+        )?),
     };
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -611,7 +684,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(t) = saver {
         let _ = t.join();
     }
-    let (summary, stats, state) = join_workers(workers)?;
+    if let Some(t) = stats_writer {
+        let _ = t.join();
+    }
+    let (summary, stats, state) = join_workers(workers, &sinks)?;
     if let (Some(path), Some(mut state)) = (&snapshot_path, state) {
         redact_snapshot(&mut state, redactor.as_ref());
         save_snapshot(path, &state, &metrics);
@@ -714,6 +790,32 @@ fn spawn_snapshot_saver(
             }
         })
         .map_err(|e| format!("cannot start snapshot thread: {e}"))
+}
+
+/// Every `interval`, writes the totals so far as a `stats` event.
+fn spawn_stats_writer(
+    sinks: Arc<Mutex<EventSinks>>,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name("stats".into())
+        .spawn(move || {
+            let tick = Duration::from_millis(100);
+            let mut next = Instant::now() + interval;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(tick);
+                if Instant::now() < next {
+                    continue;
+                }
+                next = Instant::now() + interval;
+                sinks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .write_totals("stats");
+            }
+        })
+        .map_err(|e| format!("cannot start stats thread: {e}"))
 }
 
 /// Waits for SIGTERM/SIGINT (returns false) or a failed capture (returns true); SIGHUP asks

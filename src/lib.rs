@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod endpoints;
 pub mod fleet;
 pub mod live;
+pub mod progress;
 pub mod redact;
 pub mod replay;
 pub mod server;

@@ -64,6 +64,10 @@ enum Command {
         /// Exit with status 3 when any alert fired.
         #[arg(long)]
         fail_on_alert: bool,
+        /// No progress bar and no summary on standard error (warnings and errors still). The
+        /// bar is shown only when standard error is a terminal.
+        #[arg(long, short = 'q')]
+        quiet: bool,
         /// Replay through the daemon's worker path: N pipeline workers sharded by server
         /// endpoint, with process-wide limits, as `run` does. Events come in no fixed order
         /// across workers. For checking the live path's limits on a capture.
@@ -161,6 +165,9 @@ struct RunArgs {
     /// Also write events to standard output.
     #[arg(long)]
     events_stdout: bool,
+    /// Seconds between two `stats` events (totals so far); 0: none [default: 60].
+    #[arg(long, value_name = "SECS")]
+    stats_interval: Option<u64>,
     /// Drop root privileges to this user after opening the capture.
     #[arg(long)]
     user: Option<String>,
@@ -196,6 +203,9 @@ impl RunArgs {
             cfg.events.file = Some(e.clone());
         }
         cfg.events.stdout |= self.events_stdout;
+        if let Some(secs) = self.stats_interval {
+            cfg.events.stats_interval_secs = secs;
+        }
         if let Some(u) = &self.user {
             cfg.user = Some(u.clone());
         }
@@ -312,6 +322,7 @@ fn run_main() -> ExitCode {
             files,
             events,
             fail_on_alert,
+            quiet,
             worker_threads,
             errors_decide_mode,
             worker_servers,
@@ -369,8 +380,11 @@ fn run_main() -> ExitCode {
                 (Err(e), _) => fail(&e),
                 (Ok(limits), None) => replay(
                     &files,
-                    events.as_deref(),
-                    fail_on_alert,
+                    ReplayTo {
+                        events: events.as_deref(),
+                        fail_on_alert,
+                        quiet,
+                    },
                     limits,
                     detectors,
                     fleet,
@@ -455,10 +469,19 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Where a replay's results go.
+struct ReplayTo<'a> {
+    /// The events file (None: standard output).
+    events: Option<&'a str>,
+    /// Exit with 3 if anything alerted.
+    fail_on_alert: bool,
+    /// No progress bar, no summary on standard error.
+    quiet: bool,
+}
+
 fn replay(
     files: &[String],
-    events: Option<&str>,
-    fail_on_alert: bool,
+    to: ReplayTo<'_>,
     limits: Limits,
     detectors: mcptap_core::pipeline::Analysis,
     fleet: Option<(mcptap::fleet::FleetSettings, bool)>,
@@ -477,6 +500,11 @@ fn replay(
             }
         },
     };
+    let ReplayTo {
+        events,
+        fail_on_alert,
+        quiet,
+    } = to;
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::new(f)),
@@ -491,11 +519,13 @@ fn replay(
     let mut summary = Summary::default();
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
+    let mut progress = mcptap::progress::ReplayProgress::for_inputs(files, !quiet);
     let result = mcptap::replay::replay_with_fleet(
         files,
         limits,
         detectors,
         store.as_mut(),
+        &mut progress,
         &mut |o: &Output| {
             let redacted;
             let o = match (&redactor, o) {
@@ -514,6 +544,7 @@ fn replay(
             }
         },
     );
+    progress.finish();
     if let Some(s) = &store {
         let c = s.counts;
         let latency = s
@@ -531,21 +562,28 @@ fn replay(
             c.errors
         );
     }
-    let flushed = writer.flush();
     let report = match result {
         Ok(r) => r,
         Err(e) => {
+            let _ = writer.flush();
             say!("mcptap: error: {e}");
             return ExitCode::from(2);
         }
     };
+    summary.capture_bytes_skipped = report.read.skipped_bytes();
+    if write_error.is_none()
+        && let Err(e) =
+            writer.write_value(&summary.totals_event("summary", &report.stats, report.span, None))
+    {
+        write_error = Some(e);
+    }
+    let flushed = writer.flush();
     for t in &report.read.truncations {
         tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
     }
     for r in &report.read.resyncs {
         tracing::warn!("{}", r.describe());
     }
-    summary.capture_bytes_skipped = report.read.skipped_bytes();
     for w in &report.read.warnings {
         tracing::warn!("{w}");
     }
@@ -556,7 +594,9 @@ fn replay(
         say!("mcptap: error: writing events: {e}");
         return ExitCode::from(2);
     }
-    say!("{}", summary.render(&report.stats, started.elapsed()));
+    if !quiet {
+        say!("{}", summary.render(&report.stats, started.elapsed()));
+    }
     if fail_on_alert && summary.total_alerts() > 0 {
         ExitCode::from(3)
     } else {
@@ -643,6 +683,7 @@ mod tests {
         "metrics.server_names",
         "servers",
         "events.stdout",
+        "events.stats_interval_secs",
     ];
 
     /// Replay flags of config keys outside `[limits]` whose name differs from the key's.

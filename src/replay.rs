@@ -2,6 +2,8 @@
 
 use crate::capture::{self, CaptureError, ReadSummary};
 use crate::fleet::{self, FleetStore};
+use crate::progress::ReplayProgress;
+use crate::sink::summary::TimeSpan;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
@@ -11,6 +13,8 @@ use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
 pub struct ReplayReport {
     pub read: ReadSummary,
     pub stats: PacketStats,
+    /// First and last packet time.
+    pub span: TimeSpan,
 }
 
 /// Runs every packet of `paths` through one pipeline, handing each output to `on_output` as
@@ -21,17 +25,25 @@ pub fn replay(
     analysis: Analysis,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
-    replay_with_fleet(paths, limits, analysis, None, on_output)
+    replay_with_fleet(
+        paths,
+        limits,
+        analysis,
+        None,
+        &mut ReplayProgress::hidden(),
+        on_output,
+    )
 }
 
 /// [`replay`] in fleet mode: sessions first seen are looked up in `fleet`'s store (and, if it
 /// writes, their changes stored), so that a capture of one gateway host is read with the
-/// baselines the others recorded.
+/// baselines the others recorded. `progress` is told of every packet read.
 pub fn replay_with_fleet(
     paths: &[String],
     limits: Limits,
     analysis: Analysis,
     mut fleet: Option<&mut FleetStore>,
+    progress: &mut ReplayProgress,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
     let mut pipeline = Pipeline::configured(limits, analysis, Default::default());
@@ -41,6 +53,7 @@ pub fn replay_with_fleet(
     let mut outputs = Vec::new();
     let fleet_mode = fleet.is_some();
     let mut since_served = 0usize;
+    let mut span = TimeSpan::default();
     let mut deliver =
         |pipeline: &mut Pipeline, outputs: &mut Vec<Output>| match fleet.as_deref_mut() {
             Some(store) => fleet::serve(store, outputs, pipeline, on_output),
@@ -51,6 +64,8 @@ pub fn replay_with_fleet(
             }
         };
     let read = capture::read_captures(paths, &mut |pkt| {
+        span.see(Timestamp(pkt.ts_nanos));
+        progress.packet(pkt.data.len());
         pipeline.handle_packet(
             Timestamp(pkt.ts_nanos),
             pkt.linktype,
@@ -73,6 +88,7 @@ pub fn replay_with_fleet(
     Ok(ReplayReport {
         read,
         stats: pipeline.stats().clone(),
+        span,
     })
 }
 

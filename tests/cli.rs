@@ -40,6 +40,22 @@ fn replay_writes_ndjson_with_the_common_fields_and_a_summary() {
         assert!(ts.ends_with('Z'));
         assert!(e.get("session_id").is_some(), "{e}");
     }
+    // The last event is the totals, blind spots included.
+    let summary = evs.last().expect("summary");
+    assert_eq!(summary["event"], "summary", "{summary}");
+    assert_eq!(summary["alerts"]["capability_narrowing"], 1, "{summary}");
+    assert_eq!(summary["packets"], 72, "{summary}");
+    assert_eq!(summary["gaps"], 0, "{summary}");
+    assert!(summary["undecodable_flows"].is_object(), "{summary}");
+    assert!(
+        summary["first_ts"].as_str() < summary["ts"].as_str(),
+        "{summary}"
+    );
+    assert_eq!(
+        evs.iter().filter(|e| e["event"] == "summary").count(),
+        1,
+        "one summary"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("mcptap summary"), "{stderr}");
     assert!(stderr.contains("capability_narrowing=1"), "{stderr}");
@@ -242,7 +258,19 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
     let want = run(&["replay", &fixture("incident.pcap")]);
     let got = run(&["replay", path]);
     assert!(got.status.success(), "{got:?}");
-    assert_eq!(got.stdout, want.stdout, "the events of the intact file");
+    // The events of the intact file; the closing summary counts the bytes skipped.
+    let (got_events, want_events) = (stdout_events(&got), stdout_events(&want));
+    let split = |evs: &[serde_json::Value]| {
+        let (summary, events) = evs.split_last().expect("events");
+        assert_eq!(summary["event"], "summary");
+        (summary.clone(), events.to_vec())
+    };
+    let ((got_summary, got_events), (want_summary, want_events)) =
+        (split(&got_events), split(&want_events));
+    assert!(got_events == want_events, "the events of the intact file");
+    assert_eq!(got_summary["capture_bytes_skipped"], 116);
+    assert_eq!(want_summary["capture_bytes_skipped"], 0);
+    assert_eq!(got_summary["packets"], want_summary["packets"]);
     let stderr = String::from_utf8_lossy(&got.stderr);
     let line = format!(
         "{path}: corrupt record length at byte {splice}: resynchronised at byte {}, 116 bytes skipped",
@@ -267,10 +295,45 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
     let piped = child.wait_with_output().expect("wait");
     writer.join().expect("writer").expect("write");
     assert!(piped.status.success(), "{piped:?}");
-    assert_eq!(piped.stdout, want.stdout);
+    let (piped_summary, piped_events) = split(&stdout_events(&piped));
+    assert!(
+        piped_events == want_events,
+        "the events of the intact file, from a pipe"
+    );
+    assert_eq!(piped_summary["capture_bytes_skipped"], 116);
     assert!(
         String::from_utf8_lossy(&piped.stderr).contains("<stdin>: corrupt record length at byte"),
         "{}",
         String::from_utf8_lossy(&piped.stderr)
     );
+}
+
+/// A progress bar on standard error only when it is a terminal (here a pseudo-terminal made by
+/// util-linux `script`), never in a pipe and never with `--quiet`.
+#[test]
+fn progress_bar_on_a_terminal_only_and_not_with_quiet() {
+    let on_terminal = |extra: &str| {
+        let cmd = format!(
+            "'{}' replay {extra} '{}' --events /dev/null --log-level warn",
+            env!("CARGO_BIN_EXE_mcptap"),
+            fixture("interleaved.pcap")
+        );
+        let out = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .expect("util-linux script");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = on_terminal("");
+    assert!(shown.contains("replay ["), "{shown}");
+    assert!(shown.contains("28.75 KiB"), "the inputs' size: {shown}");
+    assert!(shown.contains("mcptap summary"), "{shown}");
+    let quiet = on_terminal("--quiet");
+    assert!(!quiet.contains("replay ["), "{quiet}");
+    assert!(!quiet.contains("mcptap summary"), "{quiet}");
+    let piped = run(&["replay", &fixture("interleaved.pcap")]);
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(!stderr.contains("replay ["), "{stderr}");
+    assert!(stderr.contains("mcptap summary"), "{stderr}");
 }

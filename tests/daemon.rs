@@ -317,6 +317,8 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
             "--threads",
             "2",
             "--events-stdout",
+            "--stats-interval",
+            "1",
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
@@ -406,6 +408,30 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
     assert_eq!(alerts.len(), 2, "{stdout}");
     assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
     assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+    // Totals: a `stats` event every second while capturing (the last one, after the traffic,
+    // counts both alerts and the capture's drops), one `summary` at exit, last.
+    let totals: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.contains(r#""event":"stats""#) || l.contains(r#""event":"summary""#))
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let stats: Vec<&serde_json::Value> = totals.iter().filter(|t| t["event"] == "stats").collect();
+    // One at least comes after the traffic: it is followed by 1.5 s of quiet.
+    assert!(!stats.is_empty(), "{stdout}");
+    let last_stats = stats.last().expect("stats");
+    assert_eq!(
+        last_stats["alerts"]["capability_narrowing"], 1,
+        "{last_stats}"
+    );
+    assert_eq!(last_stats["capture_drops"], 0, "{last_stats}");
+    assert!(last_stats["packets"].as_u64() > Some(10), "{last_stats}");
+    let summary = totals.last().expect("summary");
+    assert_eq!(summary["event"], "summary", "{stdout}");
+    assert_eq!(totals.iter().filter(|t| t["event"] == "summary").count(), 1);
+    assert_eq!(summary["alerts"]["content_type_divergence"], 1, "{summary}");
+    assert!(summary["packets"].as_u64() >= last_stats["packets"].as_u64());
+    let last_line = stdout.lines().last().unwrap_or_default();
+    assert!(last_line.contains(r#""event":"summary""#), "{last_line}");
 }
 
 /// Plays one connection's writes over real sockets on lo: `client` connects to `server`.

@@ -18,12 +18,31 @@ const FLUSH_AT: usize = 64 * 1024;
 struct Pending {
     bytes: Vec<u8>,
     flushed: Option<Instant>,
+    /// A progress bar on the terminal: lines are written with the bar hidden, then it is redrawn
+    /// below them.
+    progress: Option<indicatif::ProgressBar>,
 }
 
 static PENDING: Mutex<Pending> = Mutex::new(Pending {
     bytes: Vec::new(),
     flushed: None,
+    progress: None,
 });
+
+/// Lines written from now on go above `bar` (None: no bar any more).
+pub fn set_progress(bar: Option<indicatif::ProgressBar>) {
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    flush_locked(&mut p);
+    p.progress = bar;
+}
+
+/// Writes to standard error, above the progress bar if there is one.
+fn write_stderr(progress: Option<&indicatif::ProgressBar>, bytes: &[u8]) -> io::Result<()> {
+    match progress {
+        Some(bar) => bar.suspend(|| io::stderr().lock().write_all(bytes)),
+        None => io::stderr().lock().write_all(bytes),
+    }
+}
 
 /// Writes what waits to standard error.
 pub fn flush() {
@@ -36,13 +55,13 @@ pub fn flush() {
 pub fn say(line: std::fmt::Arguments<'_>) {
     let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     flush_locked(&mut p);
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let _ = write_stderr(p.progress.as_ref(), format!("{line}\n").as_bytes());
 }
 
 fn flush_locked(p: &mut Pending) {
     if !p.bytes.is_empty() {
         // A log line that cannot be written has nowhere else to go.
-        let _ = io::stderr().lock().write_all(&p.bytes);
+        let _ = write_stderr(p.progress.as_ref(), &p.bytes);
         p.bytes.clear();
     }
     p.flushed = Some(Instant::now());
@@ -63,7 +82,7 @@ impl Write for LineWriter {
         if self.direct {
             // Keep the order: what waits goes first.
             flush_locked(&mut p);
-            io::stderr().lock().write_all(buf)?;
+            write_stderr(p.progress.as_ref(), buf)?;
             return Ok(buf.len());
         }
         p.bytes.extend_from_slice(buf);

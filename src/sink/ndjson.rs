@@ -23,11 +23,16 @@ impl<W: Write> NdjsonWriter<W> {
     }
 
     pub fn write(&mut self, event: &Event) -> io::Result<()> {
+        self.write_value(event)
+    }
+
+    /// Any serialisable line (the totals events, which the binary makes, not the core).
+    pub fn write_value<T: serde::Serialize + ?Sized>(&mut self, value: &T) -> io::Result<()> {
         self.line.clear();
         if self.line.capacity() > LINE_BUFFER_KEEP {
             self.line.shrink_to(LINE_BUFFER_KEEP);
         }
-        serde_json::to_writer(&mut self.line, event)?;
+        serde_json::to_writer(&mut self.line, value)?;
         self.line.push(b'\n');
         self.out.write_all(&self.line)
     }
@@ -64,6 +69,10 @@ impl EventFile {
 
     pub fn write(&mut self, event: &Event) -> io::Result<()> {
         self.writer.write(event)
+    }
+
+    pub fn write_value<T: serde::Serialize + ?Sized>(&mut self, value: &T) -> io::Result<()> {
+        self.writer.write_value(value)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

@@ -1,8 +1,9 @@
 //! End-of-run summary for `mcptap replay`.
 
 use mcptap_core::model::Output;
-use mcptap_core::model::{AlertKind, Event, Telemetry};
+use mcptap_core::model::{AlertKind, Event, SchemaVersion, Telemetry, Timestamp};
 use mcptap_core::pipeline::PacketStats;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
@@ -40,7 +41,116 @@ pub struct Summary {
     pub capture_bytes_skipped: u64,
 }
 
+/// The totals as an event (`summary` at the end of a replay or run, `stats` every
+/// `events.stats_interval_secs` while live), so that whatever is built from the events alone can
+/// show the blind spots as well as what was seen. Counters are totals since the start.
+#[derive(Debug, Serialize)]
+pub struct TotalsEvent<'a> {
+    pub event: &'static str,
+    pub v: SchemaVersion,
+    /// The last packet's time (the first packet's, `first_ts`).
+    pub ts: Option<Timestamp>,
+    pub first_ts: Option<Timestamp>,
+    /// Always null: like every event, these have the field; they belong to no session.
+    pub session_id: Option<&'static str>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub flows: u64,
+    pub sessions: u64,
+    pub handshakes: u64,
+    pub exchanges: u64,
+    pub alerts: &'a BTreeMap<&'static str, u64>,
+    pub gaps: u64,
+    pub gap_bytes: u64,
+    /// Packets the kernel or interface dropped (live capture only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_drops: Option<u64>,
+    pub http_errors: u64,
+    pub jsonrpc_errors: u64,
+    pub packets_skipped: BTreeMap<&'static str, u64>,
+    pub truncated_segments: u64,
+    pub flows_evicted: &'a BTreeMap<&'static str, u64>,
+    pub sessions_ended: &'a BTreeMap<&'static str, u64>,
+    pub limits_hit: &'a BTreeMap<&'static str, u64>,
+    pub clock_jumps: u64,
+    pub undecodable_flows: &'a BTreeMap<&'static str, u64>,
+    pub undecodable_bodies: u64,
+    pub framing_anomalies: u64,
+    pub duplicate_headers: u64,
+    pub capture_bytes_skipped: u64,
+    pub resumptions_unresolved: u64,
+}
+
+/// First and last packet time seen.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TimeSpan {
+    pub first: Option<Timestamp>,
+    pub last: Option<Timestamp>,
+}
+
+impl TimeSpan {
+    pub fn see(&mut self, ts: Timestamp) {
+        if self.first.is_none_or(|f| ts < f) {
+            self.first = Some(ts);
+        }
+        if self.last.is_none_or(|l| ts > l) {
+            self.last = Some(ts);
+        }
+    }
+
+    pub fn merge(&mut self, other: TimeSpan) {
+        for ts in [other.first, other.last].into_iter().flatten() {
+            self.see(ts);
+        }
+    }
+}
+
 impl Summary {
+    /// This summary as a `summary` or `stats` event.
+    pub fn totals_event<'a>(
+        &'a self,
+        event: &'static str,
+        stats: &PacketStats,
+        span: TimeSpan,
+        capture_drops: Option<u64>,
+    ) -> TotalsEvent<'a> {
+        TotalsEvent {
+            event,
+            v: SchemaVersion,
+            ts: span.last,
+            first_ts: span.first,
+            session_id: None,
+            packets: stats.packets,
+            bytes: stats.bytes,
+            flows: self.flows,
+            sessions: self.sessions,
+            handshakes: self.handshakes,
+            exchanges: self.exchanges,
+            alerts: &self.alerts,
+            gaps: self.gaps,
+            gap_bytes: self.gap_bytes,
+            capture_drops,
+            http_errors: self.http_errors,
+            jsonrpc_errors: self.jsonrpc_errors,
+            packets_skipped: stats
+                .skipped()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            truncated_segments: stats.truncated_segments,
+            flows_evicted: &self.flows_evicted,
+            sessions_ended: &self.sessions_ended,
+            limits_hit: &self.limits_hit,
+            clock_jumps: self.clock_jumps,
+            undecodable_flows: &self.undecodable_flows,
+            undecodable_bodies: self.undecodable_bodies,
+            framing_anomalies: self.framing_anomalies,
+            duplicate_headers: self.duplicate_headers,
+            capture_bytes_skipped: self.capture_bytes_skipped,
+            resumptions_unresolved: self.resumptions_unresolved,
+        }
+    }
+
     pub fn observe(&mut self, output: &Output) {
         match output {
             Output::Shared(_) => {}

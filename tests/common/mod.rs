@@ -63,11 +63,22 @@ pub fn events_of_workers(
     )
     .expect("worker replay");
     assert!(r.read.truncations.is_empty());
-    let mut v: Vec<String> = std::fs::read_to_string(out)
-        .expect("events")
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let text = std::fs::read_to_string(out).expect("events");
+    let mut lines: Vec<&str> = text.lines().collect();
+    // The workers' totals close the file, once, and count what they wrote.
+    let summary = lines.pop().unwrap_or_default();
+    let totals: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+    assert_eq!(totals["event"], "summary", "{summary}");
+    assert_eq!(totals["packets"], r.stats.packets, "{summary}");
+    let alerts = lines
+        .iter()
+        .filter(|l| l.contains(r#""event":"alert""#))
+        .count() as u64;
+    let counted: u64 = totals["alerts"].as_object().map_or(0, |m| {
+        m.values().filter_map(serde_json::Value::as_u64).sum()
+    });
+    assert_eq!(counted, alerts, "{summary}");
+    let mut v: Vec<String> = lines.into_iter().map(str::to_string).collect();
     v.sort();
     v
 }
