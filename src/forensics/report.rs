@@ -837,7 +837,7 @@ fn strip(h: &mut String, t: &Timeline) {
     };
     let _ = write!(
         h,
-        "<div class=\"strip\"><svg viewBox=\"0 0 {W} 118\" xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"timeline\" font-family=\"system-ui,sans-serif\" font-size=\"11\">\
+        "<div class=\"strip\"><svg viewBox=\"0 0 {W} 118\" role=\"img\" aria-label=\"timeline\" font-family=\"system-ui,sans-serif\" font-size=\"11\">\
          <rect x=\"0\" y=\"0\" width=\"{W}\" height=\"118\" fill=\"#fbfcfd\"/>\
          <text x=\"8\" y=\"26\" fill=\"#667085\" font-size=\"10.5\">handshakes</text>\
          <text x=\"8\" y=\"38\" fill=\"#667085\" font-size=\"10.5\">&amp; alerts</text>\
