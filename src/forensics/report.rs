@@ -597,7 +597,7 @@ fn session_list(h: &mut String, list: &[&SessionRecord], with_alerts: bool) {
         let _ = write!(
             h,
             "<tr><td>{id}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td class=\"mono nowrap\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"nowrap\">{}</td>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>",
             esc(&s.server),
             esc(&client_label(s)),
             esc(s.era.as_deref().unwrap_or("-")),
@@ -641,7 +641,7 @@ fn media_badge(media: &str) -> String {
 fn media_badges(s: &SessionRecord) -> String {
     s.media_in_order()
         .into_iter()
-        .map(|(m, n)| format!("{} ×{n} ", media_badge(m)))
+        .map(|(m, n)| format!("<span class=\"nowrap\">{} ×{n}</span> ", media_badge(m)))
         .collect()
 }
 
