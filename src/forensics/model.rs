@@ -410,7 +410,8 @@ pub struct Collector {
     inputs: Vec<InputInfo>,
     sessions: Vec<SessionRecord>,
     index: HashMap<SessionKey, usize>,
-    detailed: usize,
+    /// Indices of the sessions that keep a timeline (at most `detail_limit`).
+    detailed: Vec<usize>,
     arrivals: u64,
     counts: EventCounts,
     seen_sessions: HashSet<u64>,
@@ -425,7 +426,7 @@ impl Collector {
             inputs: Vec::new(),
             sessions: Vec::new(),
             index: HashMap::new(),
-            detailed: 0,
+            detailed: Vec::new(),
             arrivals: 0,
             counts: EventCounts::default(),
             seen_sessions: HashSet::new(),
@@ -537,9 +538,9 @@ impl Collector {
             None if self.filter.accepts(session_id, lineage_id) => {
                 let order = self.sessions.len() as u64;
                 let mut record = SessionRecord::new(key.clone(), server, ts, order);
-                if self.detailed < self.detail_limit {
+                if self.detailed.len() < self.detail_limit {
                     record.detail = Some(Detail::default());
-                    self.detailed += 1;
+                    self.detailed.push(self.sessions.len());
                 }
                 self.sessions.push(record);
                 self.index.insert(key, self.sessions.len() - 1);
@@ -583,25 +584,26 @@ impl Collector {
         if self.detail_limit == 0 {
             return;
         }
-        if self.detailed >= self.detail_limit {
+        if self.detailed.len() >= self.detail_limit {
+            // Only the detailed sessions are scanned: the budget, not the capture, bounds it.
             let victim = self
-                .sessions
+                .detailed
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.detail.is_some() && s.alerts.is_empty())
-                .max_by_key(|(_, s)| s.order)
-                .map(|(i, _)| i);
-            let Some(victim) = victim else {
+                .filter(|(_, i)| self.sessions[**i].alerts.is_empty())
+                .max_by_key(|(_, i)| self.sessions[**i].order)
+                .map(|(slot, &i)| (slot, i));
+            let Some((slot, victim)) = victim else {
                 return;
             };
             let v = &mut self.sessions[victim];
             if let Some(d) = v.detail.take() {
                 v.events_without_detail += d.entries.len() as u64 + d.entries_dropped;
             }
-            self.detailed -= 1;
+            self.detailed.swap_remove(slot);
         }
         self.sessions[idx].detail = Some(Detail::default());
-        self.detailed += 1;
+        self.detailed.push(idx);
     }
 
     fn count(
