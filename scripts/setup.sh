@@ -4,7 +4,7 @@
 #   scripts/setup.sh          build deps (libpcap-dev)
 #   scripts/setup.sh --test   plus test deps (promtool/prometheus, tcpdump, systemd-analyze, jq,
 #                             dpkg-dev and man-db for the package check, redis-server for
-#                             the fleet tests)
+#                             the fleet tests, chromium for the report rendering test)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -14,7 +14,7 @@ want() { for p in "$@"; do have_pkg "$p" || need+=("$p"); done; }
 
 want libpcap-dev pkg-config
 if [[ "${1:-}" == "--test" ]]; then
-  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db redis-server openssl
+  want prometheus tcpdump jq curl python3-venv systemd logrotate time dpkg-dev man-db redis-server openssl chromium
 fi
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

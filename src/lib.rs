@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod endpoints;
 pub mod fleet;
+pub mod forensics;
 pub mod live;
 pub mod progress;
 pub mod redact;

@@ -119,6 +119,37 @@ enum Command {
     },
     /// Capture live on one or more interfaces; serve metrics; write events.
     Run(RunArgs),
+    /// Write a self-contained HTML forensics report of captures or NDJSON events files:
+    /// summary and blind spots, alerted sessions, their timelines and capability changes.
+    Report {
+        #[command(flatten)]
+        input: ForensicInputs,
+        /// The HTML file to write.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: String,
+        #[command(flatten)]
+        selection: mcptap::forensics::Selection,
+        /// Sessions shown in full (alerted first); the rest are aggregated.
+        #[arg(long, value_name = "N", default_value_t = mcptap::forensics::model::DEFAULT_DETAIL_SESSIONS)]
+        detail_sessions: usize,
+    },
+    /// List the sessions and lineages of captures or NDJSON events files, one line each.
+    Sessions {
+        #[command(flatten)]
+        input: ForensicInputs,
+        /// Order of the lines.
+        #[arg(long, value_enum, default_value = "first_seen")]
+        sort: mcptap::forensics::text::SortOrder,
+        #[command(flatten)]
+        selection: mcptap::forensics::Selection,
+    },
+    /// Print the timeline of one session or lineage (its id) in captures or NDJSON events files.
+    Show {
+        /// A session id (Mcp-Session-Id) or a lineage id.
+        id: String,
+        #[command(flatten)]
+        input: ForensicInputs,
+    },
     /// Validate a configuration file and print the effective configuration.
     CheckConfig { file: String },
     /// List the IP addresses of capture files; with --require-loopback, refuse (exit 1) a
@@ -214,6 +245,53 @@ impl RunArgs {
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// The inputs of `report`, `sessions` and `show`: captures are replayed with replay's settings.
+#[derive(clap::Args)]
+struct ForensicInputs {
+    /// Capture files (pcap/pcapng, replayed together as one capture) and NDJSON events files,
+    /// recognised by their content.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<String>,
+    /// For captures: as `replay --errors-decide-mode`.
+    #[arg(long)]
+    errors_decide_mode: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+impl ForensicInputs {
+    fn options(&self) -> Result<mcptap::forensics::load::ReplayOptions, String> {
+        Ok(mcptap::forensics::load::ReplayOptions {
+            limits: self.limits.limits()?,
+            analysis: Detectors {
+                errors_decide_mode: self.errors_decide_mode,
+            }
+            .into(),
+        })
+    }
+}
+
+/// Prints what a forensics command produced; an error is one line and exit 2.
+fn forensics(run: impl FnOnce() -> Result<mcptap::forensics::Done, String>) -> ExitCode {
+    match run() {
+        Ok(done) => {
+            let mut out = io::stdout().lock();
+            if let Err(e) = out
+                .write_all(done.stdout.as_bytes())
+                .and_then(|()| out.flush())
+                && e.kind() != io::ErrorKind::BrokenPipe
+            {
+                return fail(&format!("writing the output: {e}"));
+            }
+            for note in &done.notes {
+                mcptap::sink::log_writer::say(format_args!("{note}"));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
     }
 }
 
@@ -418,6 +496,27 @@ fn run_main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::Report {
+            input,
+            output,
+            selection,
+            detail_sessions,
+        } => forensics(|| {
+            let options = input.options()?;
+            mcptap::forensics::report(&input.inputs, &output, selection, detail_sessions, &options)
+        }),
+        Command::Sessions {
+            input,
+            sort,
+            selection,
+        } => forensics(|| {
+            let options = input.options()?;
+            mcptap::forensics::sessions(&input.inputs, sort, selection, &options)
+        }),
+        Command::Show { id, input } => forensics(|| {
+            let options = input.options()?;
+            mcptap::forensics::show(&id, &input.inputs, &options)
+        }),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(cfg) => {
                 print!("{}", cfg.effective().to_toml());

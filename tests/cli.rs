@@ -337,3 +337,307 @@ fn progress_bar_on_a_terminal_only_and_not_with_quiet() {
     assert!(!stderr.contains("replay ["), "{stderr}");
     assert!(stderr.contains("mcptap summary"), "{stderr}");
 }
+
+// The forensics commands: `sessions`, `show`, `report`.
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok_stdout(out: &Output) -> String {
+    assert!(out.status.success(), "{}", stderr_of(out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The events `mcptap replay` writes for a fixture, as a file in `dir`.
+fn events_file(dir: &std::path::Path, capture: &str) -> String {
+    let path = dir.join(format!("{capture}.ndjson"));
+    let path = path.to_str().expect("utf-8").to_string();
+    let out = run(&["replay", "--events", &path, &fixture(capture)]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    path
+}
+
+/// The column of `name` in an aligned table, per data line.
+fn column(table: &str, name: &str) -> Vec<String> {
+    let mut lines = table.lines();
+    let header = lines.next().expect("a header");
+    let at = header.find(name).expect("the column");
+    lines
+        .map(|l| {
+            l.get(at..)
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+const SESSIONS_FIXTURES: [&str; 4] = [
+    "widening.pcap",
+    "incident.pcap",
+    "modern_narrowing.pcap",
+    "sdk_sse.pcap",
+];
+
+fn sessions_sorted(order: &str) -> String {
+    let mut args = vec!["sessions".to_string(), "--sort".into(), order.into()];
+    args.extend(SESSIONS_FIXTURES.iter().map(|f| fixture(f)));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok_stdout(&run(&args))
+}
+
+#[test]
+fn sessions_lists_every_session_with_its_alerts_in_each_sort_order() {
+    let by_first_seen = sessions_sorted("first_seen");
+    let ids = column(&by_first_seen, "ID");
+    assert!(ids.len() >= 4, "{by_first_seen}");
+    let incident = by_first_seen
+        .lines()
+        .find(|l| l.contains("incident-s1"))
+        .expect("the incident session");
+    assert!(
+        incident.contains("capability_narrowing=1 content_type_divergence=1"),
+        "{incident}"
+    );
+    assert!(incident.contains("fixture-client 0.4.2"), "{incident}");
+    let seen = column(&by_first_seen, "FIRST SEEN");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{by_first_seen}");
+
+    let by_alerts = sessions_sorted("alerts");
+    assert_eq!(column(&by_alerts, "ID")[0], "incident-s1", "{by_alerts}");
+    let alerts: Vec<u64> = by_alerts
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.split_once('=').and_then(|(_, n)| n.parse::<u64>().ok()))
+                .sum()
+        })
+        .collect();
+    assert!(alerts.windows(2).all(|w| w[0] >= w[1]), "{by_alerts}");
+
+    let by_requests = sessions_sorted("requests");
+    let requests: Vec<u64> = column(&by_requests, "REQ")
+        .iter()
+        .map(|n| n.parse().expect("a count"))
+        .collect();
+    assert!(requests.windows(2).all(|w| w[0] >= w[1]), "{by_requests}");
+    let mut a = ids.clone();
+    let mut b = column(&by_requests, "ID");
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "every order lists the same sessions");
+}
+
+#[test]
+fn show_prints_the_incident_timeline_with_the_narrowing_and_the_media_change() {
+    let out = ok_stdout(&run(&["show", "incident-s1", &fixture("incident.pcap")]));
+    assert!(
+        out.contains("initialize #2 accepted (HTTP 200); client lost sampling, tools.streaming; server lost tools.streaming"),
+        "{out}"
+    );
+    assert!(out.contains("ALERT      capability_narrowing"), "{out}");
+    assert!(out.contains("[HTTP 502]"), "{out}");
+    assert!(
+        out.contains("reconnect  new client connection 127.0.0.1:35702"),
+        "{out}"
+    );
+    let changed: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("tools/call") && l.contains("[SSE -> JSON]"))
+        .collect();
+    assert_eq!(changed.len(), 2, "{out}");
+    assert!(out.contains("tools/call: SSE x2 then JSON x2"), "{out}");
+    // The lineage id finds the same timeline.
+    let by_lineage = ok_stdout(&run(&[
+        "show",
+        "213e518f622a8498",
+        &fixture("incident.pcap"),
+    ]));
+    assert_eq!(by_lineage, out);
+}
+
+#[test]
+fn an_unknown_id_is_a_clear_error() {
+    for args in [
+        vec!["show", "no-such-session"],
+        vec!["report", "-o", "/dev/null", "--session", "no-such-session"],
+        vec!["sessions", "--lineage", "no-such-session"],
+    ] {
+        let mut args: Vec<String> = args.into_iter().map(str::to_string).collect();
+        args.push(fixture("incident.pcap"));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = stderr_of(&out);
+        assert!(
+            stderr.contains("no-such-session\"") && stderr.contains("incident.pcap"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
+/// The part of a report that describes sessions (the inputs table and header name files).
+fn sessions_part(html: &str) -> &str {
+    let at = html
+        .find("<h2>Alerted sessions and lineages")
+        .expect("the table");
+    &html[at..]
+}
+
+fn findings_part(html: &str) -> &str {
+    let from = html.find("<h2>Findings").expect("findings");
+    let to = html.find("<h2>Summary").expect("summary");
+    &html[from..to]
+}
+
+#[test]
+fn report_of_a_capture_and_of_its_events_file_say_the_same() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = events_file(dir.path(), "incident.pcap");
+    let from_capture = dir.path().join("capture.html");
+    let from_events = dir.path().join("events.html");
+    for (input, html) in [
+        (fixture("incident.pcap"), &from_capture),
+        (events.clone(), &from_events),
+    ] {
+        let out = run(&["report", &input, "-o", html.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        assert!(stderr_of(&out).contains("1 alerted"), "{}", stderr_of(&out));
+    }
+    let a = std::fs::read_to_string(&from_capture).expect("report");
+    let b = std::fs::read_to_string(&from_events).expect("report");
+    assert_eq!(sessions_part(&a), sessions_part(&b));
+    assert_eq!(findings_part(&a), findings_part(&b));
+    for html in [&a, &b] {
+        assert!(html.contains("incident-s1"));
+        assert!(html.contains("Server lost <b>tools.streaming</b>"));
+        assert!(html.contains("<span class=\"badge change\">SSE → JSON</span>"));
+        assert!(!html.contains("<script"), "no scripts");
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "no fetches"
+        );
+    }
+    // The capture's replay counted its blind spots, and the events file has its summary.
+    assert!(a.contains("No blind spots recorded"), "capture totals");
+    assert!(b.contains("No blind spots recorded"), "the summary event's totals");
+    // An events file from before the summary event: the report says it cannot know.
+    let text = std::fs::read_to_string(&events).expect("events");
+    let old: String = text
+        .lines()
+        .filter(|l| !l.contains(r#""event":"summary""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let old_events = dir.path().join("old.ndjson");
+    std::fs::write(&old_events, old).expect("write");
+    let old_html = dir.path().join("old.html");
+    let out = run(&[
+        "report",
+        old_events.to_str().expect("utf-8"),
+        "-o",
+        old_html.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let c = std::fs::read_to_string(&old_html).expect("report");
+    assert_eq!(findings_part(&a), findings_part(&c));
+    assert!(
+        c.contains("Blind-spot totals unknown"),
+        "events without totals"
+    );
+}
+
+#[test]
+fn report_reads_summary_totals_and_counts_malformed_lines() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = events_file(dir.path(), "incident.pcap");
+    // The replay's own summary makes way for one with blind spots.
+    let mut text: String = std::fs::read_to_string(&events)
+        .expect("events")
+        .lines()
+        .filter(|l| !l.contains(r#""event":"summary""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str("{not json\n");
+    text.push_str(concat!(
+        r#"{"event":"summary","v":2,"ts":"2026-11-30T17:42:49.491193Z","first_ts":"2026-11-30T17:42:49.399000Z","#,
+        r#""packets":72,"gaps":3,"gap_bytes":900,"undecodable_flows":{"tls":2},"flows_evicted":{"idle":5}}"#,
+        "\n"
+    ));
+    std::fs::write(&events, text).expect("write");
+    let html_path = dir.path().join("r.html");
+    let out = run(&["report", &events, "-o", html_path.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("1 malformed event lines skipped (line 13: not JSON"),
+        "{}",
+        stderr_of(&out)
+    );
+    let html = std::fs::read_to_string(&html_path).expect("report");
+    assert!(html.contains("3 kinds of blind spot recorded"), "{html}");
+    assert!(html.contains("900 bytes"));
+    assert!(html.contains("tls=2"));
+    // Idle flows are the normal course, not a blind spot.
+    assert!(!html.contains("idle=5"));
+}
+
+#[test]
+fn report_session_narrows_to_one_session() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let html_path = dir.path().join("r.html");
+    let out = run(&[
+        "report",
+        &fixture("incident.pcap"),
+        &fixture("widening.pcap"),
+        "--session",
+        "widening-s1",
+        "-o",
+        html_path.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let html = std::fs::read_to_string(&html_path).expect("report");
+    let sessions = sessions_part(&html);
+    assert!(sessions.contains("widening-s1"));
+    assert!(!sessions.contains("incident-s1"));
+    assert!(
+        html.contains("Narrowed to session &quot;widening-s1&quot;: 1 of 2"),
+        "{html}"
+    );
+
+    let listed = ok_stdout(&run(&[
+        "sessions",
+        "--session",
+        "incident-s1",
+        &fixture("incident.pcap"),
+        &fixture("widening.pcap"),
+    ]));
+    assert_eq!(column(&listed, "ID"), ["incident-s1"]);
+}
+
+#[test]
+fn report_escapes_hostile_strings_from_the_wire() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = events_file(dir.path(), "incident.pcap");
+    let hostile = r#"<script>alert(document.cookie)</script><img src=x onerror=alert(1)>"#;
+    let text = std::fs::read_to_string(&events)
+        .expect("events")
+        .replace("fixture-client", &hostile.replace('"', "\\\""))
+        .replace("search_docs", "\\\"><svg onload=alert(2)>");
+    std::fs::write(&events, text).expect("write");
+    let html_path = dir.path().join("r.html");
+    let out = run(&["report", &events, "-o", html_path.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let html = std::fs::read_to_string(&html_path).expect("report");
+    assert!(!html.contains("<script"), "a script tag got through");
+    assert!(!html.contains("<img"), "an img tag got through");
+    assert!(!html.contains("<svg onload"), "an svg handler got through");
+    assert!(html.contains("&lt;script&gt;alert(document.cookie)&lt;/script&gt;"));
+    assert!(html.contains("&quot;&gt;&lt;svg onload=alert(2)&gt;"));
+    // The terminal gets the text, not the markup's effect: control characters are escaped.
+    let shown = ok_stdout(&run(&["show", "incident-s1", &events]));
+    assert!(shown.contains("<script>alert(document.cookie)</script>"));
+}
