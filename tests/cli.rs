@@ -525,7 +525,10 @@ fn report_of_a_capture_and_of_its_events_file_say_the_same() {
     }
     // The capture's replay counted its blind spots, and the events file has its summary.
     assert!(a.contains("No blind spots recorded"), "capture totals");
-    assert!(b.contains("No blind spots recorded"), "the summary event's totals");
+    assert!(
+        b.contains("No blind spots recorded"),
+        "the summary event's totals"
+    );
     // An events file from before the summary event: the report says it cannot know.
     let text = std::fs::read_to_string(&events).expect("events");
     let old: String = text
