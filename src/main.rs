@@ -377,9 +377,19 @@ fn init_logging(format: config::LogFormat, level: &str) {
         .with_env_filter(filter)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .with_writer(mcptap::sink::log_writer::LogWriter);
+    let ansi = io::IsTerminal::is_terminal(&io::stderr());
     match format {
         config::LogFormat::Text => builder.with_target(false).init(),
         config::LogFormat::Json => builder.json().init(),
+    }
+    // Handshake lines, the many INFO lines, skip tracing's formatting (same bytes), except in
+    // colour.
+    if !ansi {
+        use mcptap::sink::handshake_line::{LineFormat, write_directly};
+        write_directly(match format {
+            config::LogFormat::Text => LineFormat::Text,
+            config::LogFormat::Json => LineFormat::Json,
+        });
     }
 }
 

@@ -36,9 +36,9 @@ macro_rules! session_end {
     };
 }
 
-pub fn log_event(ev: &Event) {
-    match ev {
-        Event::Handshake(h) => tracing::info!(
+/// The handshake line through tracing (a terminal's coloured output, tests).
+pub(crate) fn trace_handshake(h: &mcptap_core::model::Handshake) {
+    tracing::info!(
             target: "mcptap::handshake",
             ts = %h.ts.rfc3339(),
             session_id = h.session_id.as_deref().unwrap_or("-"),
@@ -62,7 +62,16 @@ pub fn log_event(ev: &Event) {
             predecessor_session_id = h.predecessor_session_id.as_deref(),
             lineage = h.lineage.as_ref().map(json),
             "handshake"
-        ),
+    )
+}
+
+pub fn log_event(ev: &Event) {
+    match ev {
+        Event::Handshake(h) => {
+            if !super::handshake_line::try_log(h) {
+                trace_handshake(h);
+            }
+        }
         Event::Alert(a) => {
             let detail = match &a.kind {
                 AlertKind::CapabilityNarrowing(c) => format!(

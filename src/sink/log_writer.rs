@@ -36,6 +36,11 @@ pub fn set_progress(bar: Option<indicatif::ProgressBar>) {
     p.progress = bar;
 }
 
+/// A line below WARN, written with the others that wait (see [`LineWriter`]).
+pub fn write_buffered(line: &[u8]) {
+    let _ = LineWriter { direct: false }.write_all(line);
+}
+
 /// Writes to standard error, above the progress bar if there is one.
 fn write_stderr(progress: Option<&indicatif::ProgressBar>, bytes: &[u8]) -> io::Result<()> {
     match progress {

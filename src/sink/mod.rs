@@ -1,6 +1,7 @@
 //! Sinks: where outputs go. Every output becomes a log line, a counter, or both; product
 //! events also become NDJSON lines.
 
+pub mod handshake_line;
 pub mod log;
 pub mod log_writer;
 pub mod metrics;

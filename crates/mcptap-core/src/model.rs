@@ -85,7 +85,7 @@ impl Timestamp {
 
     /// [`Timestamp::rfc3339`] in a fixed-size buffer: every event carries one or two
     /// timestamps, and `format!` costs thousands of instructions each.
-    fn rfc3339_bytes(self) -> Option<[u8; 27]> {
+    pub fn rfc3339_bytes(self) -> Option<[u8; 27]> {
         let secs = self.0.div_euclid(1_000_000_000);
         let micros = self.0.rem_euclid(1_000_000_000) / 1000;
         let t = time::OffsetDateTime::from_unix_timestamp(secs).ok()?;
