@@ -68,6 +68,12 @@ enum Command {
         /// bar is shown only when standard error is a terminal.
         #[arg(long, short = 'q')]
         quiet: bool,
+        /// Threads: 1 runs everything on one; 2 or more put the flow layer (capture reading,
+        /// TCP, HTTP) and the session layer (MCP, detection, output) on one each, with the
+        /// same events in the same order. Further cores are not used yet. With --fleet: 1
+        /// [default: one per core].
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
         /// Replay through the daemon's worker path: N pipeline workers sharded by server
         /// endpoint, with process-wide limits, as `run` does. Events come in no fixed order
         /// across workers. For checking the live path's limits on a capture.
@@ -411,6 +417,7 @@ fn run_main() -> ExitCode {
             events,
             fail_on_alert,
             quiet,
+            threads,
             worker_threads,
             errors_decide_mode,
             worker_servers,
@@ -472,6 +479,9 @@ fn run_main() -> ExitCode {
                         events: events.as_deref(),
                         fail_on_alert,
                         quiet,
+                        threads: threads.unwrap_or_else(|| {
+                            std::thread::available_parallelism().map_or(1, |n| n.get())
+                        }),
                     },
                     limits,
                     detectors,
@@ -586,6 +596,8 @@ struct ReplayTo<'a> {
     fail_on_alert: bool,
     /// No progress bar, no summary on standard error.
     quiet: bool,
+    /// Two or more: the flow and session layers on threads of their own.
+    threads: usize,
 }
 
 fn replay(
@@ -613,6 +625,7 @@ fn replay(
         events,
         fail_on_alert,
         quiet,
+        threads,
     } = to;
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
@@ -629,30 +642,36 @@ fn replay(
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
     let mut progress = mcptap::progress::ReplayProgress::for_inputs(files, !quiet);
-    let result = mcptap::replay::replay_with_fleet(
-        files,
-        limits,
-        detectors,
-        store.as_mut(),
-        &mut progress,
-        &mut |o: &Output| {
-            let redacted;
-            let o = match (&redactor, o) {
-                (Some(r), Output::Event(ev)) => {
-                    let mut ev = ev.clone();
-                    r.event(&mut ev);
-                    redacted = Output::Event(ev);
-                    &redacted
-                }
-                _ => o,
-            };
-            summary.observe(o);
-            log::log_output(o);
-            if let (Output::Event(ev), None) = (o, &write_error) {
-                write_event(&mut writer, ev, &mut write_error);
+    let mut on_output = |o: &Output| {
+        let redacted;
+        let o = match (&redactor, o) {
+            (Some(r), Output::Event(ev)) => {
+                let mut ev = ev.clone();
+                r.event(&mut ev);
+                redacted = Output::Event(ev);
+                &redacted
             }
-        },
-    );
+            _ => o,
+        };
+        summary.observe(o);
+        log::log_output(o);
+        if let (Output::Event(ev), None) = (o, &write_error) {
+            write_event(&mut writer, ev, &mut write_error);
+        }
+    };
+    // The split pipeline has no fleet store: a replay with one stays on one thread.
+    let result = if threads >= 2 && store.is_none() {
+        mcptap::replay::replay_split(files, limits, detectors, &mut progress, &mut on_output)
+    } else {
+        mcptap::replay::replay_with_fleet(
+            files,
+            limits,
+            detectors,
+            store.as_mut(),
+            &mut progress,
+            &mut on_output,
+        )
+    };
     progress.finish();
     if let Some(s) = &store {
         let c = s.counts;

@@ -6,7 +6,7 @@ use crate::progress::ReplayProgress;
 use crate::sink::summary::TimeSpan;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
-use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline};
+use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, Staged};
 
 /// What a replay produced besides the outputs themselves.
 #[derive(Debug)]
@@ -91,6 +91,82 @@ pub fn replay_with_fleet(
         span,
     })
 }
+
+/// [`replay_with_fleet`] without a store, on two threads: the flow layer (capture reading,
+/// decoding, reassembly, HTTP) on one, the session layer and `on_output` on the calling thread
+/// ([`Pipeline::split`]). The outputs are those of [`replay`], in the same order, unless a
+/// memory limit is reached.
+pub fn replay_split(
+    paths: &[String],
+    limits: Limits,
+    analysis: Analysis,
+    progress: &mut ReplayProgress,
+    on_output: &mut dyn FnMut(&Output),
+) -> Result<ReplayReport, CaptureError> {
+    let whole = analysis.clone();
+    let (mut flows, mut sessions) = Pipeline::split(limits, analysis, std::sync::Arc::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
+    let flow_progress = &mut *progress;
+    let done = std::thread::scope(|scope| {
+        let flow_side = std::thread::Builder::new()
+            .name("flows".into())
+            .spawn_scoped(scope, move || {
+                let mut out = Vec::new();
+                let mut batch = Vec::with_capacity(SPLIT_BATCH);
+                let mut span = TimeSpan::default();
+                let mut receiver_gone = false;
+                let mut batch_bytes = 0;
+                let read = capture::read_captures(paths, &mut |pkt| {
+                    span.see(Timestamp(pkt.ts_nanos));
+                    flow_progress.packet(pkt.data.len());
+                    flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
+                    batch_bytes += flows.take_staged(&mut out, &mut batch);
+                    if (batch.len() >= SPLIT_BATCH || batch_bytes >= SPLIT_BATCH_BYTES)
+                        && !receiver_gone
+                    {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(SPLIT_BATCH));
+                        batch_bytes = 0;
+                        receiver_gone = tx.send(full).is_err();
+                    }
+                });
+                flows.finish(&mut out);
+                flows.take_staged(&mut out, &mut batch);
+                if !batch.is_empty() {
+                    let _ = tx.send(batch);
+                }
+                (read, flows.stats().clone(), span)
+            });
+        // No second thread to be had: the whole pipeline on this one (below).
+        let Ok(flow_side) = flow_side else {
+            return None;
+        };
+        let mut out = Vec::new();
+        for batch in rx {
+            for staged in batch {
+                sessions.process(staged, &mut out);
+                for o in out.drain(..) {
+                    on_output(&o);
+                }
+            }
+            sessions.publish_usage();
+        }
+        let (read, stats, span) = match flow_side.join() {
+            Ok(done) => done,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Some(read.map(|read| ReplayReport { read, stats, span }))
+    });
+    match done {
+        Some(result) => result,
+        None => replay_with_fleet(paths, limits, whole, None, progress, on_output),
+    }
+}
+
+/// Staged steps (or bytes of bodies) the flow thread hands over at once, and batches that may
+/// wait: what waits is charged to the memory budget, and bounded here besides.
+const SPLIT_BATCH: usize = 1024;
+const SPLIT_BATCH_BYTES: usize = 1 << 20;
+const SPLIT_QUEUE_BATCHES: usize = 8;
 
 /// Packets between two rounds with the fleet store in a replay.
 const FLEET_BATCH_PACKETS: usize = 256;

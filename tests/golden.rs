@@ -29,32 +29,39 @@ fn every_fixture_replays_to_its_golden_ndjson() {
                 golden.display()
             )
         });
-        let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
-            .arg("replay")
-            .arg(&capture)
-            .output()
-            .expect("run mcptap replay");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = String::from_utf8(out.stdout).expect("UTF-8 NDJSON");
-        if got != want {
-            let line = got
-                .lines()
-                .zip(want.lines())
-                .position(|(g, w)| g != w)
-                .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
-            panic!(
-                "{name}: output differs from {} at line {}:\n got: {}\nwant: {}",
-                golden.display(),
-                line + 1,
-                got.lines().nth(line).unwrap_or("<end>"),
-                want.lines().nth(line).unwrap_or("<end>")
-            );
+        // One thread, and the flow and session layers on two: the same bytes.
+        for threads in ["1", "2"] {
+            compare(&name, &capture, &golden, &want, threads);
         }
         compared += 1;
     }
     assert!(compared >= 14, "compared {compared} fixtures");
+}
+
+fn compare(name: &str, capture: &Path, golden: &Path, want: &str, threads: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
+        .args(["replay", "--threads", threads])
+        .arg(capture)
+        .output()
+        .expect("run mcptap replay");
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8(out.stdout).expect("UTF-8 NDJSON");
+    if got != want {
+        let line = got
+            .lines()
+            .zip(want.lines())
+            .position(|(g, w)| g != w)
+            .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
+        panic!(
+            "{name} (--threads {threads}): output differs from {} at line {}:\n got: {}\nwant: {}",
+            golden.display(),
+            line + 1,
+            got.lines().nth(line).unwrap_or("<end>"),
+            want.lines().nth(line).unwrap_or("<end>")
+        );
+    }
 }

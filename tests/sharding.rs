@@ -242,3 +242,85 @@ fn the_incident_on_port_64000_alerts_with_two_workers() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.matches(r#""event":"alert""#).count(), 2, "{stdout}");
 }
+
+/// The split pipeline (`replay --threads 2`: the flow layer and the session layer on threads of
+/// their own) gives the outputs of one pipeline, in the same order: many interleaved
+/// connections, incidents, sessions that go idle (sweeps end them between bursts) and
+/// connections left open at the end of the capture.
+#[test]
+fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let mut sim = Sim::new(7).with_step(200_000);
+    for burst in 0u8..6 {
+        let mut conns = Vec::new();
+        for i in 0u8..12 {
+            let client = Endpoint::new([10, 1, burst, i], 40000 + u16::from(i));
+            let sid = format!("b{burst}-s{i}");
+            let writes = if i % 4 == 0 {
+                let mut talk = Conversation::new(&sid);
+                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+                    .initialized()
+                    .tools_call("one", Answer::Sse)
+                    .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+                    .tools_call("two", Answer::Json);
+                talk.take_writes()
+            } else if i % 3 == 0 {
+                // No DELETE: the session goes idle and a later sweep ends it.
+                let mut talk = Conversation::new(&sid);
+                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+                    .initialized()
+                    .tools_call("quiet", Answer::Sse);
+                talk.take_writes()
+            } else {
+                long_session(&sid, usize::from(i % 5), Answer::Json)
+            };
+            let conn = sim.connect(client, server, writes);
+            conns.push(if i % 2 == 0 {
+                conn.server_closes()
+            } else {
+                conn
+            });
+        }
+        sim.run(conns);
+        // Longer than the idle timeouts below: the next burst's first packets sweep.
+        sim.advance(20_000_000_000);
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bursts.pcap");
+    sim.write_pcap(&path).expect("write");
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let mut limits = Limits::default();
+    limits.session.session_idle_timeout_ns = 5_000_000_000;
+    limits.flow_idle_timeout_ns = 5_000_000_000;
+    let (whole, whole_report) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
+    let mut split = Vec::new();
+    let split_report = mcptap::replay::replay_split(
+        &paths,
+        limits,
+        Default::default(),
+        &mut mcptap::progress::ReplayProgress::hidden(),
+        &mut |o| split.push(o.clone()),
+    )
+    .expect("split replay");
+    let alerts = whole
+        .iter()
+        .filter(|o| matches!(o, Output::Event(mcptap_core::model::Event::Alert(_))))
+        .count();
+    let idle_ends = whole
+        .iter()
+        .filter(|o| {
+            matches!(o, Output::Event(mcptap_core::model::Event::SessionEnd(e))
+                if e.reason == mcptap_core::model::EndReason::Idle)
+        })
+        .count();
+    // What the comparison covers: alerts, sessions ended by a sweep, and thousands of outputs.
+    assert!(alerts >= 18, "{alerts} alerts");
+    assert!(idle_ends >= 6, "{idle_ends} idle session ends");
+    assert!(whole.len() > 1000, "{} outputs", whole.len());
+    assert_eq!(whole_report.stats, split_report.stats);
+    assert_eq!(whole_report.span, split_report.span);
+    assert_eq!(whole.len(), split.len());
+    for (i, (w, s)) in whole.iter().zip(&split).enumerate() {
+        assert_eq!(w, s, "output {i}");
+    }
+}

@@ -415,6 +415,12 @@ pub struct Pipeline {
     replaying_held: bool,
     /// Charged for what the pipeline costs beyond what it tracks (see [`PIPELINE_SLACK`]).
     slack: usize,
+    /// Split off (see [`Pipeline::split`]): what the session layer is to do, in order, instead
+    /// of calling it.
+    staged: Option<Vec<Staged>>,
+    /// Bytes staged since the last [`Pipeline::take_staged`] (charged to the budget until the
+    /// session stage has done them).
+    staged_bytes: usize,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -474,8 +480,75 @@ impl Pipeline {
             published_flow_bytes: 0,
             replaying_held: false,
             slack,
+            staged: None,
+            staged_bytes: 0,
             eviction_queue: VecDeque::new(),
         }
+    }
+
+    /// The flow layer and the session layer apart, for two threads: the [`Pipeline`] decodes,
+    /// reassembles and parses HTTP, and instead of calling the session layer it stages what
+    /// that layer is to do, with its own outputs in their places
+    /// ([`Pipeline::take_staged`]); the [`SessionStage`] does it in that order. The outputs
+    /// are those of one pipeline, in the same order; only where a memory limit is reached can
+    /// the two differ (each side sees the other's memory a batch late).
+    pub fn split(
+        limits: Limits,
+        analysis: impl Into<Analysis>,
+        usage: Arc<SharedUsage>,
+    ) -> (Pipeline, SessionStage) {
+        let mut flows = Pipeline::configured(limits, analysis, usage.clone());
+        // Never called: the flow side stages every session-layer call.
+        let placeholder = Tracker::with_usage(
+            SessionLimits {
+                max_sessions: 1,
+                ..limits.session
+            },
+            Detectors::default(),
+            usage.clone(),
+        );
+        let tracker = std::mem::replace(&mut flows.tracker, placeholder);
+        flows.staged = Some(Vec::new());
+        let sessions = SessionStage {
+            tracker,
+            usage,
+            published_exchange_bytes: 0,
+        };
+        (flows, sessions)
+    }
+
+    /// Split pipeline: moves what is staged so far, and then what is left in `out`, to the end
+    /// of `staged`, and returns the bytes the moved steps hold (so that the caller can bound
+    /// what waits between the threads). A whole pipeline stages nothing: `out` alone has its
+    /// outputs.
+    pub fn take_staged(&mut self, out: &mut Vec<Output>, staged: &mut Vec<Staged>) -> usize {
+        let Some(mine) = self.staged.as_mut() else {
+            return 0;
+        };
+        staged.append(mine);
+        staged.extend(out.drain(..).map(Staged::Output));
+        std::mem::take(&mut self.staged_bytes)
+    }
+
+    /// Hands `input` to the session layer, or stages it after the outputs so far.
+    #[inline]
+    fn ask_sessions(&mut self, input: SessionInput, out: &mut Vec<Output>) {
+        match self.staged.as_mut() {
+            None => self.tracker_do(input, out),
+            Some(staged) => {
+                staged.extend(out.drain(..).map(Staged::Output));
+                // Waiting steps count against the memory budget as flow data does, until the
+                // session stage has done them.
+                let bytes = input.cost();
+                self.usage.republish_flow_bytes(0, bytes);
+                self.staged_bytes += bytes;
+                staged.push(Staged::Input(input));
+            }
+        }
+    }
+
+    fn tracker_do(&mut self, input: SessionInput, out: &mut Vec<Output>) {
+        run_session_input(&mut self.tracker, input, out);
     }
 
     /// Fleet mode: sessions this pipeline has not seen are asked of a shared store first
@@ -986,9 +1059,22 @@ impl Pipeline {
                 // Sent before the first request: the flow's client side is not known yet.
                 (_, HttpEvent::ProxyHeader { half, source }) => {
                     let server = server_seen_from[half.min(1)];
-                    self.tracker.on_proxy_header(flow_id, server, source, out);
+                    self.ask_sessions(
+                        SessionInput::ProxyHeader {
+                            flow: flow_id,
+                            server,
+                            source,
+                        },
+                        out,
+                    );
                 }
-                (Some(ctx), ev) => self.tracker.on_http(ctx, ts, ev, out),
+                (Some(ctx), event) => {
+                    if self.staged.is_none() {
+                        self.tracker.on_http(ctx, ts, event, out)
+                    } else {
+                        self.ask_sessions(SessionInput::Http { ctx, ts, event }, out)
+                    }
+                }
                 (None, _) => {}
             }
         }
@@ -1037,7 +1123,7 @@ impl Pipeline {
         let ts = self.now;
         self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
-        self.tracker.on_flow_closed(flow.id);
+        self.ask_sessions(SessionInput::FlowClosed { flow: flow.id }, out);
         let telemetry = match why {
             Removal::Fin => Some(Telemetry::FlowClosed {
                 reason: FlowCloseReason::Fin,
@@ -1137,7 +1223,7 @@ impl Pipeline {
         for (_, key) in waiting {
             self.release_held(key, out);
         }
-        self.tracker.sweep(now, out);
+        self.ask_sessions(SessionInput::Sweep { now }, out);
         self.shrink_tables();
     }
 
@@ -1168,7 +1254,8 @@ impl Pipeline {
         for (_, key) in keys {
             self.remove_flow(key, Removal::CaptureEnd, out);
         }
-        self.tracker.finish(self.now, out);
+        let now = self.now;
+        self.ask_sessions(SessionInput::Finish { now }, out);
     }
 }
 
@@ -1179,6 +1266,115 @@ impl Drop for Pipeline {
         self.usage
             .republish_flow_bytes(self.published_flow_bytes, 0);
         self.usage.republish_session_bytes(self.slack, 0);
+    }
+}
+
+/// One step of a split pipeline's session layer (see [`Pipeline::split`]), or one of the flow
+/// layer's outputs in its place.
+// Unboxed: a box per HTTP event would cost more than the batches' slack.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Staged {
+    Output(Output),
+    Input(SessionInput),
+}
+
+/// What the flow layer asks of the session layer.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum SessionInput {
+    Http {
+        ctx: FlowCtx,
+        ts: Timestamp,
+        event: HttpEvent,
+    },
+    /// A PROXY protocol header opened connection `flow` (`source`: the client it names).
+    ProxyHeader {
+        flow: u64,
+        server: SocketAddr,
+        source: Option<SocketAddr>,
+    },
+    FlowClosed {
+        flow: u64,
+    },
+    /// Idle sessions and lineages expire as of `now` (the flow layer's sweep).
+    Sweep {
+        now: Timestamp,
+    },
+    /// The end of the input.
+    Finish {
+        now: Timestamp,
+    },
+}
+
+impl SessionInput {
+    /// What the step holds while it waits, as charged to the budget.
+    fn cost(&self) -> usize {
+        std::mem::size_of::<Staged>()
+            + match self {
+                SessionInput::Http { event, .. } => crate::mcp::held_cost(event),
+                _ => 0,
+            }
+    }
+}
+
+fn run_session_input(tracker: &mut Tracker<Detectors>, input: SessionInput, out: &mut Vec<Output>) {
+    match input {
+        SessionInput::Http { ctx, ts, event } => tracker.on_http(ctx, ts, event, out),
+        SessionInput::ProxyHeader {
+            flow,
+            server,
+            source,
+        } => tracker.on_proxy_header(flow, server, source, out),
+        SessionInput::FlowClosed { flow } => tracker.on_flow_closed(flow),
+        SessionInput::Sweep { now } => tracker.sweep(now, out),
+        SessionInput::Finish { now } => tracker.finish(now, out),
+    }
+}
+
+/// The session layer of a split pipeline (see [`Pipeline::split`]): JSON-RPC, MCP sessions
+/// and lineages, detection.
+pub struct SessionStage {
+    tracker: Tracker<Detectors>,
+    usage: Arc<SharedUsage>,
+    /// Open exchanges' bytes this stage last added to the flow side of `usage` (they count
+    /// there in a whole pipeline too).
+    published_exchange_bytes: usize,
+}
+
+impl SessionStage {
+    /// One staged step, in the order [`Pipeline::take_staged`] gave it.
+    pub fn process(&mut self, staged: Staged, out: &mut Vec<Output>) {
+        match staged {
+            Staged::Output(o) => out.push(o),
+            Staged::Input(input) => {
+                self.usage.republish_flow_bytes(input.cost(), 0);
+                run_session_input(&mut self.tracker, input, out)
+            }
+        }
+    }
+
+    /// Publishes what open exchanges hold, for the flow layer's memory budget; after a batch.
+    pub fn publish_usage(&mut self) {
+        let now = self.tracker.exchange_bytes();
+        self.usage
+            .republish_flow_bytes(self.published_exchange_bytes, now);
+        self.published_exchange_bytes = now;
+    }
+
+    pub fn active_sessions(&self) -> usize {
+        self.tracker.active_sessions()
+    }
+
+    pub fn memory_in_use(&self) -> usize {
+        self.tracker.exchange_bytes() + self.tracker.session_bytes()
+    }
+}
+
+impl Drop for SessionStage {
+    fn drop(&mut self) {
+        self.usage
+            .republish_flow_bytes(self.published_exchange_bytes, 0);
     }
 }
 

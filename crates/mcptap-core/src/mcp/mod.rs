@@ -248,7 +248,7 @@ const MAX_HELD_BYTES: usize = 16 << 20;
 const MAX_PENDING_LOOKUPS: usize = 4096;
 
 /// Roughly what a held message holds.
-fn held_cost(ev: &HttpEvent) -> usize {
+pub(crate) fn held_cost(ev: &HttpEvent) -> usize {
     256 + match ev {
         HttpEvent::Request { head, body, .. } => body.len() + head.path.len(),
         HttpEvent::ResponseJson { body, .. } => body.len(),
