@@ -228,12 +228,8 @@ fn a_record_claiming_more_than_the_file_holds_costs_no_big_buffer() {
     }
 }
 
-/// A corrupt record length mid-file (issue 11): the file is read on from the next plausible
-/// record, exit 0, a warning names the file and both byte offsets, the summary counts the
-/// skipped bytes; through a pipe the same. A bogus record spliced between two real ones is
-/// all that is skipped, so the events are the intact file's.
-#[test]
-fn corrupt_record_length_mid_file_is_resynchronised() {
+/// The incident capture with a bogus 116-byte record spliced in mid-file; and where.
+fn incident_with_a_corrupt_record() -> (Vec<u8>, usize) {
     let intact = std::fs::read(fixture("incident.pcap")).expect("fixture");
     // Walk the records to the middle one (little-endian µs pcap, 16-byte record headers).
     let mut at = 24usize;
@@ -250,6 +246,16 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
     let mut corrupt = intact[..splice].to_vec();
     corrupt.extend_from_slice(&bogus);
     corrupt.extend_from_slice(&intact[splice..]);
+    (corrupt, splice)
+}
+
+/// A corrupt record length mid-file (issue 11): the file is read on from the next plausible
+/// record, exit 0, a warning names the file and both byte offsets, the summary counts the
+/// skipped bytes; through a pipe the same. A bogus record spliced between two real ones is
+/// all that is skipped, so the events are the intact file's.
+#[test]
+fn corrupt_record_length_mid_file_is_resynchronised() {
+    let (corrupt, splice) = incident_with_a_corrupt_record();
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("corrupt.pcap");
     std::fs::write(&path, &corrupt).expect("write");
@@ -310,6 +316,27 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
 
 /// A progress bar on standard error only when it is a terminal (here a pseudo-terminal made by
 /// util-linux `script`), never in a pipe and never with `--quiet`.
+/// Through the daemon's worker path the closing summary event counts the skipped bytes as
+/// well, as the single-pipeline replay's does (and as the worker replay's stderr says).
+#[test]
+fn worker_replay_summary_counts_the_capture_bytes_skipped() {
+    let (corrupt, _) = incident_with_a_corrupt_record();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("corrupt.pcap");
+    std::fs::write(&path, &corrupt).expect("write");
+    let path = path.to_str().expect("utf-8");
+    let out = run(&["replay", "--worker-threads", "2", path]);
+    assert!(out.status.success(), "{out:?}");
+    let evs = stdout_events(&out);
+    let summary = evs.last().expect("summary");
+    assert_eq!(summary["event"], "summary", "{summary}");
+    assert_eq!(summary["capture_bytes_skipped"], 116, "{summary}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("capture bytes skipped over corrupt record lengths: 116")
+    );
+}
+
 #[test]
 fn progress_bar_on_a_terminal_only_and_not_with_quiet() {
     let on_terminal = |extra: &str| {
