@@ -671,3 +671,53 @@ fn report_escapes_hostile_strings_from_the_wire() {
     let shown = ok_stdout(&run(&["show", "incident-s1", &events]));
     assert!(shown.contains("<script>alert(document.cookie)</script>"));
 }
+
+/// `sessions` and `show` print no control character from an events file, whichever field
+/// carries it (the server, times, era, media types, end reasons, a declaration's method).
+#[test]
+fn sessions_and_show_print_no_control_characters_from_any_field() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let esc = "\u{1b}[2J\u{9b}31m";
+    let e = |v: serde_json::Value| format!("{v}\n");
+    let server = format!("10.0.0.1:80{esc}");
+    let mut text = String::new();
+    text += &e(
+        serde_json::json!({"event":"handshake","ts":format!("2026-01-01T00:00:00.000000Z{esc}"),
+        "session_id":"s1","seq":1,"outcome":"accepted","http_status":200,"client":"10.0.0.2:1",
+        "server":server,"era":format!("legacy{esc}"),"source":"initialize","lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"exchange","ts":"2026-01-01T00:00:01.000000Z",
+        "session_id":"s1","server":server,"client":"10.0.0.2:1","method":"m","request_id":1,
+        "http_status":200,"media_type":format!("sse{esc}"),"lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"exchange","ts":"2026-01-01T00:00:02.000000Z",
+        "session_id":"s1","server":server,"client":"10.0.0.2:1","method":"m","request_id":2,
+        "http_status":200,"media_type":"json","lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"alert","ts":"2026-01-01T00:00:03.000000Z",
+        "session_id":"s1","server":server,"kind":"client_capability_narrowing",
+        "method":format!("tools/call{esc}"),"removed":["x"],"declaration_seq":2,"lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"session_end","ts":"2026-01-01T00:00:04.000000Z",
+        "session_id":"s1","server":server,"reason":format!("deleted{esc}")}),
+    );
+    let path = dir.path().join("hostile.ndjson");
+    std::fs::write(&path, text).expect("write");
+    let path = path.to_str().expect("utf-8");
+    for args in [vec!["sessions", path], vec!["show", "s1", path]] {
+        let out = ok_stdout(&run(&args));
+        assert!(out.contains("10.0.0.1:80"), "{out}");
+        let bad: Vec<char> = out
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{args:?}: control characters {bad:?} in\n{out}"
+        );
+    }
+}
