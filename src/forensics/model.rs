@@ -341,7 +341,9 @@ impl Totals {
     }
 
     pub fn sum_of(&self, key: &str) -> u64 {
-        self.by_reason.get(key).map_or(0, |m| m.values().sum())
+        self.by_reason
+            .get(key)
+            .map_or(0, |m| m.values().fold(0, |a, n| a.saturating_add(*n)))
     }
 
     /// Whether any input carried totals at all.
@@ -359,12 +361,14 @@ impl Totals {
                 ("ts", Value::String(t)) => keep_max(&mut self.last_ts, t),
                 ("first_ts", Value::String(t)) => keep_min(&mut self.first_ts, t),
                 (_, Value::Number(n)) => {
-                    *self.counts.entry(k.clone()).or_default() += n.as_u64().unwrap_or(0)
+                    let slot = self.counts.entry(k.clone()).or_default();
+                    *slot = slot.saturating_add(n.as_u64().unwrap_or(0));
                 }
                 (_, Value::Object(m)) => {
                     let slot = self.by_reason.entry(k.clone()).or_default();
                     for (reason, n) in m {
-                        *slot.entry(reason.clone()).or_default() += n.as_u64().unwrap_or(0);
+                        let count = slot.entry(reason.clone()).or_default();
+                        *count = count.saturating_add(n.as_u64().unwrap_or(0));
                     }
                 }
                 _ => {}
