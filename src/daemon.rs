@@ -358,10 +358,12 @@ impl WorkerPool {
     }
 }
 
-/// Waits for every worker; then writes the `summary` event (the totals of all of them).
+/// Waits for every worker; then writes the `summary` event (the totals of all of them, and
+/// the capture bytes the reader skipped).
 fn join_workers(
     workers: Vec<WorkerHandle>,
     sinks: &Mutex<EventSinks>,
+    capture_bytes_skipped: u64,
 ) -> Result<(Summary, PacketStats, Option<Snapshot>), String> {
     let mut stats = PacketStats::default();
     let mut state: Option<Snapshot> = None;
@@ -375,6 +377,7 @@ fn join_workers(
         }
     }
     let mut sinks = sinks.lock().unwrap_or_else(|p| p.into_inner());
+    sinks.totals.capture_bytes_skipped = capture_bytes_skipped;
     sinks.write_totals("summary");
     Ok((sinks.totals.clone(), stats, state))
 }
@@ -452,7 +455,8 @@ pub fn replay_through_workers(
         }
     }
     drop(senders);
-    let (summary, stats, _) = join_workers(workers, &sinks)?;
+    let skipped = read.as_ref().map_or(0, ReadSummary::skipped_bytes);
+    let (summary, stats, _) = join_workers(workers, &sinks, skipped)?;
     let read = read.map_err(|e| e.to_string())?;
     if send_failed {
         return Err("a pipeline worker stopped early".into());
@@ -687,7 +691,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(t) = stats_writer {
         let _ = t.join();
     }
-    let (summary, stats, state) = join_workers(workers, &sinks)?;
+    let (summary, stats, state) = join_workers(workers, &sinks, 0)?;
     if let (Some(path), Some(mut state)) = (&snapshot_path, state) {
         redact_snapshot(&mut state, redactor.as_ref());
         save_snapshot(path, &state, &metrics);

@@ -228,12 +228,8 @@ fn a_record_claiming_more_than_the_file_holds_costs_no_big_buffer() {
     }
 }
 
-/// A corrupt record length mid-file (issue 11): the file is read on from the next plausible
-/// record, exit 0, a warning names the file and both byte offsets, the summary counts the
-/// skipped bytes; through a pipe the same. A bogus record spliced between two real ones is
-/// all that is skipped, so the events are the intact file's.
-#[test]
-fn corrupt_record_length_mid_file_is_resynchronised() {
+/// The incident capture with a bogus 116-byte record spliced in mid-file; and where.
+fn incident_with_a_corrupt_record() -> (Vec<u8>, usize) {
     let intact = std::fs::read(fixture("incident.pcap")).expect("fixture");
     // Walk the records to the middle one (little-endian µs pcap, 16-byte record headers).
     let mut at = 24usize;
@@ -250,6 +246,16 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
     let mut corrupt = intact[..splice].to_vec();
     corrupt.extend_from_slice(&bogus);
     corrupt.extend_from_slice(&intact[splice..]);
+    (corrupt, splice)
+}
+
+/// A corrupt record length mid-file (issue 11): the file is read on from the next plausible
+/// record, exit 0, a warning names the file and both byte offsets, the summary counts the
+/// skipped bytes; through a pipe the same. A bogus record spliced between two real ones is
+/// all that is skipped, so the events are the intact file's.
+#[test]
+fn corrupt_record_length_mid_file_is_resynchronised() {
+    let (corrupt, splice) = incident_with_a_corrupt_record();
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("corrupt.pcap");
     std::fs::write(&path, &corrupt).expect("write");
@@ -310,6 +316,27 @@ fn corrupt_record_length_mid_file_is_resynchronised() {
 
 /// A progress bar on standard error only when it is a terminal (here a pseudo-terminal made by
 /// util-linux `script`), never in a pipe and never with `--quiet`.
+/// Through the daemon's worker path the closing summary event counts the skipped bytes as
+/// well, as the single-pipeline replay's does (and as the worker replay's stderr says).
+#[test]
+fn worker_replay_summary_counts_the_capture_bytes_skipped() {
+    let (corrupt, _) = incident_with_a_corrupt_record();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("corrupt.pcap");
+    std::fs::write(&path, &corrupt).expect("write");
+    let path = path.to_str().expect("utf-8");
+    let out = run(&["replay", "--worker-threads", "2", path]);
+    assert!(out.status.success(), "{out:?}");
+    let evs = stdout_events(&out);
+    let summary = evs.last().expect("summary");
+    assert_eq!(summary["event"], "summary", "{summary}");
+    assert_eq!(summary["capture_bytes_skipped"], 116, "{summary}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("capture bytes skipped over corrupt record lengths: 116")
+    );
+}
+
 #[test]
 fn progress_bar_on_a_terminal_only_and_not_with_quiet() {
     let on_terminal = |extra: &str| {
@@ -643,4 +670,54 @@ fn report_escapes_hostile_strings_from_the_wire() {
     // The terminal gets the text, not the markup's effect: control characters are escaped.
     let shown = ok_stdout(&run(&["show", "incident-s1", &events]));
     assert!(shown.contains("<script>alert(document.cookie)</script>"));
+}
+
+/// `sessions` and `show` print no control character from an events file, whichever field
+/// carries it (the server, times, era, media types, end reasons, a declaration's method).
+#[test]
+fn sessions_and_show_print_no_control_characters_from_any_field() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let esc = "\u{1b}[2J\u{9b}31m";
+    let e = |v: serde_json::Value| format!("{v}\n");
+    let server = format!("10.0.0.1:80{esc}");
+    let mut text = String::new();
+    text += &e(
+        serde_json::json!({"event":"handshake","ts":format!("2026-01-01T00:00:00.000000Z{esc}"),
+        "session_id":"s1","seq":1,"outcome":"accepted","http_status":200,"client":"10.0.0.2:1",
+        "server":server,"era":format!("legacy{esc}"),"source":"initialize","lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"exchange","ts":"2026-01-01T00:00:01.000000Z",
+        "session_id":"s1","server":server,"client":"10.0.0.2:1","method":"m","request_id":1,
+        "http_status":200,"media_type":format!("sse{esc}"),"lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"exchange","ts":"2026-01-01T00:00:02.000000Z",
+        "session_id":"s1","server":server,"client":"10.0.0.2:1","method":"m","request_id":2,
+        "http_status":200,"media_type":"json","lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"alert","ts":"2026-01-01T00:00:03.000000Z",
+        "session_id":"s1","server":server,"kind":"client_capability_narrowing",
+        "method":format!("tools/call{esc}"),"removed":["x"],"declaration_seq":2,"lineage_id":"l1"}),
+    );
+    text += &e(
+        serde_json::json!({"event":"session_end","ts":"2026-01-01T00:00:04.000000Z",
+        "session_id":"s1","server":server,"reason":format!("deleted{esc}")}),
+    );
+    let path = dir.path().join("hostile.ndjson");
+    std::fs::write(&path, text).expect("write");
+    let path = path.to_str().expect("utf-8");
+    for args in [vec!["sessions", path], vec!["show", "s1", path]] {
+        let out = ok_stdout(&run(&args));
+        assert!(out.contains("10.0.0.1:80"), "{out}");
+        let bad: Vec<char> = out
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{args:?}: control characters {bad:?} in\n{out}"
+        );
+    }
 }

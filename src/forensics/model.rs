@@ -341,7 +341,9 @@ impl Totals {
     }
 
     pub fn sum_of(&self, key: &str) -> u64 {
-        self.by_reason.get(key).map_or(0, |m| m.values().sum())
+        self.by_reason
+            .get(key)
+            .map_or(0, |m| m.values().fold(0, |a, n| a.saturating_add(*n)))
     }
 
     /// Whether any input carried totals at all.
@@ -359,12 +361,14 @@ impl Totals {
                 ("ts", Value::String(t)) => keep_max(&mut self.last_ts, t),
                 ("first_ts", Value::String(t)) => keep_min(&mut self.first_ts, t),
                 (_, Value::Number(n)) => {
-                    *self.counts.entry(k.clone()).or_default() += n.as_u64().unwrap_or(0)
+                    let slot = self.counts.entry(k.clone()).or_default();
+                    *slot = slot.saturating_add(n.as_u64().unwrap_or(0));
                 }
                 (_, Value::Object(m)) => {
                     let slot = self.by_reason.entry(k.clone()).or_default();
                     for (reason, n) in m {
-                        *slot.entry(reason.clone()).or_default() += n.as_u64().unwrap_or(0);
+                        let count = slot.entry(reason.clone()).or_default();
+                        *count = count.saturating_add(n.as_u64().unwrap_or(0));
                     }
                 }
                 _ => {}
@@ -647,11 +651,33 @@ impl Collector {
     }
 
     pub fn finish(self) -> Forensics {
+        // A run's totals are since it started and go on across a logrotate: its rotated files
+        // carry the same `first_ts`, and only the latest of their totals counts.
+        fn run_of(t: &Value) -> Option<&str> {
+            t.get("first_ts").and_then(Value::as_str)
+        }
+        fn ts_of(t: &Value) -> &str {
+            t.get("ts").and_then(Value::as_str).unwrap_or("")
+        }
+        let mut latest: HashMap<&str, (usize, &str)> = HashMap::new();
+        for (i, input) in self.inputs.iter().enumerate() {
+            if let Some(t) = &input.totals
+                && let Some(run) = run_of(t)
+                && latest.get(run).is_none_or(|(_, ts)| ts_of(t) >= *ts)
+            {
+                latest.insert(run, (i, ts_of(t)));
+            }
+        }
         let mut totals = Totals::default();
-        for input in &self.inputs {
+        for (i, input) in self.inputs.iter().enumerate() {
             match &input.totals {
                 Some(t) => {
-                    totals.add(t);
+                    let superseded = run_of(t)
+                        .and_then(|run| latest.get(run))
+                        .is_some_and(|(j, _)| *j != i);
+                    if !superseded {
+                        totals.add(t);
+                    }
                     totals.inputs_with += 1;
                 }
                 None => totals.inputs_without.push(input.name.clone()),
@@ -931,6 +957,42 @@ mod tests {
         assert_eq!(f.sessions.len(), 1);
         assert_eq!(f.sessions[0].id(), "s2");
         assert_eq!(f.counts.exchanges, 2);
+    }
+
+    #[test]
+    fn rotated_files_of_one_run_count_its_totals_once() {
+        // `run`'s totals are since it started, across a logrotate: yesterday's file ends with a
+        // stats event that today's summary includes. Another run's totals add up.
+        let mut c = Collector::new(Filter::default(), 10);
+        let run = "2026-01-01T00:00:00.000000Z";
+        c.begin_input("events.ndjson.1", InputKind::Events);
+        c.observe(
+            &json!({"event":"stats","ts":"2026-01-01T23:59:00.000000Z","first_ts":run,
+            "gaps":10,"flows_evicted":{"memory":1}}),
+            1,
+        );
+        c.begin_input("events.ndjson", InputKind::Events);
+        c.observe(
+            &json!({"event":"stats","ts":"2026-01-02T00:01:00.000000Z","first_ts":run,
+            "gaps":11,"flows_evicted":{"memory":1}}),
+            1,
+        );
+        c.observe(
+            &json!({"event":"summary","ts":"2026-01-02T00:02:00.000000Z","first_ts":run,
+            "gaps":12,"flows_evicted":{"memory":2}}),
+            2,
+        );
+        c.begin_input("other-host.ndjson", InputKind::Events);
+        c.observe(
+            &json!({"event":"summary","ts":"2026-01-02T00:00:00.000000Z",
+            "first_ts":"2026-01-01T00:00:05.000000Z","gaps":1}),
+            1,
+        );
+        let f = c.finish();
+        assert_eq!(f.totals.count("gaps"), 13);
+        assert_eq!(f.totals.sum_of("flows_evicted"), 2);
+        assert_eq!(f.totals.inputs_with, 3);
+        assert!(f.totals.inputs_without.is_empty());
     }
 
     #[test]

@@ -440,7 +440,7 @@ fn reasons_text(
         .iter()
         .filter(|(k, n)| **n > 0 && !skip.contains(&k.as_str()))
         .collect();
-    let total = kept.iter().map(|(_, n)| **n).sum();
+    let total = kept.iter().fold(0u64, |a, (_, n)| a.saturating_add(**n));
     let text = kept
         .iter()
         .map(|(k, n)| format!("{k}={n}"))
@@ -1104,6 +1104,24 @@ mod tests {
             esc("<script>alert('x')</script>&\"\x07"),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;&#x7;"
         );
+    }
+
+    #[test]
+    fn huge_totals_saturate_rather_than_overflow() {
+        let mut c = Collector::new(Filter::default(), 10);
+        for name in ["a", "b"] {
+            c.begin_input(name, InputKind::Events);
+            c.observe(
+                &json!({"event":"summary","ts":"2026-01-01T00:00:00.000000Z","gaps":u64::MAX,
+                    "flows_evicted":{"memory":u64::MAX,"table":u64::MAX}}),
+                1,
+            );
+        }
+        let f = c.finish();
+        assert_eq!(f.totals.count("gaps"), u64::MAX);
+        assert_eq!(f.totals.sum_of("flows_evicted"), u64::MAX);
+        let html = render(&f);
+        assert!(html.contains(&u64::MAX.to_string()));
     }
 
     #[test]

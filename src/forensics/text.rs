@@ -78,15 +78,15 @@ pub fn sessions_table(f: &Forensics, order: SortOrder) -> String {
     let mut rows: Vec<[String; 10]> = vec![header.map(str::to_string)];
     for s in sorted(f, order) {
         rows.push([
-            s.first_ts.clone(),
+            clean(&s.first_ts),
             s.key.kind().to_string(),
             clean(s.id()),
-            s.server.clone(),
+            clean(&s.server),
             clean(&client_label(s)),
-            s.era.clone().unwrap_or_else(|| "-".into()),
+            clean(s.era.as_deref().unwrap_or("-")),
             s.handshakes.to_string(),
             s.requests.to_string(),
-            non_empty(s.media_summary()),
+            non_empty(clean(&s.media_summary())),
             non_empty(clean(&s.alert_summary())),
         ]);
     }
@@ -152,27 +152,27 @@ fn session_timeline(out: &mut String, s: &SessionRecord) {
         "{} {}  server {}  lineage {}  era {}",
         s.key.kind(),
         clean(s.id()),
-        s.server,
+        clean(&s.server),
         clean(s.lineage_id.as_deref().unwrap_or("-")),
-        s.era.as_deref().unwrap_or("-")
+        clean(s.era.as_deref().unwrap_or("-"))
     );
     let _ = writeln!(
         out,
         "  client {}  first seen {}  last seen {}",
         clean(&client_label(s)),
-        s.first_ts,
-        s.last_ts
+        clean(&s.first_ts),
+        clean(&s.last_ts)
     );
     let _ = writeln!(
         out,
         "  handshakes {}  requests {}  media {}  alerts {}{}",
         s.handshakes,
         s.requests,
-        non_empty(s.media_summary()),
+        non_empty(clean(&s.media_summary())),
         non_empty(clean(&s.alert_summary())),
         s.end_reason
             .as_deref()
-            .map(|r| format!("  ended: {r}"))
+            .map(|r| format!("  ended: {}", clean(r)))
             .unwrap_or_default()
     );
     let Some(detail) = &s.detail else {
@@ -195,9 +195,9 @@ fn session_timeline(out: &mut String, s: &SessionRecord) {
         let _ = writeln!(
             out,
             "  {}: {} -> {}: lost {}{}",
-            c.title,
-            c.before_label,
-            c.after_label,
+            clean(&c.title),
+            clean(&c.before_label),
+            clean(&c.after_label),
             if c.removed.is_empty() {
                 "nothing".into()
             } else {
@@ -215,9 +215,9 @@ fn session_timeline(out: &mut String, s: &SessionRecord) {
             out,
             "  {}: {} x{} then {} x{} (from request {})",
             clean(&m.method),
-            media_label(&m.from),
+            clean(&media_label(&m.from)),
             m.before,
-            media_label(&m.to),
+            clean(&media_label(&m.to)),
             m.after,
             clean(&m.first_changed_request)
         );

@@ -240,6 +240,7 @@ fn str_field_v<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 fn comparisons(rows: &[Row]) -> Vec<Comparison> {
     let mut out: Vec<Comparison> = Vec::new();
     let mut covered_seqs = Vec::new();
+    let mut covered_methods = std::collections::HashSet::new();
     for r in rows {
         let RowKind::Alert(a) = r.kind else {
             continue;
@@ -282,10 +283,7 @@ fn comparisons(rows: &[Row]) -> Vec<Comparison> {
             }
             "client_capability_narrowing" => {
                 let method = str_field_v(a, "method").unwrap_or("?");
-                if out
-                    .iter()
-                    .any(|c| c.title.ends_with(&format!("for {method}")))
-                {
+                if !covered_methods.insert(method) {
                     continue;
                 }
                 out.push(Comparison {

@@ -256,14 +256,49 @@ mod tests {
         all
     }
 
-    /// Without the leading wall-clock time, which differs between the two writers.
+    /// Without the leading wall-clock time, which differs between the two writers; the rest
+    /// byte for byte (a parsed JSON value would hide the field order and the escaping).
     fn untimed(format: LineFormat, line: &str) -> String {
-        match format {
-            LineFormat::Text => line.get(27..).unwrap_or_default().to_string(),
+        let skip = match format {
+            LineFormat::Text => 0,
             LineFormat::Json => {
-                let mut v: serde_json::Value = serde_json::from_str(line).expect("JSON line");
-                v["timestamp"] = serde_json::Value::Null;
-                v.to_string()
+                assert!(line.starts_with("{\"timestamp\":\""), "{line}");
+                "{\"timestamp\":\"".len()
+            }
+        };
+        line.get(skip + "2025-11-24T16:00:00.123456Z".len()..)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Each handshake through tracing and directly: the same lines.
+    fn assert_written_as_tracing_does(handshakes: &[Handshake]) {
+        for format in [LineFormat::Text, LineFormat::Json] {
+            let captured = Captured::default();
+            let writer = {
+                let c = captured.clone();
+                move || c.clone()
+            };
+            let builder = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(writer)
+                .with_max_level(tracing::Level::INFO);
+            let dispatch = match format {
+                LineFormat::Text => tracing::Dispatch::new(builder.with_target(false).finish()),
+                LineFormat::Json => tracing::Dispatch::new(builder.json().finish()),
+            };
+            // One at a time: a raw newline (a `%` field) must not shift the comparison.
+            for h in handshakes {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    super::super::log::trace_handshake(h);
+                });
+                let want = std::mem::take(&mut *captured.0.lock().expect("lock"));
+                let want = String::from_utf8(want).expect("utf-8");
+                let mut got = Vec::new();
+                write(format, Timestamp(1_764_000_000_123_456_000), h, &mut got);
+                let got = String::from_utf8(got).expect("utf-8");
+                assert!(got.ends_with('\n'));
+                assert_eq!(untimed(format, &got), untimed(format, &want), "{format:?}");
             }
         }
     }
@@ -280,41 +315,47 @@ mod tests {
                 .iter()
                 .any(|h| h.predecessor_session_id.is_some())
         );
-        for format in [LineFormat::Text, LineFormat::Json] {
-            let captured = Captured::default();
-            let writer = {
-                let c = captured.clone();
-                move || c.clone()
-            };
-            let builder = tracing_subscriber::fmt()
-                .with_ansi(false)
-                .with_writer(writer)
-                .with_max_level(tracing::Level::INFO);
-            let dispatch = match format {
-                LineFormat::Text => tracing::Dispatch::new(builder.with_target(false).finish()),
-                LineFormat::Json => tracing::Dispatch::new(builder.json().finish()),
-            };
-            tracing::dispatcher::with_default(&dispatch, || {
-                for h in &handshakes {
-                    super::super::log::trace_handshake(h);
-                }
-            });
-            let traced =
-                String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
-            let traced: Vec<&str> = traced.lines().collect();
-            assert_eq!(traced.len(), handshakes.len());
-            for (h, want) in handshakes.iter().zip(traced) {
-                let mut got = Vec::new();
-                write(format, Timestamp(1_764_000_000_123_456_000), h, &mut got);
-                let got = String::from_utf8(got).expect("utf-8");
-                assert!(got.ends_with('\n'));
-                assert_eq!(
-                    untimed(format, got.trim_end()),
-                    untimed(format, want),
-                    "{format:?}"
-                );
-            }
+        assert_written_as_tracing_does(&handshakes);
+    }
+
+    /// What the fixtures do not have: quotes, backslashes, newlines, control characters
+    /// (C0, DEL, C1, ESC), non-ASCII and bidi overrides in every string field, empty strings,
+    /// IPv6 addresses, negative and extreme numbers and timestamps outside RFC 3339's years.
+    #[test]
+    fn hostile_strings_and_addresses_are_written_as_tracing_does() {
+        let base = every_fixture_handshake().remove(0);
+        let nasty =
+            "q\"uo'te \\ back\nnew\r\tline \u{1b}[31mred \u{7}\u{7f}\u{9b} é 😀 \u{202e} \u{0}";
+        let mut all = Vec::new();
+        for (i, ts) in [0i64, -1, i64::MIN, i64::MAX, -9_000_000_000_000_000_000]
+            .into_iter()
+            .enumerate()
+        {
+            let mut h = base.clone();
+            h.ts = Timestamp(ts);
+            h.session_id = Some(nasty.to_string());
+            h.error_code = Some(if i % 2 == 0 { i64::MIN } else { -32_602 });
+            h.error_message = Some(nasty.to_string());
+            h.client = "[fe80::1%3]:54321".parse().unwrap_or(h.client);
+            h.server = "[2001:db8::1]:443".parse().unwrap_or(h.server);
+            h.host = Some(nasty.to_string());
+            h.path = nasty.to_string();
+            h.protocol_version_requested = Some(nasty.to_string());
+            h.protocol_version = Some(String::new());
+            h.client_info = serde_json::json!({ "name": nasty, "version": nasty });
+            h.server_info = serde_json::json!({ nasty: [nasty, 1.5, -0.0, u64::MAX] });
+            h.predecessor_session_id = Some(nasty.to_string());
+            h.seq = u32::MAX;
+            h.http_status = u16::MAX;
+            all.push(h);
         }
+        let mut h = base;
+        h.session_id = None;
+        h.error_message = None;
+        h.host = None;
+        h.path = String::new();
+        all.push(h);
+        assert_written_as_tracing_does(&all);
     }
 
     #[test]
