@@ -721,3 +721,31 @@ fn sessions_and_show_print_no_control_characters_from_any_field() {
         );
     }
 }
+
+/// An events file names any number of sessions: at most `--max-sessions` get a record, the
+/// events of the others are counted and said to be.
+#[test]
+fn forensics_keep_at_most_max_sessions_records_and_say_so() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut all = String::new();
+    for capture in ["incident.pcap", "widening.pcap", "sdk_sse.pcap"] {
+        let events = events_file(dir.path(), capture);
+        all.push_str(&std::fs::read_to_string(&events).expect("events"));
+    }
+    let events = dir.path().join("all.ndjson");
+    std::fs::write(&events, all).expect("write");
+    let events = events.to_str().expect("utf-8");
+    let every = ok_stdout(&run(&["sessions", events]));
+    let bounded = run(&["sessions", "--max-sessions", "1", events]);
+    let listed = ok_stdout(&bounded);
+    assert!(
+        every.lines().count() > listed.lines().count(),
+        "{every}\n{listed}"
+    );
+    assert!(listed.contains("incident-s1"), "{listed}");
+    assert!(
+        stderr_of(&bounded).contains("beyond --max-sessions 1 were counted, not listed"),
+        "{}",
+        stderr_of(&bounded)
+    );
+}

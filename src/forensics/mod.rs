@@ -46,7 +46,8 @@ pub fn load_all(
     detail_limit: usize,
     options: &ReplayOptions,
 ) -> Result<Forensics, String> {
-    let mut collector = Collector::new(filter, detail_limit);
+    let mut collector =
+        Collector::bounded(filter, detail_limit, options.limits.session.max_sessions);
     load::load(inputs, options, &mut collector)?;
     let f = collector.finish();
     if f.filter.is_active() && f.sessions.is_empty() {
@@ -75,6 +76,15 @@ fn notes(f: &Forensics) -> Vec<String> {
         for n in &i.notes {
             out.push(n.clone());
         }
+    }
+    if f.beyond_max_records > 0 {
+        out.push(format!(
+            "{} events of sessions and lineages beyond --max-sessions {} were counted, not listed",
+            f.beyond_max_records, f.max_records
+        ));
+    }
+    if f.counts.counts_capped {
+        out.push("more distinct servers, sessions or lineages than are counted: the counts are lower bounds".into());
     }
     out
 }

@@ -2,8 +2,10 @@
 //! came from (an events file, or a capture replayed in-process). One code path, so a report of a
 //! capture and of its NDJSON say the same.
 //!
-//! Memory is bounded by the detail budget: every session keeps a few counters, but only
-//! `detail_limit` sessions keep their timeline (and each at most [`MAX_TIMELINE_ENTRIES`]).
+//! Memory is bounded: at most `--max-sessions` sessions and lineages have a record (the events of
+//! others are counted in the totals and said to be), each with a few counters; only
+//! `detail_limit` of them keep their timeline (and each at most [`MAX_TIMELINE_ENTRIES`]);
+//! distinct servers, sessions and lineages are counted up to a bound.
 
 use serde_json::Value;
 use std::collections::hash_map::DefaultHasher;
@@ -317,7 +319,13 @@ pub struct EventCounts {
     pub lineages: u64,
     pub first_ts: Option<String>,
     pub last_ts: Option<String>,
+    /// Distinct servers, sessions or lineages beyond what is counted: the counts are lower
+    /// bounds.
+    pub counts_capped: bool,
 }
+
+/// Distinct servers named in the summary at most.
+const MAX_SERVERS: usize = 4096;
 
 /// The summary/stats events' totals, summed over inputs.
 #[derive(Debug, Clone, Default)]
@@ -387,6 +395,10 @@ pub struct Forensics {
     pub sessions: Vec<SessionRecord>,
     pub counts: EventCounts,
     pub totals: Totals,
+    /// Events of sessions and lineages beyond the record limit (`--max-sessions`): counted
+    /// in the totals, not in any session.
+    pub beyond_max_records: u64,
+    pub max_records: usize,
 }
 
 impl Forensics {
@@ -420,11 +432,22 @@ pub struct Collector {
     counts: EventCounts,
     seen_sessions: HashSet<u64>,
     seen_lineages: HashSet<u64>,
+    /// Sessions and lineages with a record at most (`--max-sessions`, the tracking limit that
+    /// replay shares); the events of any beyond are counted only.
+    max_records: usize,
+    beyond_max_records: u64,
 }
 
 impl Collector {
     pub fn new(filter: Filter, detail_limit: usize) -> Self {
+        Self::bounded(filter, detail_limit, usize::MAX)
+    }
+
+    /// A collector keeping a record of `max_records` sessions and lineages at most.
+    pub fn bounded(filter: Filter, detail_limit: usize, max_records: usize) -> Self {
         Collector {
+            max_records,
+            beyond_max_records: 0,
             filter,
             detail_limit,
             inputs: Vec::new(),
@@ -539,6 +562,10 @@ impl Collector {
         // A session_end names no lineage: a session already kept is kept whole.
         let idx = match self.index.get(&key) {
             Some(&i) => i,
+            None if self.sessions.len() >= self.max_records => {
+                self.beyond_max_records += 1;
+                return;
+            }
             None if self.filter.accepts(session_id, lineage_id) => {
                 let order = self.sessions.len() as u64;
                 let mut record = SessionRecord::new(key.clone(), server, ts, order);
@@ -623,17 +650,32 @@ impl Collector {
         c.events += 1;
         keep_min(&mut c.first_ts, ts);
         keep_max(&mut c.last_ts, ts);
+        // Distinct servers, sessions and lineages are counted up to a bound (a hostile file
+        // may name millions); beyond it the counts are lower bounds and say so.
+        let distinct_bound = self.max_records.saturating_mul(4).max(MAX_SERVERS);
         if !c.servers.contains(server) {
-            c.servers.insert(server.to_string());
+            if c.servers.len() < MAX_SERVERS {
+                c.servers.insert(server.to_string());
+            } else {
+                c.counts_capped = true;
+            }
         }
-        if self.seen_sessions.insert(key.hash64()) {
-            c.sessions += 1;
+        if self.seen_sessions.len() < distinct_bound {
+            if self.seen_sessions.insert(key.hash64()) {
+                c.sessions += 1;
+            }
+        } else {
+            c.counts_capped = true;
         }
         if let Some(l) = lineage_id {
             let mut h = DefaultHasher::new();
             l.hash(&mut h);
-            if self.seen_lineages.insert(h.finish()) {
-                c.lineages += 1;
+            if self.seen_lineages.len() < distinct_bound {
+                if self.seen_lineages.insert(h.finish()) {
+                    c.lineages += 1;
+                }
+            } else {
+                c.counts_capped = true;
             }
         }
         match kind {
@@ -690,6 +732,8 @@ impl Collector {
             sessions: self.sessions,
             counts: self.counts,
             totals,
+            beyond_max_records: self.beyond_max_records,
+            max_records: self.max_records,
         }
     }
 }

@@ -449,7 +449,7 @@ fn reasons_text(
     (total, text)
 }
 
-fn blind_rows(t: &Totals, malformed: u64) -> Vec<Blind<'static>> {
+fn blind_rows(t: &Totals, malformed: u64, beyond_max_records: u64) -> Vec<Blind<'static>> {
     let plain = |label, key: &str| Blind {
         label,
         total: t.count(key),
@@ -504,12 +504,17 @@ fn blind_rows(t: &Totals, malformed: u64) -> Vec<Blind<'static>> {
             total: malformed,
             detail: String::new(),
         },
+        Blind {
+            label: "events of sessions beyond --max-sessions (counted, not listed)",
+            total: beyond_max_records,
+            detail: String::new(),
+        },
     ]
 }
 
 fn blind_spots(h: &mut String, f: &Forensics) {
     h.push_str("<div class=\"card\"><h3>Blind spots</h3>");
-    let rows = blind_rows(&f.totals, f.malformed_lines());
+    let rows = blind_rows(&f.totals, f.malformed_lines(), f.beyond_max_records);
     let nonzero = rows.iter().filter(|r| r.total > 0).count();
     if !f.totals.known() {
         h.push_str(
