@@ -23,10 +23,10 @@ use mcptap_testkit::tcp::{AppWrite, Endpoint, Piece};
 use mcptap_testkit::wire::{ethernet, ipv4};
 
 /// Allocation calls one steady-state exchange (request, answer, ACKs) may make. Measured
-/// (2026-12-02, every exchange of a run within one of the others): legacy `tools/call` 63
-/// (JSON and SSE), modern `tools/call` 99-100 (its `_meta` declaration is parsed and compared
-/// on every request). The bound is the largest plus 20 %: a new copy per message or per
-/// header shows as a failure, a one-off difference between runs does not.
+/// (2026-12-02; the same in every run, and every exchange of a run within one of the others):
+/// legacy `tools/call` 63 (JSON and SSE), modern `tools/call` 99-100 (each request carries its
+/// client's `_meta` declaration). The bound is the largest plus 20 %: a new copy per message
+/// or per header fails it, while a small change of the event contents does not.
 pub const MAX_ALLOCATIONS_PER_EXCHANGE: u64 = 120;
 /// The same for a legacy `initialize` exchange (a warm pipeline, a new session: its capability
 /// tree, session and lineage records): measured 212 (JSON) and 217 (SSE), plus 20 %.
