@@ -41,6 +41,16 @@
 #                    callgrind (load-independent: the figure to use when the machine's noise
 #                    exceeds the difference looked for), with the ratio new/old.
 #
+# Two in-process benches run first, in every mode (--quick: fewer passes, smaller traffic):
+#   * benches/allocations.rs: allocation calls of the core pipeline per packet on the skip path
+#     (not TCP, fragments, TLS and undecodable flows, an SSE stream's keep-alives and ACKs; must
+#     be 0 once warm) and per exchange (legacy and modern tools/call, initialize; bounded). It
+#     fails, and so does this script, when either is exceeded.
+#   * benches/capture_thread.rs: the live capture thread's ns per packet without libpcap
+#     (dispatch, batch copy, worker queues; goal <= 150 ns), median of several passes; never
+#     failed on time. With --callgrind, its instructions per packet (callgrind, `full_pass`).
+#   scripts/bench.sh --micro-only [--quick] [--callgrind]   # only these two
+#
 # Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum; valgrind for
 # --callgrind.
 # The captures are never committed: they live under target/ (ignored by git).
@@ -53,6 +63,7 @@ cd "$ROOT"
 
 QUICK=0
 GENERATE_ONLY=0
+MICRO_ONLY=0
 TSHARK=1
 FLOOD=0
 KEEP_CACHE=0
@@ -70,6 +81,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --no-tshark) TSHARK=0 ;;
     --generate-only) GENERATE_ONLY=1 ;;
+    --micro-only) MICRO_ONLY=1 ;;
     --flood) FLOOD=1 ;;
     --keep-cache) KEEP_CACHE=1 ;;
     --seed) SEED="$2"; shift ;;
@@ -81,7 +93,7 @@ while [ $# -gt 0 ]; do
     --baseline) BASELINE="$2"; shift ;;
     --bin) BIN="$2"; shift ;;
     --callgrind) CALLGRIND=1 ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -95,6 +107,7 @@ case "$MIXED_MB/$MCP_MB" in
 esac
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
+[ "$MICRO_ONLY" = 1 ] && TSHARK=0
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (apt-get install time)"
 command -v tcpdump >/dev/null || die "tcpdump not found (apt-get install tcpdump)"
 command -v python3 >/dev/null || die "python3 not found"
@@ -112,6 +125,54 @@ fi
 mkdir -p "$DATA"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcptap-bench.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
+
+# ------------------------------------------------------------------ in-process benches
+# micro_benches: the allocation check (dies when it fails) and the capture thread's cost per
+# packet; sets R[alloc] and R[capture] (their verdict lines) for the targets.
+micro_benches() {
+  echo
+  echo "== core allocations (cargo bench --bench allocations) =="
+  cargo bench --quiet --bench allocations 2>&1 | tee "$WORK/allocations.out" \
+    || die "the allocation check failed (above)"
+  R[alloc]="$(grep '^allocations:' "$WORK/allocations.out" | tr '\n' ' ')"
+  echo
+  echo "== live capture thread (cargo bench --bench capture_thread) =="
+  local quick=(); [ "$QUICK" = 1 ] && quick=(--quick)
+  cargo bench --quiet --bench capture_thread -- "${quick[@]}" 2>&1 | tee "$WORK/capture.out" \
+    || die "the capture thread bench failed (above)"
+  R[capture]="$(grep '^capture thread:' "$WORK/capture.out")"
+  if [ "$CALLGRIND" = 1 ]; then
+    local exe ir packets
+    exe="$(cargo bench --bench capture_thread --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -1)"
+    [ -x "$exe" ] || die "cannot find the capture_thread bench executable"
+    # Only `full_pass` is counted: the frames are generated and the directory warmed outside it.
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/capture.callgrind" --collect-atstart=no \
+      --toggle-collect='*full_pass*' "$exe" --callgrind-pass "${quick[@]}" \
+      > "$WORK/capture-callgrind.out" 2> "$WORK/capture-callgrind.log" \
+      || die "callgrind failed on the capture thread bench (see $WORK/capture-callgrind.log)"
+    ir="$(grep -E '^(summary|totals):' "$WORK/capture.callgrind" | tail -1 | awk '{print $2}')"
+    packets="$(sed -n 's/^packets: //p' "$WORK/capture-callgrind.out")"
+    R[capture.ir]="$(awk -v i="$ir" -v p="$packets" 'BEGIN{printf "%.0f", i/p}')"
+    echo "capture thread, callgrind: $ir instructions in full_pass for $packets packets (2 workers): ${R[capture.ir]} per packet"
+  fi
+}
+
+declare -A R
+if [ "$MICRO_ONLY" = 1 ]; then
+  echo "== machine =="
+  echo "date:    $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "cpu:     $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo) ($(nproc) cores online)"
+  echo "kernel:  $(uname -sr)"
+  echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, before the runs)"
+  echo "rustc:   $(rustc --version)"
+  micro_benches
+  echo
+  echo "targets:"
+  echo "  ${R[alloc]}"
+  echo "  ${R[capture]}"
+  [ -n "${R[capture.ir]:-}" ] && echo "  capture thread: ${R[capture.ir]} instructions per packet (callgrind)"
+  exit 0
+fi
 
 # ------------------------------------------------------------------ build + captures
 if [ -n "$BIN" ]; then
@@ -176,6 +237,8 @@ for f in "$MIXED" "$MCP" $GATEWAY; do
   echo "$(sha256sum "$f" | cut -d' ' -f1)  $(basename "$f")  $(stat -c %s "$f") bytes"
 done
 
+micro_benches
+
 # ------------------------------------------------------------------ page cache
 # Replay is timed with the capture in the page cache, but in which state depends on history:
 # read from disk (readahead caches a file in huge folios on recent kernels, mapped by mcptap a
@@ -232,7 +295,6 @@ TSHARK_ARGS=(
   -e http.content_type -e http.header.mcp-session-id -e json.member_with_value
 )
 
-declare -A R
 file_of() { case "$1" in mixed) echo "$MIXED" ;; mcp) echo "$MCP" ;; gateway) echo "$GATEWAY" ;; esac; }
 for name in "${NAMES[@]}"; do
   file="$(file_of "$name")"
@@ -402,6 +464,9 @@ if [ -n "$GATEWAY" ]; then
   # As a "higher is better" figure: tcpdump's time over mcptap's, goal 0.5 (within 2x).
   target "gateway: tcpdump time / mcptap time" "$(awk -v m="${R[gateway.mcptap.wall]}" -v t="${R[gateway.tcpdump.wall]}" 'BEGIN{print t/m}')" 0.5 x
 fi
+echo "  ${R[alloc]}"
+echo "  ${R[capture]}"
+[ -n "${R[capture.ir]:-}" ] && echo "  capture thread: ${R[capture.ir]} instructions per packet (callgrind)"
 printf "  MB/s = capture file size / wall time. mcptap MB per CPU-second (size / (user+sys),\n"
 printf "  less sensitive to other load on the machine):"
 for name in "${NAMES[@]}"; do

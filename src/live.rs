@@ -5,8 +5,8 @@
 use mcptap_core::decode::{self, Decoded, TcpFlags};
 use nix::poll::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
-use std::net::SocketAddr;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,6 +24,20 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Appends one packet (a copy of `frame`, captured at `ts` ns).
+    #[inline]
+    pub fn push(&mut self, ts: i64, frame: &[u8]) {
+        let off = self.data.len();
+        self.data.extend_from_slice(frame);
+        self.packets.push((ts, off, frame.len()));
+    }
+
+    /// Whether the batch is due to be sent (512 packets or 4 MiB).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.packets.len() >= BATCH_PACKETS || self.data.len() >= BATCH_BYTES
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (i64, &[u8])> {
         self.packets
             .iter()
@@ -179,13 +193,16 @@ pub struct WorkerQueue {
 
 /// Hands a full or pending batch to the pipeline; false when the pipeline is gone.
 pub fn send(queue: &WorkerQueue, batch: &mut Batch, linktype: u32) -> bool {
-    let out = std::mem::replace(
-        batch,
-        Batch {
-            linktype,
-            ..Batch::default()
-        },
-    );
+    // The next batch gets the room of this one: grown from empty, a batch of 512 full-size
+    // frames is copied about twice over by its reallocations (half the capture thread's
+    // instructions per packet). The room only grows when a batch needs more than any before,
+    // and never beyond what a full batch can take (the last frame may pass the byte limit).
+    let next = Batch {
+        linktype,
+        data: Vec::with_capacity(batch.data.capacity().min(2 * BATCH_BYTES)),
+        packets: Vec::with_capacity(batch.packets.capacity().min(BATCH_PACKETS)),
+    };
+    let out = std::mem::replace(batch, next);
     let sent = match queue.tx.try_send(out) {
         Ok(()) => true,
         // The pipeline is behind: block rather than drop (the kernel buffer absorbs the
@@ -288,9 +305,66 @@ pub struct DirectoryStats {
 /// server identity of a frame.
 #[derive(Debug, Clone)]
 pub struct ServerDirectory {
-    configured: HashSet<SocketAddr, foldhash::fast::RandomState>,
-    learned: Generations<SocketAddr, ()>,
-    pinned: Generations<(SocketAddr, SocketAddr), SocketAddr>,
+    configured: HashSet<EndpointKey, foldhash::fast::RandomState>,
+    learned: Generations<EndpointKey, ()>,
+    pinned: Generations<FlowPairKey, SocketAddr>,
+}
+
+/// An endpoint as a map key, hashed as packed integers: the derived hash of a `SocketAddr` is a
+/// dozen calls into the hasher, and the directory hashes up to three per packet. Equal keys
+/// pack equally (a v6 flow label or scope id only refines equality).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EndpointKey(SocketAddr);
+
+impl Hash for EndpointKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self.0.ip() {
+            IpAddr::V4(ip) => {
+                state.write_u64((u64::from(u32::from(ip)) << 16) | u64::from(self.0.port()))
+            }
+            IpAddr::V6(ip) => {
+                state.write_u128(u128::from(ip));
+                state.write_u16(self.0.port());
+            }
+        }
+    }
+}
+
+/// Both endpoints of a flow, the lower first, as a map key hashed like [`EndpointKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FlowPairKey(SocketAddr, SocketAddr);
+
+impl FlowPairKey {
+    fn of(a: SocketAddr, b: SocketAddr) -> Self {
+        if a <= b {
+            FlowPairKey(a, b)
+        } else {
+            FlowPairKey(b, a)
+        }
+    }
+}
+
+impl Hash for FlowPairKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let ports = (u32::from(self.0.port()) << 16) | u32::from(self.1.port());
+        match (self.0.ip(), self.1.ip()) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                state.write_u64((u64::from(u32::from(a)) << 32) | u64::from(u32::from(b)));
+            }
+            (a, b) => {
+                state.write_u128(ip_bits(a));
+                state.write_u128(ip_bits(b));
+            }
+        }
+        state.write_u32(ports);
+    }
+}
+
+fn ip_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
 }
 
 impl Default for ServerDirectory {
@@ -322,7 +396,7 @@ impl ServerDirectory {
         pinned: usize,
     ) -> Self {
         ServerDirectory {
-            configured: configured.into_iter().collect(),
+            configured: configured.into_iter().map(EndpointKey).collect(),
             learned: Generations::new(learned),
             pinned: Generations::new(pinned),
         }
@@ -331,17 +405,17 @@ impl ServerDirectory {
     /// The server endpoint of a segment from `src` to `dst` with `flags`.
     pub fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
         if !self.configured.is_empty() {
-            if self.configured.contains(&dst) {
+            if self.configured.contains(&EndpointKey(dst)) {
                 return dst;
             }
-            if self.configured.contains(&src) {
+            if self.configured.contains(&EndpointKey(src)) {
                 return src;
             }
         }
-        let flow = (src.min(dst), src.max(dst));
+        let flow = FlowPairKey::of(src, dst);
         if flags.syn {
             let server = if flags.ack { src } else { dst };
-            self.learned.insert(server, ());
+            self.learned.insert(EndpointKey(server), ());
             // A new connection on the 5-tuple: its server is decided for its lifetime.
             self.pinned.insert(flow, server);
             return server;
@@ -355,8 +429,8 @@ impl ServerDirectory {
             return server;
         }
         let server = match (
-            self.learned.get(&dst).is_some(),
-            self.learned.get(&src).is_some(),
+            self.learned.get(&EndpointKey(dst)).is_some(),
+            self.learned.get(&EndpointKey(src)).is_some(),
         ) {
             (true, false) => dst,
             (false, true) => src,
@@ -471,12 +545,8 @@ pub fn spawn(
                             else {
                                 continue;
                             };
-                            let off = batch.data.len();
-                            batch.data.extend_from_slice(p.data);
-                            batch.packets.push((ts, off, p.data.len()));
-                            let full = batch.packets.len() >= BATCH_PACKETS
-                                || batch.data.len() >= BATCH_BYTES;
-                            if full && !send(tx, batch, linktype) {
+                            batch.push(ts, p.data);
+                            if batch.is_full() && !send(tx, batch, linktype) {
                                 // A worker is gone: the capture cannot go on whole.
                                 health.failed.store(true, Ordering::SeqCst);
                                 break 'capture;
@@ -645,6 +715,31 @@ mod tests {
         // Until that 5-tuple starts a new connection.
         assert_eq!(d.server_of(client, server, syn), server);
         assert_eq!(d.server_of(server, client, ack), server);
+    }
+
+    #[test]
+    fn ipv6_flows_are_learned_and_pinned_like_ipv4_ones() {
+        let server: SocketAddr = "[fd00::1]:64000".parse().expect("addr");
+        let client: SocketAddr = "[fd00::2]:1024".parse().expect("addr");
+        let other: SocketAddr = "[fd00::3]:1025".parse().expect("addr");
+        let syn = TcpFlags {
+            syn: true,
+            ..TcpFlags::default()
+        };
+        let ack = TcpFlags {
+            ack: true,
+            ..TcpFlags::default()
+        };
+        let mut d = ServerDirectory::default();
+        assert_eq!(d.server_of(client, server, syn), server);
+        assert_eq!(d.server_of(server, client, ack), server);
+        // Another client of the learned server, first seen midstream.
+        assert_eq!(d.server_of(server, other, ack), server);
+        assert_eq!(d.server_of(other, server, ack), server);
+        assert_eq!(d.stats().learned, 1);
+        assert_eq!(d.stats().pinned, 2);
+        let mut configured = ServerDirectory::new([server]);
+        assert_eq!(configured.server_of(server, client, ack), server);
     }
 
     #[test]

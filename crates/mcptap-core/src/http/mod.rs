@@ -1495,19 +1495,16 @@ fn feed_sink(sink: &mut Sink, bytes: &[u8], ctx: &mut Feed, out: &mut Vec<HttpEv
             }
         }
         Sink::Sse(parser) => {
-            let mut items = Vec::new();
             let overflows = parser.overflows();
-            parser.push(bytes, &mut items);
+            let exchange = ctx.exchange;
+            parser.push_each(bytes, |item| {
+                if let Some(exchange) = exchange {
+                    out.push(HttpEvent::ResponseSse { exchange, item });
+                }
+            });
             if parser.overflows() > overflows {
                 // An event beyond the size cap was dropped.
                 ctx.too_large = true;
-            }
-            if let Some(ex) = ctx.exchange {
-                out.extend(
-                    items
-                        .into_iter()
-                        .map(|item| HttpEvent::ResponseSse { exchange: ex, item }),
-                );
             }
         }
     }

@@ -26,6 +26,9 @@ const RETAINED_LINE_CAPACITY: usize = 1024;
 /// Most capacity carried over to the next event's data buffer.
 const RETAINED_DATA_CAPACITY: usize = 64 << 10;
 
+/// Most items [`SseParser::push_each`]'s buffer keeps between pushes.
+const RETAINED_ITEMS: usize = 16;
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SseEvent {
     /// `event` field; `None` when absent or empty (i.e. type "message").
@@ -103,6 +106,9 @@ pub struct SseParser {
     data_line: Option<DataLine>,
     overflows: u64,
     events_dispatched: u64,
+    /// Items of the push under way in [`SseParser::push_each`], kept empty between pushes:
+    /// a keep-alive comment per packet must not allocate a vector per packet.
+    items: Vec<SseItem>,
 }
 
 /// Where a `data` line being streamed sits in `Block::data`.
@@ -140,6 +146,7 @@ impl SseParser {
             data_line: None,
             overflows: 0,
             events_dispatched: 0,
+            items: Vec::new(),
         }
     }
 
@@ -172,6 +179,16 @@ impl SseParser {
             self.feed(rest, out);
         }
         // Otherwise all input was a BOM prefix: wait for more.
+    }
+
+    /// As [`SseParser::push`], handing each completed item to `each` through a buffer the
+    /// parser keeps, so that a push allocates nothing for its items.
+    pub fn push_each(&mut self, input: &[u8], mut each: impl FnMut(SseItem)) {
+        let mut items = std::mem::take(&mut self.items);
+        self.push(input, &mut items);
+        items.drain(..).for_each(&mut each);
+        items.shrink_to(RETAINED_ITEMS);
+        self.items = items;
     }
 
     /// End of stream. A partial event (no terminating blank line) is discarded per spec; returns true if something partial was discarded.
@@ -531,6 +548,23 @@ mod tests {
         let (out, partial, _) = parse_all(b": hello\n:\n: keep-alive\n\n", CAP);
         assert_eq!(out, vec![SseItem::Comment; 3]);
         assert!(!partial);
+    }
+
+    #[test]
+    fn push_each_gives_the_items_of_push_and_keeps_a_small_buffer() {
+        let input = format!("{}data: x\n\n: tail\n", ": keep-alive\n".repeat(100));
+        let mut parser = SseParser::new(CAP);
+        let mut got = Vec::new();
+        for piece in input.as_bytes().chunks(7) {
+            parser.push_each(piece, |item| got.push(item));
+        }
+        let mut expected = vec![SseItem::Comment; 100];
+        expected.extend([ev("x"), SseItem::Comment]);
+        assert_eq!(got, expected);
+        // One push of many items: the buffer does not keep their room.
+        parser.push_each(input.as_bytes(), |_| {});
+        assert!(parser.items.is_empty());
+        assert!(parser.items.capacity() <= RETAINED_ITEMS);
     }
 
     #[test]
