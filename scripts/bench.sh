@@ -281,8 +281,9 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)
 # instructions OUT BIN FILE: user-space instructions of one replay under callgrind (exact and
 # repeatable, ~50x slower than a plain run).
 instructions() {
+  local one=(); [ "$2" = "$BIN" ] && one=(--threads 1)
   valgrind --tool=callgrind --callgrind-out-file="$1" "$2" replay "$3" --events /dev/null \
-    --log-level error > /dev/null 2> "$1.log" || die "callgrind failed on $2 (see $1.log)"
+    --log-level error "${one[@]}" > /dev/null 2> "$1.log" || die "callgrind failed on $2 (see $1.log)"
   grep -E '^(summary|totals):' "$1" | tail -1 | awk '{print $2}'
 }
 
@@ -321,12 +322,22 @@ for name in "${NAMES[@]}"; do
     order=("${tools[@]}")
     [ $((i % 2)) = 0 ] && [ "${#tools[@]}" = 2 ] && order=(base mcptap)
     for t in "${order[@]}"; do
-      bin="$BIN"; [ "$t" = base ] && bin="$BASELINE"
-      read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events "$events_to")
+      # One worker: the new binary's default is a thread per core (a baseline may not know
+      # the flag).
+      bin="$BIN"; one=(--threads 1); [ "$t" = base ] && bin="$BASELINE" && one=()
+      read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events "$events_to" "${one[@]}")
       printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
       walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
     done
   done
+  # The flow and session layers on two threads (--threads 2), against one.
+  splits=""
+  for i in $(seq 1 "$RUNS"); do
+    read -r wall _ _ < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
+    splits+="$wall "
+  done
+  # shellcheck disable=SC2086
+  R[$name.split.wall]="$(median $splits)"
   summary="$(grep -E 'mcptap summary|alerts:|gaps:' "$WORK/mcptap-$name-1.err" | sed 's/^ */  /')"
   echo "$summary"
   packets="$(sed -n 's/.*mcptap summary: \([0-9]*\) packets.*/\1/p' "$WORK/mcptap-$name-1.err")"
@@ -347,9 +358,9 @@ for name in "${NAMES[@]}"; do
     # What logging costs: the same replay without handshake lines, and with JSON lines.
     lq=""; lj=""
     for i in $(seq 1 "$RUNS"); do
-      read -r wall _ _ < <(run_timed "$WORK/quiet-$i" "$BIN" replay "$file" --events "$events_to" --log-level warn)
+      read -r wall _ _ < <(run_timed "$WORK/quiet-$i" "$BIN" replay "$file" --events "$events_to" --log-level warn --threads 1)
       lq+="$wall "
-      read -r wall _ _ < <(run_timed "$WORK/json-$i" "$BIN" --log-format json replay "$file" --events "$events_to")
+      read -r wall _ _ < <(run_timed "$WORK/json-$i" "$BIN" --log-format json replay "$file" --events "$events_to" --threads 1)
       lj+="$wall "
     done
     # shellcheck disable=SC2086
@@ -359,7 +370,13 @@ for name in "${NAMES[@]}"; do
     echo "log cost: text $(awk -v a="${R[gateway.mcptap.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}') of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians: default ${R[gateway.mcptap.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
   fi
   # Events for the facts check (not timed).
-  "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error > /dev/null 2>&1
+  "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error --threads 1 > /dev/null 2>&1
+  "$BIN" replay "$file" --events "$WORK/events-split-$name.ndjson" --log-level error --threads 2 > /dev/null 2>&1
+  if cmp -s "$WORK/events-$name.ndjson" "$WORK/events-split-$name.ndjson"; then
+    echo "events, --threads 2 vs 1: identical ($(wc -l < "$WORK/events-$name.ndjson") lines)"
+  else
+    die "$name: --threads 2 gave other events than --threads 1"
+  fi
   if [ -n "$BASELINE" ]; then
     "$BASELINE" replay "$file" --events "$WORK/events-base-$name.ndjson" --log-level error > /dev/null 2>&1
     n_new="$(wc -l < "$WORK/events-$name.ndjson")"
@@ -448,6 +465,12 @@ if [ "$TSHARK" = 1 ]; then
 fi
 
 echo
+echo "two threads (--threads 2: flow layer and session layer apart) against one, medians:"
+for name in "${NAMES[@]}"; do
+  awk -v c="$name" -v one="${R[$name.mcptap.wall]}" -v two="${R[$name.split.wall]}" 'BEGIN{
+    printf "  %-7s %.3f s vs %.3f s: %.2fx\n", c, two, one, one/two }'
+done
+echo
 echo "targets:"
 target() { # label value goal unit
   awk -v l="$1" -v v="$2" -v g="$3" -v u="$4" 'BEGIN{
@@ -463,6 +486,7 @@ fi
 if [ -n "$GATEWAY" ]; then
   # As a "higher is better" figure: tcpdump's time over mcptap's, goal 0.5 (within 2x).
   target "gateway: tcpdump time / mcptap time" "$(awk -v m="${R[gateway.mcptap.wall]}" -v t="${R[gateway.tcpdump.wall]}" 'BEGIN{print t/m}')" 0.5 x
+  target "gateway: 2 threads' speed-up over one" "$(awk -v one="${R[gateway.mcptap.wall]}" -v two="${R[gateway.split.wall]}" 'BEGIN{print one/two}')" 1.6 x
 fi
 echo "  ${R[alloc]}"
 echo "  ${R[capture]}"
