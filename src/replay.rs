@@ -92,10 +92,10 @@ pub fn replay_with_fleet(
     })
 }
 
-/// [`replay_with_fleet`] without a store, on two threads: the flow layer (capture reading,
-/// decoding, reassembly, HTTP) on one, the session layer and `on_output` on the calling thread
-/// ([`Pipeline::split`]). The outputs are those of [`replay`], in the same order, unless a
-/// memory limit is reached.
+/// [`replay_with_fleet`] without a store, on three threads: the flow layer (capture reading,
+/// decoding, reassembly, HTTP) on one, the session layer on another ([`Pipeline::split`]), and
+/// `on_output` (events, logs) on the calling thread. The outputs are those of [`replay`], in
+/// the same order, unless a memory limit is reached.
 pub fn replay_split(
     paths: &[String],
     limits: Limits,
@@ -105,50 +105,79 @@ pub fn replay_split(
 ) -> Result<ReplayReport, CaptureError> {
     let whole = analysis.clone();
     let (mut flows, mut sessions) = Pipeline::split(limits, analysis, std::sync::Arc::default());
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
+    let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
+    let (out_tx, out_rx) = std::sync::mpsc::sync_channel::<Vec<Output>>(SPLIT_QUEUE_BATCHES);
+    // Done batches go back to be filled again: a batch is large, and allocating it anew (and
+    // freeing it on the other thread) cost more than the hand-over itself.
+    let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
+    let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<Vec<Output>>();
     let flow_progress = &mut *progress;
     let done = std::thread::scope(|scope| {
+        // The session side first: it only waits, so if the flow side cannot start nothing of
+        // the input is read yet and the whole pipeline can take it (below).
+        let session_side = std::thread::Builder::new()
+            .name("sessions".into())
+            .spawn_scoped(scope, move || {
+                let mut out = Vec::with_capacity(SPLIT_BATCH);
+                let mut receiver_gone = false;
+                for mut batch in staged_rx {
+                    for staged in batch.drain(..) {
+                        sessions.process(staged, &mut out);
+                    }
+                    let _ = spare_staged_tx.send(batch);
+                    sessions.publish_usage();
+                    if out.len() >= SPLIT_BATCH && !receiver_gone {
+                        let spare = spare_out_rx
+                            .try_recv()
+                            .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                        let full = std::mem::replace(&mut out, spare);
+                        receiver_gone = out_tx.send(full).is_err();
+                    }
+                }
+                if !out.is_empty() {
+                    let _ = out_tx.send(out);
+                }
+            });
+        let Ok(session_side) = session_side else {
+            return None;
+        };
         let flow_side = std::thread::Builder::new()
             .name("flows".into())
             .spawn_scoped(scope, move || {
                 let mut out = Vec::new();
-                let mut batch = Vec::with_capacity(SPLIT_BATCH);
                 let mut span = TimeSpan::default();
                 let mut receiver_gone = false;
-                let mut batch_bytes = 0;
                 let read = capture::read_captures(paths, &mut |pkt| {
                     span.see(Timestamp(pkt.ts_nanos));
                     flow_progress.packet(pkt.data.len());
                     flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
-                    batch_bytes += flows.take_staged(&mut out, &mut batch);
-                    if (batch.len() >= SPLIT_BATCH || batch_bytes >= SPLIT_BATCH_BYTES)
-                        && !receiver_gone
-                    {
-                        let full = std::mem::replace(&mut batch, Vec::with_capacity(SPLIT_BATCH));
-                        batch_bytes = 0;
-                        receiver_gone = tx.send(full).is_err();
+                    let (steps, bytes) = flows.stage_outputs(&mut out);
+                    if (steps >= SPLIT_BATCH || bytes >= SPLIT_BATCH_BYTES) && !receiver_gone {
+                        let spare = spare_staged_rx
+                            .try_recv()
+                            .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                        receiver_gone = staged_tx.send(flows.take_staged(spare)).is_err();
                     }
                 });
                 flows.finish(&mut out);
-                flows.take_staged(&mut out, &mut batch);
-                if !batch.is_empty() {
-                    let _ = tx.send(batch);
-                }
+                flows.stage_outputs(&mut out);
+                let _ = staged_tx.send(flows.take_staged(Vec::new()));
                 (read, flows.stats().clone(), span)
             });
-        // No second thread to be had: the whole pipeline on this one (below).
+        // Its closure, and with it the staging channel, is gone: the session side ends too.
         let Ok(flow_side) = flow_side else {
+            let _ = session_side.join();
             return None;
         };
-        let mut out = Vec::new();
-        for batch in rx {
-            for staged in batch {
-                sessions.process(staged, &mut out);
-                for o in out.drain(..) {
-                    on_output(&o);
-                }
+        for mut batch in out_rx {
+            for o in &batch {
+                on_output(o);
             }
-            sessions.publish_usage();
+            batch.clear();
+            let _ = spare_out_tx.send(batch);
+        }
+        if let Err(panic) = session_side.join() {
+            std::panic::resume_unwind(panic);
         }
         let (read, stats, span) = match flow_side.join() {
             Ok(done) => done,
@@ -163,7 +192,8 @@ pub fn replay_split(
 }
 
 /// Staged steps (or bytes of bodies) the flow thread hands over at once, and batches that may
-/// wait: what waits is charged to the memory budget, and bounded here besides.
+/// wait: what waits for the session side is charged to the memory budget, and bounded here
+/// besides; outputs wait for the calling thread in batches of the same count.
 const SPLIT_BATCH: usize = 1024;
 const SPLIT_BATCH_BYTES: usize = 1 << 20;
 const SPLIT_QUEUE_BATCHES: usize = 8;

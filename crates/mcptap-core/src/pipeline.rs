@@ -517,17 +517,25 @@ impl Pipeline {
         (flows, sessions)
     }
 
-    /// Split pipeline: moves what is staged so far, and then what is left in `out`, to the end
-    /// of `staged`, and returns the bytes the moved steps hold (so that the caller can bound
-    /// what waits between the threads). A whole pipeline stages nothing: `out` alone has its
-    /// outputs.
-    pub fn take_staged(&mut self, out: &mut Vec<Output>, staged: &mut Vec<Staged>) -> usize {
+    /// Split pipeline: moves what is left in `out` behind the steps staged so far; returns how
+    /// many steps are staged and the bytes they hold (so that the caller can bound what waits
+    /// between the threads). A whole pipeline stages nothing: `out` alone has its outputs.
+    pub fn stage_outputs(&mut self, out: &mut Vec<Output>) -> (usize, usize) {
         let Some(mine) = self.staged.as_mut() else {
-            return 0;
+            return (0, 0);
         };
-        staged.append(mine);
-        staged.extend(out.drain(..).map(Staged::Output));
-        std::mem::take(&mut self.staged_bytes)
+        mine.extend(out.drain(..).map(Staged::Output));
+        (mine.len(), self.staged_bytes)
+    }
+
+    /// Split pipeline: the steps staged so far, in order (call [`Pipeline::stage_outputs`]
+    /// first); `spare` (an empty vector, e.g. one the session side has done) takes their place.
+    pub fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
+        self.staged_bytes = 0;
+        match self.staged.as_mut() {
+            Some(mine) => std::mem::replace(mine, spare),
+            None => spare,
+        }
     }
 
     /// Hands `input` to the session layer, or stages it after the outputs so far.
