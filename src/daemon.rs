@@ -761,39 +761,28 @@ fn spawn_snapshot_saver(
     metrics: Arc<Metrics>,
     redactor: Option<Redactor>,
 ) -> Result<JoinHandle<()>, String> {
-    std::thread::Builder::new()
-        .name("snapshot".into())
-        .spawn(move || {
-            let tick = Duration::from_millis(100);
-            let mut next = Instant::now() + interval;
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(tick);
-                if Instant::now() < next {
-                    continue;
-                }
-                next = Instant::now() + interval;
-                let generation = slots.request();
-                // Workers answer after their next batch or idle tick (250 ms).
-                let deadline = Instant::now() + Duration::from_secs(5);
-                let snap = loop {
-                    if let Some(s) = slots.collect(generation) {
-                        break Some(s);
-                    }
-                    if Instant::now() > deadline || stop.load(Ordering::SeqCst) {
-                        break None;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                };
-                match snap {
-                    Some(mut s) => {
-                        redact_snapshot(&mut s, redactor.as_ref());
-                        save_snapshot(&path, &s, &metrics)
-                    }
-                    None => metrics.add_snapshot("save", "timeout"),
-                }
+    let stopped = stop.clone();
+    spawn_every("snapshot", interval, stop, move || {
+        let generation = slots.request();
+        // Workers answer after their next batch or idle tick (250 ms).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let snap = loop {
+            if let Some(s) = slots.collect(generation) {
+                break Some(s);
             }
-        })
-        .map_err(|e| format!("cannot start snapshot thread: {e}"))
+            if Instant::now() > deadline || stopped.load(Ordering::SeqCst) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        match snap {
+            Some(mut s) => {
+                redact_snapshot(&mut s, redactor.as_ref());
+                save_snapshot(&path, &s, &metrics)
+            }
+            None => metrics.add_snapshot("save", "timeout"),
+        }
+    })
 }
 
 /// Every `interval`, writes the totals so far as a `stats` event.
@@ -802,8 +791,23 @@ fn spawn_stats_writer(
     interval: Duration,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, String> {
+    spawn_every("stats", interval, stop, move || {
+        sinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_totals("stats");
+    })
+}
+
+/// A thread `name` that runs `task` every `interval` until `stop` (checked every 100 ms).
+fn spawn_every(
+    name: &str,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+    mut task: impl FnMut() + Send + 'static,
+) -> Result<JoinHandle<()>, String> {
     std::thread::Builder::new()
-        .name("stats".into())
+        .name(name.into())
         .spawn(move || {
             let tick = Duration::from_millis(100);
             let mut next = Instant::now() + interval;
@@ -813,13 +817,10 @@ fn spawn_stats_writer(
                     continue;
                 }
                 next = Instant::now() + interval;
-                sinks
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .write_totals("stats");
+                task();
             }
         })
-        .map_err(|e| format!("cannot start stats thread: {e}"))
+        .map_err(|e| format!("cannot start {name} thread: {e}"))
 }
 
 /// Waits for SIGTERM/SIGINT (returns false) or a failed capture (returns true); SIGHUP asks

@@ -346,24 +346,7 @@ impl FlowPairKey {
 
 impl Hash for FlowPairKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let ports = (u32::from(self.0.port()) << 16) | u32::from(self.1.port());
-        match (self.0.ip(), self.1.ip()) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                state.write_u64((u64::from(u32::from(a)) << 32) | u64::from(u32::from(b)));
-            }
-            (a, b) => {
-                state.write_u128(ip_bits(a));
-                state.write_u128(ip_bits(b));
-            }
-        }
-        state.write_u32(ports);
-    }
-}
-
-fn ip_bits(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => u128::from(v6),
+        mcptap_core::pipeline::hash_endpoint_pair(self.0, self.1, state);
     }
 }
 

@@ -106,22 +106,29 @@ impl FlowKey {
     }
 }
 
-/// Hashed as packed integers: the derived hash of two `SocketAddr`s is a dozen calls into the
-/// hasher, on every packet. Equal keys pack equally (a v6 scope id only refines equality).
+/// Hashed as packed integers (see [`hash_endpoint_pair`]).
 impl Hash for FlowKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let ports = (u32::from(self.0.port()) << 16) | u32::from(self.1.port());
-        match (self.0.ip(), self.1.ip()) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                state.write_u64((u64::from(u32::from(a)) << 32) | u64::from(u32::from(b)));
-            }
-            (a, b) => {
-                state.write_u128(ip_bits(a));
-                state.write_u128(ip_bits(b));
-            }
-        }
-        state.write_u32(ports);
+        hash_endpoint_pair(self.0, self.1, state);
     }
+}
+
+/// Hashes two endpoints as packed integers: the derived hash of two `SocketAddr`s is a dozen
+/// calls into the hasher, on every packet. Equal pairs hash equally (a v6 scope id only
+/// refines equality). For flow tables keyed by a connection's endpoints.
+#[inline]
+pub fn hash_endpoint_pair<H: Hasher>(a: SocketAddr, b: SocketAddr, state: &mut H) {
+    let ports = (u32::from(a.port()) << 16) | u32::from(b.port());
+    match (a.ip(), b.ip()) {
+        (IpAddr::V4(x), IpAddr::V4(y)) => {
+            state.write_u64((u64::from(u32::from(x)) << 32) | u64::from(u32::from(y)));
+        }
+        (x, y) => {
+            state.write_u128(ip_bits(x));
+            state.write_u128(ip_bits(y));
+        }
+    }
+    state.write_u32(ports);
 }
 
 fn ip_bits(ip: IpAddr) -> u128 {
