@@ -159,7 +159,10 @@ pub fn replay_split(
                         receiver_gone = staged_tx.send(flows.take_staged(spare)).is_err();
                     }
                 });
-                flows.finish(&mut out);
+                // As the whole pipeline: an input that cannot be read ends without the finish.
+                if read.is_ok() {
+                    flows.finish(&mut out);
+                }
                 flows.stage_outputs(&mut out);
                 let _ = staged_tx.send(flows.take_staged(Vec::new()));
                 (read, flows.stats().clone(), span)
