@@ -749,3 +749,35 @@ fn forensics_keep_at_most_max_sessions_records_and_say_so() {
         stderr_of(&bounded)
     );
 }
+
+/// Rotated events files that logrotate compressed are read as they are; a gzip'd capture is
+/// refused with what to do.
+#[test]
+fn gzipped_events_files_are_read_and_gzipped_captures_refused_clearly() {
+    use std::io::Write as _;
+    let gzip = |bytes: &[u8], path: &std::path::Path| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(bytes).expect("gzip");
+        std::fs::write(path, enc.finish().expect("gzip")).expect("write");
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = events_file(dir.path(), "incident.pcap");
+    let gz = dir.path().join("events.ndjson.1.gz");
+    gzip(&std::fs::read(&events).expect("events"), &gz);
+    let plain = ok_stdout(&run(&["sessions", &events]));
+    let unzipped = ok_stdout(&run(&["sessions", gz.to_str().expect("utf-8")]));
+    assert!(unzipped.contains("incident-s1"), "{unzipped}");
+    assert_eq!(plain, unzipped);
+    let capture = dir.path().join("incident.pcap.gz");
+    gzip(
+        &std::fs::read(fixture("incident.pcap")).expect("fixture"),
+        &capture,
+    );
+    let refused = run(&["sessions", capture.to_str().expect("utf-8")]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr_of(&refused).contains("a gzip'd capture: decompress it first"),
+        "{}",
+        stderr_of(&refused)
+    );
+}

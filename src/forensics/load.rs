@@ -31,7 +31,22 @@ const CAPTURE_MAGICS: [[u8; 4]; 6] = [
     [0x34, 0xcd, 0xb2, 0xa1],
 ];
 
-/// Recognises an input by its first bytes: a capture magic, or `{` (after blanks) for events.
+/// gzip's magic: logrotate's `compress` leaves rotated events files so.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// An events file, decompressed if it is gzip'd.
+fn open_events(path: &str) -> io::Result<Box<dyn BufRead>> {
+    let mut file = BufReader::new(File::open(path)?);
+    if file.fill_buf()?.starts_with(&GZIP_MAGIC) {
+        return Ok(Box::new(BufReader::new(
+            flate2::bufread::MultiGzDecoder::new(file),
+        )));
+    }
+    Ok(Box::new(file))
+}
+
+/// Recognises an input by its first bytes: a capture magic, or `{` (after blanks) for events,
+/// gzip'd or not.
 pub fn detect(path: &str) -> Result<InputKind, String> {
     if path == "-" {
         return Err("standard input is not read here: give the file".into());
@@ -42,6 +57,20 @@ pub fn detect(path: &str) -> Result<InputKind, String> {
         .map_err(|e| format!("{path}: {e}"))?;
     if head.len() >= 4 && CAPTURE_MAGICS.iter().any(|m| head[..4] == m[..]) {
         return Ok(InputKind::Capture);
+    }
+    if head.starts_with(&GZIP_MAGIC) {
+        let mut inner = Vec::with_capacity(4096);
+        // A cut or corrupt stream still shows its first bytes; what it holds decides.
+        let _ = open_events(path)
+            .map_err(|e| format!("{path}: {e}"))?
+            .take(4096)
+            .read_to_end(&mut inner);
+        if inner.len() >= 4 && CAPTURE_MAGICS.iter().any(|m| inner[..4] == m[..]) {
+            return Err(format!(
+                "{path}: a gzip'd capture: decompress it first (`gunzip -k {path}`)"
+            ));
+        }
+        head = inner;
     }
     let text = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&head);
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
@@ -73,9 +102,9 @@ pub fn load(
         load_captures(&captures, options, collector)?;
     }
     for path in &events {
-        let file = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+        let reader = open_events(path).map_err(|e| format!("{path}: {e}"))?;
         collector.begin_input(path, InputKind::Events);
-        read_events(BufReader::new(file), collector).map_err(|e| format!("{path}: {e}"))?;
+        read_events(reader, collector).map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(())
 }
