@@ -32,30 +32,7 @@ const GOAL_NS_PER_PACKET: f64 = 150.0;
 /// Batches queued per worker, as `mcptap run` sets them.
 const QUEUE_BATCHES: usize = 64;
 
-/// Many frames back to back: one allocation, an index of (timestamp, start, end).
-#[derive(Default)]
-struct Capture {
-    data: Vec<u8>,
-    index: Vec<(i64, usize, usize)>,
-}
-
-impl Capture {
-    fn push(&mut self, ts: i64, frame: &[u8]) {
-        let start = self.data.len();
-        self.data.extend_from_slice(frame);
-        self.index.push((ts, start, self.data.len()));
-    }
-
-    fn frames(&self) -> impl Iterator<Item = (i64, &[u8])> {
-        self.index
-            .iter()
-            .filter_map(|&(ts, s, e)| self.data.get(s..e).map(|f| (ts, f)))
-    }
-
-    fn packets(&self) -> usize {
-        self.index.len()
-    }
-}
+use support::frames::FrameStore as Capture;
 
 /// Worker queues as the daemon makes them, each drained by a thread that counts packets.
 struct Queues {
@@ -233,8 +210,8 @@ fn measure(name: &str, cap: &Capture, workers: usize, runs: usize) -> f64 {
     let whole = median(full);
     println!(
         "{name:<24} {:>5.0} {:>6.0} {workers:>7} {:>9} {:>10.1} {:>12.1} {:>10.1} {:>12} {:>6.0}%",
-        cap.data.len() as f64 / (1 << 20) as f64,
-        cap.data.len() as f64 / packets,
+        cap.bytes() as f64 / (1 << 20) as f64,
+        cap.bytes() as f64 / packets,
         cap.packets(),
         median(dispatch),
         median(batch),

@@ -4,5 +4,6 @@
 
 pub mod adversarial;
 pub mod flood;
+pub mod frames;
 pub mod gateway;
 pub mod traffic;
