@@ -112,8 +112,18 @@ pub struct Tracker<D: Detector> {
 struct Fleet {
     pending: HashMap<SessionKey, Held>,
     by_fleet_key: HashMap<Box<str>, Vec<SessionKey>>,
-    /// Flows whose messages wait behind a pending session.
-    held_flows: HashMap<u64, SessionKey>,
+    /// Exchanges (flow, exchange) whose request waits behind a pending lookup: the rest of
+    /// that exchange (its answer) waits with it, nothing else of its connection.
+    held_exchanges: HashMap<(u64, u64), SessionKey>,
+    /// Connections with a sessionless request waiting (an `initialize`, a lineage's or a
+    /// stateless endpoint's first request): their later sessionless requests (and the
+    /// sessions an `initialize` may create) wait behind it, in order. Requests of sessions
+    /// known here, or waiting for their own state, do not.
+    flow_waits: HashMap<u64, SessionKey>,
+    /// Held exchanges per connection, and connections that closed while some were held
+    /// (closed when the last is released).
+    held_per_flow: HashMap<u64, usize>,
+    closed_flows: foldhash::HashSet<u64>,
     held_bytes: usize,
     dirty: Vec<SessionKey>,
     /// Sessions by their fleet-wide key (for conflicts).
@@ -150,6 +160,8 @@ struct Held {
     client: SocketAddr,
     events: Vec<(FlowCtx, Timestamp, HeldMessage)>,
     bytes: usize,
+    /// Exchanges whose messages wait here.
+    exchanges: Vec<(u64, u64)>,
 }
 
 /// A held message: as it came, or a request already classified (its body parsed).
@@ -246,6 +258,23 @@ fn take_alerts(
 const MAX_HELD_BYTES_PER_SESSION: usize = 1 << 20;
 const MAX_HELD_BYTES: usize = 16 << 20;
 const MAX_PENDING_LOOKUPS: usize = 4096;
+
+/// The exchange an HTTP event belongs to, if it belongs to one.
+fn exchange_id_of(ev: &HttpEvent) -> Option<u64> {
+    match ev {
+        HttpEvent::Request { exchange, .. }
+        | HttpEvent::ResponseHead { exchange, .. }
+        | HttpEvent::ResponseJson { exchange, .. }
+        | HttpEvent::ResponseSse { exchange, .. }
+        | HttpEvent::ResponseEnd { exchange, .. }
+        | HttpEvent::Abandoned { exchange, .. } => Some(*exchange),
+        HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => *exchange,
+        HttpEvent::DuplicateHeader { .. }
+        | HttpEvent::NotDecodable { .. }
+        | HttpEvent::ProxyHeader { .. }
+        | HttpEvent::Error(_) => None,
+    }
+}
 
 /// Roughly what a held message holds.
 pub(crate) fn held_cost(ev: &HttpEvent) -> usize {
@@ -575,10 +604,11 @@ impl<D: Detector> Tracker<D> {
             body,
         } = ev
         else {
-            let waiting = self
-                .fleet
-                .as_ref()
-                .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
+            let waiting = exchange_id_of(&ev).and_then(|ex| {
+                self.fleet
+                    .as_ref()
+                    .and_then(|f| f.held_exchanges.get(&(ctx.flow, ex)).cloned())
+            });
             return match waiting {
                 Some(key) => {
                     let cost = held_cost(&ev);
@@ -594,8 +624,10 @@ impl<D: Detector> Tracker<D> {
         self.route_request(ctx, ts, exchange, head, request, cost, released, out);
     }
 
-    /// A classified request: held behind a lookup (its connection's, or one it needs), or
-    /// its exchange opened now. `released`: the lookup it waited for (never asked again).
+    /// A classified request: held behind the lookup it needs (its session's, lineage's or
+    /// stateless endpoint's), or behind a sessionless request of its connection that it may
+    /// depend on, or its exchange opened now. Requests of other sessions are never held.
+    /// `released`: the lookup it waited for (never asked again).
     #[allow(clippy::too_many_arguments)]
     fn route_request(
         &mut self,
@@ -608,29 +640,42 @@ impl<D: Detector> Tracker<D> {
         released: Option<&SessionKey>,
         out: &mut Vec<Output>,
     ) {
-        let waiting = self
+        let flow_wait = self
             .fleet
             .as_ref()
-            .and_then(|f| f.held_flows.get(&ctx.flow).cloned());
+            .and_then(|f| f.flow_waits.get(&ctx.flow).cloned());
         let target = self.fleet_target(ctx, &head, &request, released);
-        let held = match waiting {
-            Some(key) => {
-                // Behind another lookup on its connection: its own goes out now, so that the
-                // answers come in one round trip rather than one after the other. (Not a
-                // session behind an `initialize`'s lineage: its answer will create it.)
-                if let Some((k, fleet_key)) = target
-                    && (session::scope_of(&key) == Scope::Session
-                        || session::scope_of(&k) != Scope::Session)
-                {
-                    self.start_lookup(ctx, k, fleet_key, false, out);
-                }
-                Some(key)
+        let sessionless = request.session_id.is_none();
+        let pending =
+            |t: &Self, k: &SessionKey| t.fleet.as_ref().is_some_and(|f| f.pending.contains_key(k));
+        let held = match (target, flow_wait) {
+            // A session this instance does not know, on a connection whose `initialize` waits:
+            // that initialize's answer may create it, so it waits behind it (and is asked for
+            // afterwards only if it did not).
+            (Some((k, _)), Some(w))
+                if !sessionless
+                    && session::scope_of(&w) == Scope::Lineage
+                    && !pending(self, &k) =>
+            {
+                Some(w)
             }
-            None => target
-                .and_then(|(key, fleet_key)| self.start_lookup(ctx, key, fleet_key, true, out)),
+            (Some((k, fleet_key)), wait) => {
+                // Its own lookup goes out now, so that the answers come in one round trip.
+                let own = self.start_lookup(ctx, k, fleet_key, out);
+                // A sessionless request stays in order behind its connection's.
+                match wait {
+                    Some(w) if sessionless => Some(w),
+                    _ => own,
+                }
+            }
+            (None, Some(w)) if sessionless => Some(w),
+            (None, _) => None,
         };
         match held {
             Some(key) => {
+                if sessionless && let Some(f) = self.fleet.as_mut() {
+                    f.flow_waits.insert(ctx.flow, key.clone());
+                }
                 let message = HeldMessage::Request {
                     exchange,
                     head,
@@ -693,15 +738,13 @@ impl<D: Detector> Tracker<D> {
         ))
     }
 
-    /// Asks the store for `key`'s state unless that is under way; `hold_flow`: the rest of
-    /// the connection waits for it. `None`: too many lookups wait already (counted), go on
-    /// with the local view.
+    /// Asks the store for `key`'s state unless that is under way. `None`: too many lookups
+    /// wait already (counted), go on with the local view.
     fn start_lookup(
         &mut self,
         ctx: FlowCtx,
         key: SessionKey,
         fleet_key: String,
-        hold_flow: bool,
         out: &mut Vec<Output>,
     ) -> Option<SessionKey> {
         let fleet = self.fleet.as_mut()?;
@@ -729,11 +772,9 @@ impl<D: Detector> Tracker<D> {
                     client: ctx.client,
                     events: Vec::new(),
                     bytes: 0,
+                    exchanges: Vec::new(),
                 },
             );
-        }
-        if hold_flow {
-            fleet.held_flows.insert(ctx.flow, key.clone());
         }
         Some(key)
     }
@@ -758,6 +799,13 @@ impl<D: Detector> Tracker<D> {
                 .get(key)
                 .is_some_and(|h| h.bytes + cost > MAX_HELD_BYTES_PER_SESSION);
         if let Some(held) = fleet.pending.get_mut(key) {
+            if let HeldMessage::Request { exchange, .. } = &message {
+                let at = (ctx.flow, *exchange);
+                if fleet.held_exchanges.insert(at, key.clone()).is_none() {
+                    *fleet.held_per_flow.entry(ctx.flow).or_default() += 1;
+                }
+                held.exchanges.push(at);
+            }
             held.events.push((ctx, ts, message));
             held.bytes += cost;
             fleet.held_bytes += cost;
@@ -927,7 +975,25 @@ impl<D: Detector> Tracker<D> {
                 fleet.by_fleet_key.remove(&held.fleet_key);
             }
         }
-        fleet.held_flows.retain(|_, k| k != key);
+        let mut flows: Vec<u64> = Vec::new();
+        for at in &held.exchanges {
+            if fleet.held_exchanges.get(at) == Some(key) {
+                fleet.held_exchanges.remove(at);
+                if let Some(n) = fleet.held_per_flow.get_mut(&at.0) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        fleet.held_per_flow.remove(&at.0);
+                    }
+                }
+                flows.push(at.0);
+            }
+        }
+        flows.dedup();
+        for flow in &flows {
+            if fleet.flow_waits.get(flow) == Some(key) {
+                fleet.flow_waits.remove(flow);
+            }
+        }
         fleet.held_bytes = fleet.held_bytes.saturating_sub(held.bytes);
         match session::scope_of(key) {
             Scope::Lineage => self.adopt_lineage(key, &held.fleet_key, record, now, out),
@@ -956,6 +1022,16 @@ impl<D: Detector> Tracker<D> {
                     let released = Some(key);
                     self.route_request(ctx, ts, exchange, head, request, cost, released, out)
                 }
+            }
+        }
+        // Connections that closed while their exchanges waited close now, if nothing of
+        // theirs waits any more.
+        for flow in flows {
+            let done = self.fleet.as_mut().is_some_and(|f| {
+                !f.held_per_flow.contains_key(&flow) && f.closed_flows.remove(&flow)
+            });
+            if done {
+                self.close_flow_now(flow);
             }
         }
     }
@@ -1403,7 +1479,20 @@ impl<D: Detector> Tracker<D> {
     }
 
     /// The flow is gone: forget its exchanges (their ends were reported by the HTTP layer).
+    /// In fleet mode, a connection whose exchanges wait for the store closes once they are
+    /// released.
     pub fn on_flow_closed(&mut self, flow: u64) {
+        if let Some(f) = self.fleet.as_mut() {
+            f.flow_waits.remove(&flow);
+            if f.held_per_flow.contains_key(&flow) {
+                f.closed_flows.insert(flow);
+                return;
+            }
+        }
+        self.close_flow_now(flow);
+    }
+
+    fn close_flow_now(&mut self, flow: u64) {
         self.transactions.close_flow(flow);
         self.proxied.remove(&flow);
     }

@@ -727,6 +727,133 @@ fn sessions_queued_on_one_connection_are_looked_up_together() {
     assert_eq!(lookups(&h).len(), 2, "nothing asked twice");
 }
 
+/// A known session's request on a connection where another session waits for the store is
+/// processed at once: only the waiting session's exchange (request and answer) is held.
+#[test]
+fn a_session_waiting_for_the_store_holds_no_other_session() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let post_on = |sid: &str| {
+        headers::request_head(
+            "POST",
+            "/mcp",
+            Some("application/json"),
+            Some("application/json, text/event-stream"),
+            Some(sid),
+            Some("2025-06-18"),
+        )
+    };
+    let call =
+        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
+    // s-known becomes known (the store lacked it).
+    h.answered(
+        ctx(2),
+        0,
+        post_on("s-known"),
+        call(1),
+        json!({"content":[]}),
+    );
+    let asked = lookups_of(&h);
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[0], None, now, &mut h.out);
+    assert_eq!(h.of("exchange").len(), 1);
+    // One connection: s-new (unknown: held), then s-known (processed now).
+    h.answered(ctx(1), 0, post_on("s-new"), call(2), json!({"content":[]}));
+    h.answered(
+        ctx(1),
+        1,
+        post_on("s-known"),
+        call(3),
+        json!({"content":[]}),
+    );
+    let ids: Vec<Value> = h
+        .of("exchange")
+        .iter()
+        .map(|e| e["request_id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [json!(1), json!(3)],
+        "s-known is not held behind s-new"
+    );
+    // The connection closes before the store answers: s-new's exchange still comes out
+    // whole, and the connection's state is gone afterwards.
+    h.t.on_flow_closed(1);
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[1], None, now, &mut h.out);
+    let exchanges = h.of("exchange");
+    assert_eq!(exchanges.len(), 3);
+    assert_eq!(exchanges[2]["request_id"], json!(2));
+    assert_eq!(exchanges[2]["session_id"], json!("s-new"));
+    assert_eq!(exchanges[2]["media_type"], json!("json"));
+    assert_eq!(
+        h.t.exchange_bytes(),
+        0,
+        "the closed connection's exchanges are gone"
+    );
+}
+
+/// A legacy `initialize` waits for its lineage; the session its answer creates follows on
+/// the same connection and waits behind it (not looked up: the initialize created it).
+#[test]
+fn a_new_session_waits_behind_its_connections_initialize() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    let mut head = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        None,
+        None,
+    );
+    head.host = Some("mcp.example".into());
+    h.request(ctx(1), 0, head, init);
+    h.head(
+        ctx(1),
+        0,
+        headers::response_head(200, Some("application/json"), Some("s-fresh")),
+    );
+    h.json(
+        ctx(1),
+        0,
+        json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}),
+    );
+    h.end(ctx(1), 0, BodyEnd::Complete);
+    let post = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        Some("s-fresh"),
+        Some("2025-06-18"),
+    );
+    h.answered(
+        ctx(1),
+        1,
+        post,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t"}}),
+        json!({"content":[]}),
+    );
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len(), 1, "only the lineage: {asked:?}");
+    assert!(h.of("handshake").is_empty() && h.of("exchange").is_empty());
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[0], None, now, &mut h.out);
+    assert_eq!(h.of("handshake").len(), 1);
+    let ids: Vec<Value> = h
+        .of("exchange")
+        .iter()
+        .map(|e| e["request_id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(1), json!(2)], "in order");
+    assert_eq!(lookups_of(&h).len(), 1, "the new session was not looked up");
+}
+
 // ---- review14 ----
 
 fn lookups_of(h: &Harness) -> Vec<String> {
