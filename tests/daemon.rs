@@ -894,6 +894,67 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
         }
     });
 
+    // A healthy session crossing hosts (initialize on A, calls on B, then A): nothing. A
+    // session without affinity (its requests alternate between A and B) that narrows: each
+    // alert once in the fleet, raised where the fleet's view first shows it.
+    let mut healthy = Conversation::new("netns-healthy");
+    healthy
+        .initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let healthy_a = healthy.take_writes();
+    healthy.tools_call("b-one", Answer::Sse);
+    let healthy_b = healthy.take_writes();
+    healthy.tools_call("a-two", Answer::Sse).delete();
+    let healthy_a2 = healthy.take_writes();
+    let mut alt = Conversation::new("netns-alternating");
+    // A: the first handshake. B: an SSE answer, then the narrowed re-initialize (narrowing,
+    // against A's handshake). A: a JSON answer (divergence, against B's SSE answer). B: a
+    // JSON answer (B's own view diverges too, but A raised it already).
+    alt.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let alt_a1 = alt.take_writes();
+    alt.tools_call("b-one", Answer::Sse)
+        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized();
+    let alt_b1 = alt.take_writes();
+    alt.tools_call("a-two", Answer::Json);
+    let alt_a2 = alt.take_writes();
+    alt.tools_call("b-three", Answer::Json).delete();
+    let alt_b2 = alt.take_writes();
+    // Requests a host counted so far: each step waits until its host has processed it
+    // (and so written what it changed) before the next host is asked, however loaded the
+    // machine is.
+    let requests_seen = |host: usize| -> u64 {
+        http_get_at(daemons[host].1, "/metrics")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("mcptap_requests_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    for (host, writes) in [
+        (0, healthy_a),
+        (1, healthy_b),
+        (0, healthy_a2),
+        (0, alt_a1),
+        (1, alt_b1),
+        (0, alt_a2),
+        (1, alt_b2),
+    ] {
+        let before = requests_seen(host);
+        play_connection(&listeners[host], client(host), writes);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = before;
+        loop {
+            std::thread::sleep(Duration::from_millis(250));
+            let now = requests_seen(host);
+            if (now > before && now == last) || Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+    }
+
     // The store goes away: host B keeps working on its local view and says so.
     drop(redis);
     let mut down = Conversation::new("netns-s2");
@@ -932,16 +993,47 @@ fn gateway_hosts_in_network_namespaces_share_state_and_survive_the_store() {
         metrics_b.contains("mcptap_fleet_up 1"),
         "did not recover: {metrics_b}"
     );
-    let (out_a, _) = &outs[0];
+    let (out_a, err_a) = &outs[0];
     let (out_b, err_b) = &outs[1];
-    assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
-    let alerts: Vec<&str> = out_b
-        .lines()
-        .filter(|l| l.contains(r#""event":"alert""#))
-        .collect();
-    assert_eq!(alerts.len(), 2, "{out_b}\n{err_b}");
-    assert!(alerts.iter().any(|a| a.contains("capability_narrowing")));
-    assert!(alerts.iter().any(|a| a.contains("content_type_divergence")));
+    let alerts_of = |out: &str, session: &str| -> Vec<String> {
+        let mut kinds: Vec<String> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["event"] == "alert" && e["session_id"] == session)
+            .map(|e| e["kind"].as_str().unwrap_or("?").to_string())
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let all_alerts = |out: &str| {
+        out.lines()
+            .filter(|l| l.contains(r#""event":"alert""#))
+            .count()
+    };
+    // The incident: both alerts on B, none on A.
+    assert!(alerts_of(out_a, "netns-s1").is_empty(), "{out_a}");
+    assert_eq!(
+        alerts_of(out_b, "netns-s1"),
+        ["capability_narrowing", "content_type_divergence"],
+        "{out_b}\n{err_b}"
+    );
+    // The healthy session crossing hosts: nothing anywhere.
+    assert!(out_a.contains("netns-healthy") && out_b.contains("netns-healthy"));
+    assert!(alerts_of(out_a, "netns-healthy").is_empty(), "{out_a}");
+    assert!(alerts_of(out_b, "netns-healthy").is_empty(), "{out_b}");
+    // The session without affinity: narrowing once, on B (against A's first handshake);
+    // divergence once, on A (against B's SSE answer), not again on B.
+    assert_eq!(
+        alerts_of(out_b, "netns-alternating"),
+        ["capability_narrowing"],
+        "B: {out_b}\n{err_b}"
+    );
+    assert_eq!(
+        alerts_of(out_a, "netns-alternating"),
+        ["content_type_divergence"],
+        "A: {out_a}\n{err_a}"
+    );
+    assert_eq!(all_alerts(out_a) + all_alerts(out_b), 4, "{out_a}\n{out_b}");
     assert!(err_b.contains("fleet store unreachable"), "{err_b}");
     assert!(err_b.contains("fleet store reachable again"), "{err_b}");
     // The midstream sessions were still tracked while the store was down.

@@ -154,23 +154,93 @@ fn a_store_that_is_down_leaves_the_local_view() {
 /// No load-balancer affinity: one session's exchanges alternate between two instances that
 /// share the store. Updates are compare-and-set with a merge on conflict, and each alert is
 /// published by the first instance to raise it: both alerts come out exactly once.
-#[test]
-fn a_session_alternating_between_instances_alerts_once() {
+/// One connection's frames (its own client port), cut before the `POST`s numbered in `cuts`
+/// (0-based), so that a kept-alive connection can carry exchanges in several steps.
+fn connection_parts(
+    n: u16,
+    writes: Vec<mcptap_testkit::tcp::AppWrite>,
+    cuts: &[usize],
+) -> (u32, Vec<Vec<mcptap_testkit::capture::Frame>>) {
+    let mut sim = Sim::new(60 + n as u64);
+    let conn = sim.connect(
+        Endpoint::new([127, 0, 0, 20], 42_000 + n),
+        Endpoint::new([127, 0, 0, 11], 8080),
+        writes,
+    );
+    sim.run(vec![conn]);
+    let mut parts = vec![Vec::new()];
+    let mut posts = 0;
+    for f in sim.frames() {
+        if f.data.windows(9).any(|w| w == b"POST /mcp") {
+            if cuts.contains(&posts) {
+                parts.push(Vec::new());
+            }
+            posts += 1;
+        }
+        if let Some(part) = parts.last_mut() {
+            part.push(f.clone());
+        }
+    }
+    (sim.linktype(), parts)
+}
+
+/// Plays `steps` through two instances sharing a real redis-server, step by step, each on
+/// its instance (`(instance, linktype, frames)`), the store served after each: the alerts
+/// as "instance:kind", and the conflicts and repeated alerts the store saw.
+fn alternate(
+    name: &str,
+    steps: Vec<(usize, u32, Vec<mcptap_testkit::capture::Frame>)>,
+) -> Option<(Vec<String>, u64, u64)> {
     use mcptap::fleet::{FleetSettings, FleetStore, serve};
     use mcptap_core::model::{Event, Output, Timestamp};
     use mcptap_core::pipeline::{Limits, Pipeline};
-    let dir = std::env::temp_dir().join(format!("mcptap-fleet-alt-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let Some((_redis, port)) = redis(&dir) else {
         eprintln!("redis-server not installed: skipped");
-        return;
+        return None;
     };
     let settings = FleetSettings {
         url: Some(format!("redis://127.0.0.1:{port}/")),
         lookup_timeout_ms: 500,
         ..FleetSettings::default()
     };
-    // Each exchange on its own connection; connection n goes to instance n % 2.
+    let mut instances: Vec<(Pipeline, FleetStore)> = (0..2)
+        .map(|_| {
+            let mut p = Pipeline::new(Limits::default());
+            p.enable_fleet();
+            (p, FleetStore::open(&settings, true).expect("store"))
+        })
+        .collect();
+    let mut alerts = Vec::new();
+    let mut ts = 0i64;
+    for (host, linktype, frames) in steps {
+        let (pipeline, store) = &mut instances[host];
+        let mut out = Vec::new();
+        for f in frames {
+            ts = ts.max(f.ts_nanos) + 1_000;
+            pipeline.handle_packet(Timestamp(ts), linktype, &f.data, &mut out);
+        }
+        serve(store, &mut out, pipeline, &mut |o| {
+            if let Output::Event(Event::Alert(a)) = o {
+                alerts.push(format!("{host}:{}", a.kind.as_str()));
+            }
+        });
+    }
+    let conflicts: u64 = instances.iter().map(|(_, s)| s.counts.conflicts).sum();
+    let repeated: u64 = instances
+        .iter()
+        .map(|(_, s)| s.counts.alerts_deduplicated)
+        .sum();
+    alerts.sort();
+    let _ = std::fs::remove_dir_all(&dir);
+    Some((alerts, conflicts, repeated))
+}
+
+/// Each exchange on its own connection; connection n goes to instance n % 2. A session seen
+/// again on another connection is read again, so each instance decides on the fleet's view.
+#[test]
+fn a_session_alternating_between_instances_alerts_once() {
     let mut talk = Conversation::new("alt-s1");
     let mut steps = Vec::new();
     talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse);
@@ -187,54 +257,70 @@ fn a_session_alternating_between_instances_alerts_once() {
         talk.tools_call("json", Answer::Json);
         steps.push(talk.take_writes());
     }
-    let mut instances: Vec<(Pipeline, FleetStore)> = (0..2)
-        .map(|_| {
-            let mut p = Pipeline::new(Limits::default());
-            p.enable_fleet();
-            (p, FleetStore::open(&settings, true).expect("store"))
+    let steps = steps
+        .into_iter()
+        .enumerate()
+        .map(|(n, writes)| {
+            let (linktype, mut parts) = connection_parts(n as u16, writes, &[]);
+            (n % 2, linktype, parts.remove(0))
         })
         .collect();
-    let mut alerts = Vec::new();
-    let mut ts = 0i64;
-    for (n, writes) in steps.into_iter().enumerate() {
-        let mut sim = Sim::new(60 + n as u64);
-        let conn = sim.connect(
-            Endpoint::new([127, 0, 0, 20], 42_000 + n as u16),
-            Endpoint::new([127, 0, 0, 11], 8080),
-            writes,
-        );
-        sim.run(vec![conn]);
-        let (pipeline, store) = &mut instances[n % 2];
-        let mut out = Vec::new();
-        for f in sim.frames() {
-            ts = ts.max(f.ts_nanos) + 1_000;
-            pipeline.handle_packet(Timestamp(ts), sim.linktype(), &f.data, &mut out);
-        }
-        serve(store, &mut out, pipeline, &mut |o| {
-            if let Output::Event(Event::Alert(a)) = o {
-                alerts.push(format!("{}:{}", n % 2, a.kind.as_str()));
-            }
-        });
-    }
-    // Stale views met the store's newer version and were merged; repeats were not published.
-    let conflicts: u64 = instances.iter().map(|(_, s)| s.counts.conflicts).sum();
-    let repeated: u64 = instances
-        .iter()
-        .map(|(_, s)| s.counts.alerts_deduplicated)
-        .sum();
-    assert!(conflicts > 0, "the instances never raced");
-    assert!(
-        repeated > 0,
-        "no instance repeated an alert: the dedup was not exercised"
-    );
-    alerts.sort();
-    let kinds: Vec<&str> = alerts.iter().map(|a| &a[2..]).collect();
+    let Some((alerts, _, _)) = alternate("alt", steps) else {
+        return;
+    };
     assert_eq!(
-        kinds,
-        ["capability_narrowing", "content_type_divergence"],
+        alerts,
+        ["0:capability_narrowing", "1:content_type_divergence"],
         "{alerts:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each instance alone would see something else: A the first handshake and a JSON answer,
+/// B an SSE answer, the re-initialize and a JSON answer. With the store, B raises the
+/// narrowing (against A's handshake), A the divergence (against B's SSE answer, read again
+/// on A's new connection), and B's JSON answer on its kept connection — a stale view that
+/// meets A's newer version when it writes — is not raised again.
+#[test]
+fn each_alert_is_raised_where_the_fleets_view_first_shows_it() {
+    let mut talk = Conversation::new("alt-s2");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let a1 = talk.take_writes();
+    talk.tools_call("b-one", Answer::Sse)
+        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized();
+    let mut b_kept = talk.take_writes();
+    talk.tools_call("a-two", Answer::Json);
+    let a2 = talk.take_writes();
+    talk.tools_call("b-three", Answer::Json);
+    b_kept.extend(talk.take_writes());
+    let (linktype, mut a1) = connection_parts(1, a1, &[]);
+    // B's connection: three POSTs now, the fourth after A's answer.
+    let (_, mut b) = connection_parts(2, b_kept, &[3]);
+    let (_, mut a2) = connection_parts(3, a2, &[]);
+    let b_rest = b.remove(1);
+    let steps = vec![
+        (0, linktype, a1.remove(0)),
+        (1, linktype, b.remove(0)),
+        (0, linktype, a2.remove(0)),
+        (1, linktype, b_rest),
+    ];
+    let Some((alerts, conflicts, repeated)) = alternate("where", steps) else {
+        return;
+    };
+    assert_eq!(
+        alerts,
+        ["0:content_type_divergence", "1:capability_narrowing"],
+        "{alerts:?}"
+    );
+    assert!(
+        conflicts > 0,
+        "B's stale view never met the store's newer version"
+    );
+    assert!(
+        repeated > 0,
+        "B's repeat of the divergence was not even tried"
+    );
 }
 
 /// The TLS redis-server of [`tls_and_a_password_file`], killed when dropped.

@@ -702,10 +702,22 @@ impl<D: Detector> Tracker<D> {
         }
         if let Some(sid) = &request.session_id {
             let key = (ctx.server, sid.clone());
-            if self.sessions.contains(&key)
-                || released == Some(&key)
-                || self.fleet.as_ref().is_some_and(|f| f.absent.contains(&key))
-            {
+            if released == Some(&key) {
+                return None;
+            }
+            if let Some(s) = self.sessions.get(&key) {
+                // Known here. A shared session on a connection it has not used here may
+                // have moved between hosts (a load balancer moves it at a connection), so
+                // another host may have changed it: its record is read again.
+                let moved = s.fleet_key.is_some() && s.fleet_flow != ctx.flow;
+                return moved.then(|| {
+                    (
+                        key.clone(),
+                        s.fleet_key.as_deref().unwrap_or("").to_string(),
+                    )
+                });
+            }
+            if self.fleet.as_ref().is_some_and(|f| f.absent.contains(&key)) {
                 return None;
             }
             let server = self.identities.server_identity(ctx.server, head);
@@ -936,6 +948,30 @@ impl<D: Detector> Tracker<D> {
         self.recharge(&key, now, out);
     }
 
+    /// The store's later view of entry `key` replaces what lasts of this one's (what is in
+    /// flight here stays).
+    fn supersede_entry(
+        &mut self,
+        key: &SessionKey,
+        theirs: snapshot::SessionEntry<D::SessionState>,
+    ) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        if theirs.baseline.is_some() {
+            s.baseline = theirs.baseline;
+        }
+        s.handshakes = theirs.handshakes;
+        s.streaming_negotiated = theirs.streaming_negotiated;
+        s.protocol_version = theirs.protocol_version;
+        s.requests = s.requests.max(theirs.requests);
+        s.alerts = s.alerts.max(theirs.alerts);
+        s.detection = theirs.detection;
+        if let Some(record) = theirs.era_state {
+            s.ext.get_or_insert_with(Box::default).merge(record);
+        }
+    }
+
     /// Another instance's view of entry `key`, merged into this one's: its first handshake
     /// and first declarations stay the baseline; response modes must fit what both saw.
     fn merge_entry(&mut self, key: &SessionKey, theirs: snapshot::SessionEntry<D::SessionState>) {
@@ -944,6 +980,11 @@ impl<D: Detector> Tracker<D> {
         };
         if theirs.baseline.is_some() {
             s.baseline = theirs.baseline;
+        }
+        // A later handshake elsewhere: what it negotiated is the session's now.
+        if theirs.handshakes > s.handshakes {
+            s.streaming_negotiated = theirs.streaming_negotiated;
+            s.protocol_version = theirs.protocol_version;
         }
         s.handshakes = s.handshakes.max(theirs.handshakes);
         s.requests = s.requests.max(theirs.requests);
@@ -1069,7 +1110,38 @@ impl<D: Detector> Tracker<D> {
                 }
                 out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
             }
-            Ok(_) => {}
+            Ok(entry) => {
+                // Read again (the session came back on another connection): what another
+                // host changed since this one last read or wrote it is merged in.
+                let newer = self
+                    .sessions
+                    .get(key)
+                    .is_some_and(|s| entry.shared_version > s.shared_version);
+                if newer {
+                    let version = entry.shared_version;
+                    // Nothing changed here since this host last wrote or read it: the store's
+                    // record is the later view and replaces this one's. Else both changed it:
+                    // merged.
+                    let unshared = self.sessions.get(key).is_some_and(|s| {
+                        lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
+                    });
+                    if unshared {
+                        self.merge_entry(key, entry);
+                    } else {
+                        self.supersede_entry(key, entry);
+                    }
+                    let digest = self
+                        .sessions
+                        .get(key)
+                        .and_then(|s| lasting_digest(&mut session_entry(key, s)));
+                    if let Some(s) = self.sessions.get_mut(key) {
+                        s.shared_version = version;
+                        s.shared_digest = digest.unwrap_or(0);
+                    }
+                    self.recharge(key, now, out);
+                }
+                out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
+            }
             Err(_) => out.push(Output::Telemetry(Telemetry::FleetGarbage)),
         }
     }
@@ -1280,20 +1352,12 @@ impl<D: Detector> Tracker<D> {
         let Some(digest) = lasting_digest(&mut entry) else {
             return;
         };
-        let Some(s) = self.sessions.get_mut(key) else {
-            return;
-        };
-        if s.shared_digest == digest {
-            return;
-        }
-        entry.shared_version = base_version + 1;
-        let Ok(record) = serde_json::to_string(&entry) else {
-            return;
-        };
-        s.shared_digest = digest;
-        s.shared_version = base_version + 1;
+        let unchanged = self
+            .sessions
+            .get(key)
+            .is_none_or(|s| s.shared_digest == digest);
         let endpoint = session::scope_of(key) == Scope::Endpoint;
-        let alerts = take_alerts(out, start, &fleet_key, |a| {
+        let mine = |a: &Alert| {
             a.server == key.0
                 && if endpoint {
                     a.session_id.is_none()
@@ -1302,7 +1366,26 @@ impl<D: Detector> Tracker<D> {
                 } else {
                     a.session_id.as_deref() == Some(key.1.as_str())
                 }
+        };
+        // An alert is claimed fleet-wide even when what it changed is what the store holds
+        // already (another host got there first): the claim decides whether it is new.
+        let raised = out.get(start..).is_some_and(|tail| {
+            tail.iter()
+                .any(|o| matches!(o, Output::Event(Event::Alert(a)) if mine(a)))
         });
+        if unchanged && !raised {
+            return;
+        }
+        entry.shared_version = base_version + 1;
+        let Ok(record) = serde_json::to_string(&entry) else {
+            return;
+        };
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        s.shared_digest = digest;
+        s.shared_version = base_version + 1;
+        let alerts = take_alerts(out, start, &fleet_key, mine);
         if let Some(f) = self.fleet.as_mut()
             && (f.sessions.len() < MAX_FLEET_SESSIONS || f.sessions.contains_key(&fleet_key))
         {
@@ -1352,10 +1435,21 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         let fleet_key = fleet_lineage_key(&lid);
+        let mine = |a: &Alert| {
+            a.server == key.0
+                && a.session_id.is_none()
+                && a.lineage_id.as_deref() == Some(&lid)
+                && !matches!(a.kind, AlertKind::ContentTypeDivergence(_))
+        };
+        // Alerts are claimed even when the store holds this state already.
+        let raised = out.get(start..).is_some_and(|tail| {
+            tail.iter()
+                .any(|o| matches!(o, Output::Event(Event::Alert(a)) if mine(a)))
+        });
         let Some(mark) = self.mark_lineage(&fleet_key, key.0, 0, out) else {
             return;
         };
-        if mark.digest == digest {
+        if mark.digest == digest && !raised {
             return;
         }
         let base_version = mark.version;
@@ -1370,12 +1464,7 @@ impl<D: Detector> Tracker<D> {
         };
         mark.digest = digest;
         mark.version = base_version + 1;
-        let alerts = take_alerts(out, start, &fleet_key, |a| {
-            a.server == key.0
-                && a.session_id.is_none()
-                && a.lineage_id.as_deref() == Some(&lid)
-                && !matches!(a.kind, AlertKind::ContentTypeDivergence(_))
-        });
+        let alerts = take_alerts(out, start, &fleet_key, mine);
         out.push(Output::Shared(SharedRequest::Update {
             key: fleet_key,
             record,
@@ -1928,6 +2017,7 @@ impl<D: Detector> Tracker<D> {
                 if let Some(k) = fleet_key {
                     s.fleet_key = Some(k.into());
                 }
+                s.fleet_flow = ctx.flow;
                 if lineage_id.is_none() {
                     lineage_id = s.lineage_id.clone();
                 }
@@ -3139,6 +3229,7 @@ impl<D: Detector> Tracker<D> {
             );
             if let Some(s) = self.sessions.get_mut(&key) {
                 s.fleet_key.get_or_insert_with(|| fleet_key.into());
+                s.fleet_flow = origin.flow;
             }
         }
         self.touch_shared(&key);

@@ -174,6 +174,9 @@ pub struct Session<D> {
     pub shared_digest: u64,
     /// The store's version of this session's record, as last read or written.
     pub shared_version: u64,
+    /// The connection its last request came on (fleet mode: on another one, the session
+    /// may have moved between hosts, and its record is read again).
+    pub fleet_flow: u64,
 }
 
 /// A request a server sent on an SSE stream (legacy revisions).
@@ -396,6 +399,7 @@ impl<D: Default> Session<D> {
             fleet_key: None,
             shared_digest: 0,
             shared_version: 0,
+            fleet_flow: u64::MAX,
         })
     }
 }

@@ -171,6 +171,7 @@ pub struct ExchangeState {
 /// The request side of an exchange, as the handshake logic needs it.
 #[derive(Debug, Clone)]
 pub struct Origin {
+    pub flow: u64,
     pub client: SocketAddr,
     pub server: SocketAddr,
     pub head: RequestHead,
@@ -225,6 +226,7 @@ impl ExchangeState {
 
     pub fn origin(&self) -> Origin {
         Origin {
+            flow: self.flow,
             client: self.client,
             server: self.server,
             head: self.head.clone(),

@@ -745,9 +745,9 @@ fn a_session_waiting_for_the_store_holds_no_other_session() {
     };
     let call =
         |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
-    // s-known becomes known (the store lacked it).
+    // s-known becomes known on this connection (the store lacked it).
     h.answered(
-        ctx(2),
+        ctx(1),
         0,
         post_on("s-known"),
         call(1),
@@ -757,11 +757,11 @@ fn a_session_waiting_for_the_store_holds_no_other_session() {
     let now = Timestamp(h.now);
     h.t.on_shared_state(&asked[0], None, now, &mut h.out);
     assert_eq!(h.of("exchange").len(), 1);
-    // One connection: s-new (unknown: held), then s-known (processed now).
-    h.answered(ctx(1), 0, post_on("s-new"), call(2), json!({"content":[]}));
+    // The same connection: s-new (unknown: held), then s-known (processed now).
+    h.answered(ctx(1), 1, post_on("s-new"), call(2), json!({"content":[]}));
     h.answered(
         ctx(1),
-        1,
+        2,
         post_on("s-known"),
         call(3),
         json!({"content":[]}),
@@ -793,6 +793,39 @@ fn a_session_waiting_for_the_store_holds_no_other_session() {
         0,
         "the closed connection's exchanges are gone"
     );
+}
+
+/// A known session is read again when it comes back on another connection (where a load
+/// balancer may have moved it between hosts), not on the connection it used last.
+#[test]
+fn a_known_session_on_another_connection_is_read_again() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let post = headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        Some("s-moves"),
+        Some("2025-06-18"),
+    );
+    let call =
+        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
+    let mut answered = 0;
+    h.answered(ctx(1), 0, post.clone(), call(1), json!({"content":[]}));
+    answer_new_lookups(&mut h, &mut answered);
+    h.answered(ctx(1), 1, post.clone(), call(2), json!({"content":[]}));
+    answer_new_lookups(&mut h, &mut answered);
+    assert_eq!(answered, 1, "the same connection: not read again");
+    h.answered(ctx(2), 0, post.clone(), call(3), json!({"content":[]}));
+    assert_eq!(h.of("exchange").len(), 2, "held until the store answers");
+    answer_new_lookups(&mut h, &mut answered);
+    assert_eq!(answered, 2, "another connection: read again");
+    assert_eq!(h.of("exchange").len(), 3);
+    h.answered(ctx(2), 1, post, call(4), json!({"content":[]}));
+    answer_new_lookups(&mut h, &mut answered);
+    assert_eq!(answered, 2);
+    assert_eq!(h.of("exchange").len(), 4);
 }
 
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
