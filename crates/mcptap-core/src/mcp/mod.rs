@@ -706,16 +706,19 @@ impl<D: Detector> Tracker<D> {
                 return None;
             }
             if let Some(s) = self.sessions.get(&key) {
-                // Known here. A shared session on a connection it has not used here may
-                // have moved between hosts (a load balancer moves it at a connection), so
-                // another host may have changed it: its record is read again.
-                let moved = s.fleet_key.is_some() && s.fleet_flow != ctx.flow;
-                return moved.then(|| {
-                    (
-                        key.clone(),
-                        s.fleet_key.as_deref().unwrap_or("").to_string(),
-                    )
-                });
+                // Known here. A shared session on a connection it has not used here lately
+                // may have moved between hosts (a load balancer moves it at a connection),
+                // so another host may have changed it: its record is read again. (Not an
+                // HTTP+SSE session: its state lives with its GET stream's host, and its
+                // answers come on that stream.) While that read is under way, the session's
+                // other requests wait behind it, in order.
+                let reading = self
+                    .fleet
+                    .as_ref()
+                    .is_some_and(|f| f.pending.contains_key(&key));
+                let moved = s.era != Era::HttpSse && !s.fleet_flows.contains(&ctx.flow);
+                let fleet_key = s.fleet_key.as_deref()?;
+                return (reading || moved).then(|| (key.clone(), fleet_key.to_string()));
             }
             if self.fleet.as_ref().is_some_and(|f| f.absent.contains(&key)) {
                 return None;
@@ -898,6 +901,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         s.shared_version = theirs.shared_version;
+        s.read_version = theirs.shared_version;
         s.shared_digest = 0;
         self.merge_entry(&key, theirs);
         self.touch_shared(&key);
@@ -1087,6 +1091,9 @@ impl<D: Detector> Tracker<D> {
     ) {
         let Some(text) = record else {
             out.push(Output::Telemetry(Telemetry::FleetState { found: false }));
+            if self.sessions.contains(key) {
+                return; // read again, and the store has nothing (down, or expired there)
+            }
             if let Some(f) = self.fleet.as_mut() {
                 if f.absent.len() >= MAX_PENDING_LOOKUPS {
                     f.absent.clear();
@@ -1106,6 +1113,7 @@ impl<D: Detector> Tracker<D> {
                 if let Some(s) = self.sessions.get_mut(key) {
                     s.fleet_key = Some(fleet_key.into());
                     s.shared_version = version;
+                    s.read_version = version;
                     s.shared_digest = digest.unwrap_or(0);
                 }
                 out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
@@ -1122,21 +1130,31 @@ impl<D: Detector> Tracker<D> {
                     // Nothing changed here since this host last wrote or read it: the store's
                     // record is the later view and replaces this one's. Else both changed it:
                     // merged.
+                    // (A write of this host's since its last read may not have reached the
+                    // store yet: that counts as a change here.)
                     let unshared = self.sessions.get(key).is_some_and(|s| {
-                        lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
+                        s.shared_version > s.read_version
+                            || lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
                     });
                     if unshared {
                         self.merge_entry(key, entry);
+                        if let Some(s) = self.sessions.get_mut(key) {
+                            s.shared_version = version;
+                            s.read_version = version;
+                            s.shared_digest = 0; // what it merged of its own is written
+                        }
+                        self.touch_shared(key);
                     } else {
                         self.supersede_entry(key, entry);
-                    }
-                    let digest = self
-                        .sessions
-                        .get(key)
-                        .and_then(|s| lasting_digest(&mut session_entry(key, s)));
-                    if let Some(s) = self.sessions.get_mut(key) {
-                        s.shared_version = version;
-                        s.shared_digest = digest.unwrap_or(0);
+                        let digest = self
+                            .sessions
+                            .get(key)
+                            .and_then(|s| lasting_digest(&mut session_entry(key, s)));
+                        if let Some(s) = self.sessions.get_mut(key) {
+                            s.shared_version = version;
+                            s.read_version = version;
+                            s.shared_digest = digest.unwrap_or(0);
+                        }
                     }
                     self.recharge(key, now, out);
                 }
@@ -2017,7 +2035,7 @@ impl<D: Detector> Tracker<D> {
                 if let Some(k) = fleet_key {
                     s.fleet_key = Some(k.into());
                 }
-                s.fleet_flow = ctx.flow;
+                s.note_flow(ctx.flow);
                 if lineage_id.is_none() {
                     lineage_id = s.lineage_id.clone();
                 }
@@ -3229,7 +3247,7 @@ impl<D: Detector> Tracker<D> {
             );
             if let Some(s) = self.sessions.get_mut(&key) {
                 s.fleet_key.get_or_insert_with(|| fleet_key.into());
-                s.fleet_flow = origin.flow;
+                s.note_flow(origin.flow);
             }
         }
         self.touch_shared(&key);

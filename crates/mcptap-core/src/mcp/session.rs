@@ -174,9 +174,25 @@ pub struct Session<D> {
     pub shared_digest: u64,
     /// The store's version of this session's record, as last read or written.
     pub shared_version: u64,
-    /// The connection its last request came on (fleet mode: on another one, the session
-    /// may have moved between hosts, and its record is read again).
-    pub fleet_flow: u64,
+    /// The connections its latest requests came on (fleet mode: on another one, the
+    /// session may have moved between hosts, and its record is read again).
+    pub fleet_flows: [u64; FLEET_FLOWS],
+    /// The store's version as this instance last read it (a later `shared_version` is a
+    /// write of its own the store may not have yet).
+    pub read_version: u64,
+}
+
+/// Connections remembered per session in fleet mode (a client's pool, its GET stream).
+pub const FLEET_FLOWS: usize = 4;
+
+impl<D> Session<D> {
+    /// Remembers `flow` among the session's latest connections.
+    pub fn note_flow(&mut self, flow: u64) {
+        if !self.fleet_flows.contains(&flow) {
+            self.fleet_flows.rotate_right(1);
+            self.fleet_flows[0] = flow;
+        }
+    }
 }
 
 /// A request a server sent on an SSE stream (legacy revisions).
@@ -399,7 +415,8 @@ impl<D: Default> Session<D> {
             fleet_key: None,
             shared_digest: 0,
             shared_version: 0,
-            fleet_flow: u64::MAX,
+            fleet_flows: [u64::MAX; FLEET_FLOWS],
+            read_version: 0,
         })
     }
 }

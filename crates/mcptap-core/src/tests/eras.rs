@@ -819,13 +819,73 @@ fn a_known_session_on_another_connection_is_read_again() {
     assert_eq!(answered, 1, "the same connection: not read again");
     h.answered(ctx(2), 0, post.clone(), call(3), json!({"content":[]}));
     assert_eq!(h.of("exchange").len(), 2, "held until the store answers");
+    // Its next request on the first connection does not overtake the held one.
+    h.answered(ctx(1), 2, post.clone(), call(4), json!({"content":[]}));
+    assert_eq!(h.of("exchange").len(), 2, "waits behind the read");
     answer_new_lookups(&mut h, &mut answered);
-    assert_eq!(answered, 2, "another connection: read again");
-    assert_eq!(h.of("exchange").len(), 3);
-    h.answered(ctx(2), 1, post, call(4), json!({"content":[]}));
+    assert_eq!(answered, 2, "another connection: read again, once");
+    let ids: Vec<Value> = h
+        .of("exchange")
+        .iter()
+        .map(|e| e["request_id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(1), json!(2), json!(3), json!(4)], "in order");
+    // Both connections are remembered: going back and forth reads nothing again.
+    for (n, c) in [ctx(2), ctx(1), ctx(2)].into_iter().enumerate() {
+        h.answered(
+            c,
+            10 + n as u64,
+            post.clone(),
+            call(5 + n as u64),
+            json!({"content":[]}),
+        );
+    }
     answer_new_lookups(&mut h, &mut answered);
     assert_eq!(answered, 2);
-    assert_eq!(h.of("exchange").len(), 4);
+    assert_eq!(h.of("exchange").len(), 7);
+}
+
+/// An HTTP+SSE session's POSTs on a new connection are not read again: their answers come
+/// on the GET stream (another connection), which would overtake a held POST.
+#[test]
+fn http_sse_posts_on_a_new_connection_are_not_held() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let mut answered = 0;
+    let path = "/messages/?session_id=abc123";
+    sse_stream(&mut h, path);
+    answer_new_lookups(&mut h, &mut answered);
+    for (n, flow) in [2u64, 3, 4].into_iter().enumerate() {
+        let head = headers::request_head(
+            "POST",
+            path,
+            Some("application/json"),
+            Some("*/*"),
+            None,
+            None,
+        );
+        let c = ctx(flow);
+        h.request(
+            c,
+            0,
+            head,
+            json!({"jsonrpc":"2.0","id":n,"method":"tools/list"}),
+        );
+        h.head(c, 0, headers::response_head(202, None, None));
+        h.end(c, 0, BodyEnd::Complete);
+        h.sse(
+            ctx(1),
+            1,
+            event(
+                "message",
+                json!({"jsonrpc":"2.0","id":n,"result":{"tools":[]}}).to_string(),
+            ),
+        );
+        answer_new_lookups(&mut h, &mut answered);
+    }
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 3, "{:?}", h.events());
+    assert!(ex.iter().all(|e| e["answered"] == json!(true)), "{ex:?}");
 }
 
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
