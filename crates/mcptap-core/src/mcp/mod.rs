@@ -726,7 +726,11 @@ impl<D: Detector> Tracker<D> {
             let server = self.identities.server_identity(ctx.server, head);
             return Some((key, fleet_session_key(&server, sid)));
         }
-        if let Some(lid) = request.lineage_id.as_deref() {
+        // A request without JSON-RPC messages (an HTTP+SSE GET stream) decides nothing on
+        // its lineage: not held (its stream's `endpoint` event binds the session's POSTs).
+        if let Some(lid) = request.lineage_id.as_deref()
+            && !(request.requests.is_empty() && request.client_answers.is_empty())
+        {
             let fleet_key = fleet_lineage_key(lid);
             let known = self
                 .fleet

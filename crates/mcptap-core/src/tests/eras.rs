@@ -888,6 +888,29 @@ fn http_sse_posts_on_a_new_connection_are_not_held() {
     assert!(ex.iter().all(|e| e["answered"] == json!(true)), "{ex:?}");
 }
 
+/// HTTP+SSE first contact in fleet mode: the GET stream is not held, so its `endpoint` event
+/// binds the `initialize` POST that follows on another connection before the store answers.
+#[test]
+fn http_sse_first_contact_binds_its_posts_in_fleet_mode() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let path = "/messages/?session_id=first1";
+    sse_stream(&mut h, path);
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    sse_post(&mut h, 1, path, init);
+    let result = json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2024-11-05",
+        "capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}});
+    h.sse(ctx(1), 1, event("message", result.to_string()));
+    let mut answered = 0;
+    answer_new_lookups(&mut h, &mut answered);
+    let ex = h.of("exchange");
+    assert_eq!(ex.len(), 1, "{:?}", h.events());
+    assert_eq!(ex[0]["session_id"], json!("first1"));
+    assert_eq!(ex[0]["answered"], json!(true));
+    assert_eq!(h.of("handshake").len(), 1);
+}
+
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
 /// the same connection and waits behind it (not looked up: the initialize created it).
 #[test]
