@@ -688,33 +688,23 @@ fn a_modern_lineage_alternating_between_instances_narrows_once() {
 /// nothing is asked twice.
 #[test]
 fn sessions_queued_on_one_connection_are_looked_up_together() {
-    use crate::model::SharedRequest;
     let mut h = Harness::new();
     h.t.enable_fleet();
-    let post_on = |sid: &str| {
-        headers::request_head(
-            "POST",
-            "/mcp",
-            Some("application/json"),
-            Some("application/json, text/event-stream"),
-            Some(sid),
-            Some("2025-06-18"),
-        )
-    };
-    let call =
-        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
-    h.answered(ctx(1), 0, post_on("s-one"), call(1), json!({"content":[]}));
-    h.answered(ctx(1), 1, post_on("s-two"), call(2), json!({"content":[]}));
-    let lookups = |h: &Harness| -> Vec<String> {
-        h.out
-            .iter()
-            .filter_map(|o| match o {
-                Output::Shared(SharedRequest::Lookup { key }) => Some(key.clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    let asked = lookups(&h);
+    h.answered(
+        ctx(1),
+        0,
+        session_post("s-one"),
+        legacy_call(1),
+        json!({"content":[]}),
+    );
+    h.answered(
+        ctx(1),
+        1,
+        session_post("s-two"),
+        legacy_call(2),
+        json!({"content":[]}),
+    );
+    let asked = lookups_of(&h);
     assert_eq!(asked.len(), 2, "{asked:?}");
     assert!(h.of("exchange").is_empty(), "held until the store answers");
     let now = Timestamp(h.now);
@@ -724,7 +714,7 @@ fn sessions_queued_on_one_connection_are_looked_up_together() {
     let exchanges = h.of("exchange");
     let ids: Vec<&Value> = exchanges.iter().map(|e| &e["request_id"]).collect();
     assert_eq!(ids, [&json!(1), &json!(2)], "in order");
-    assert_eq!(lookups(&h).len(), 2, "nothing asked twice");
+    assert_eq!(lookups_of(&h).len(), 2, "nothing asked twice");
 }
 
 /// A known session's request on a connection where another session waits for the store is
@@ -733,24 +723,12 @@ fn sessions_queued_on_one_connection_are_looked_up_together() {
 fn a_session_waiting_for_the_store_holds_no_other_session() {
     let mut h = Harness::new();
     h.t.enable_fleet();
-    let post_on = |sid: &str| {
-        headers::request_head(
-            "POST",
-            "/mcp",
-            Some("application/json"),
-            Some("application/json, text/event-stream"),
-            Some(sid),
-            Some("2025-06-18"),
-        )
-    };
-    let call =
-        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
     // s-known becomes known on this connection (the store lacked it).
     h.answered(
         ctx(1),
         0,
-        post_on("s-known"),
-        call(1),
+        session_post("s-known"),
+        legacy_call(1),
         json!({"content":[]}),
     );
     let asked = lookups_of(&h);
@@ -758,12 +736,18 @@ fn a_session_waiting_for_the_store_holds_no_other_session() {
     h.t.on_shared_state(&asked[0], None, now, &mut h.out);
     assert_eq!(h.of("exchange").len(), 1);
     // The same connection: s-new (unknown: held), then s-known (processed now).
-    h.answered(ctx(1), 1, post_on("s-new"), call(2), json!({"content":[]}));
+    h.answered(
+        ctx(1),
+        1,
+        session_post("s-new"),
+        legacy_call(2),
+        json!({"content":[]}),
+    );
     h.answered(
         ctx(1),
         2,
-        post_on("s-known"),
-        call(3),
+        session_post("s-known"),
+        legacy_call(3),
         json!({"content":[]}),
     );
     let ids: Vec<Value> = h
@@ -801,26 +785,41 @@ fn a_session_waiting_for_the_store_holds_no_other_session() {
 fn a_known_session_on_another_connection_is_read_again() {
     let mut h = Harness::new();
     h.t.enable_fleet();
-    let post = headers::request_head(
-        "POST",
-        "/mcp",
-        Some("application/json"),
-        Some("application/json, text/event-stream"),
-        Some("s-moves"),
-        Some("2025-06-18"),
-    );
-    let call =
-        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
+    let post = session_post("s-moves");
     let mut answered = 0;
-    h.answered(ctx(1), 0, post.clone(), call(1), json!({"content":[]}));
+    h.answered(
+        ctx(1),
+        0,
+        post.clone(),
+        legacy_call(1),
+        json!({"content":[]}),
+    );
     answer_new_lookups(&mut h, &mut answered);
-    h.answered(ctx(1), 1, post.clone(), call(2), json!({"content":[]}));
+    h.answered(
+        ctx(1),
+        1,
+        post.clone(),
+        legacy_call(2),
+        json!({"content":[]}),
+    );
     answer_new_lookups(&mut h, &mut answered);
     assert_eq!(answered, 1, "the same connection: not read again");
-    h.answered(ctx(2), 0, post.clone(), call(3), json!({"content":[]}));
+    h.answered(
+        ctx(2),
+        0,
+        post.clone(),
+        legacy_call(3),
+        json!({"content":[]}),
+    );
     assert_eq!(h.of("exchange").len(), 2, "held until the store answers");
     // Its next request on the first connection does not overtake the held one.
-    h.answered(ctx(1), 2, post.clone(), call(4), json!({"content":[]}));
+    h.answered(
+        ctx(1),
+        2,
+        post.clone(),
+        legacy_call(4),
+        json!({"content":[]}),
+    );
     assert_eq!(h.of("exchange").len(), 2, "waits behind the read");
     answer_new_lookups(&mut h, &mut answered);
     assert_eq!(answered, 2, "another connection: read again, once");
@@ -836,7 +835,7 @@ fn a_known_session_on_another_connection_is_read_again() {
             c,
             10 + n as u64,
             post.clone(),
-            call(5 + n as u64),
+            legacy_call(5 + n as u64),
             json!({"content":[]}),
         );
     }
@@ -972,6 +971,23 @@ fn a_new_session_waits_behind_its_connections_initialize() {
 
 // ---- review14 ----
 
+/// A legacy POST naming session `sid`.
+fn session_post(sid: &str) -> RequestHead {
+    headers::request_head(
+        "POST",
+        "/mcp",
+        Some("application/json"),
+        Some("application/json, text/event-stream"),
+        Some(sid),
+        Some("2025-06-18"),
+    )
+}
+
+/// A `tools/call` request numbered `id`.
+fn legacy_call(id: u64) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}})
+}
+
 fn lookups_of(h: &Harness) -> Vec<String> {
     h.out
         .iter()
@@ -1040,17 +1056,8 @@ fn one_fleet_key_two_backends_nothing_held_forever() {
 fn absent_session_is_looked_up_again_after_it_ended_here() {
     let mut h = Harness::new();
     h.t.enable_fleet();
-    let post = headers::request_head(
-        "POST",
-        "/mcp",
-        Some("application/json"),
-        Some("application/json, text/event-stream"),
-        Some("s-1"),
-        Some("2025-06-18"),
-    );
-    let call =
-        |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t"}});
-    h.request(ctx(1), 0, post.clone(), call(1));
+    let post = session_post("s-1");
+    h.request(ctx(1), 0, post.clone(), legacy_call(1));
     let asked = lookups_of(&h);
     assert_eq!(asked.len(), 1);
     let now = Timestamp(h.now);
@@ -1059,7 +1066,7 @@ fn absent_session_is_looked_up_again_after_it_ended_here() {
     h.now += SessionLimits::default().session_idle_timeout_ns + 1_000_000_000;
     h.t.sweep(Timestamp(h.now), &mut h.out);
     assert_eq!(h.t.active_sessions(), 0);
-    h.request(ctx(2), 0, post, call(2));
+    h.request(ctx(2), 0, post, legacy_call(2));
     assert_eq!(lookups_of(&h).len(), 2, "seen again: asked again");
 }
 
