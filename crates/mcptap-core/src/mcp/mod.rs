@@ -905,7 +905,6 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         s.shared_version = theirs.shared_version;
-        s.read_version = theirs.shared_version;
         s.shared_digest = 0;
         self.merge_entry(&key, theirs);
         self.touch_shared(&key);
@@ -1117,7 +1116,6 @@ impl<D: Detector> Tracker<D> {
                 if let Some(s) = self.sessions.get_mut(key) {
                     s.fleet_key = Some(fleet_key.into());
                     s.shared_version = version;
-                    s.read_version = version;
                     s.shared_digest = digest.unwrap_or(0);
                 }
                 out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
@@ -1134,17 +1132,13 @@ impl<D: Detector> Tracker<D> {
                     // Nothing changed here since this host last wrote or read it: the store's
                     // record is the later view and replaces this one's. Else both changed it:
                     // merged.
-                    // (A write of this host's since its last read may not have reached the
-                    // store yet: that counts as a change here.)
                     let unshared = self.sessions.get(key).is_some_and(|s| {
-                        s.shared_version > s.read_version
-                            || lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
+                        lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
                     });
                     if unshared {
                         self.merge_entry(key, entry);
                         if let Some(s) = self.sessions.get_mut(key) {
                             s.shared_version = version;
-                            s.read_version = version;
                             s.shared_digest = 0; // what it merged of its own is written
                         }
                         self.touch_shared(key);
@@ -1156,7 +1150,6 @@ impl<D: Detector> Tracker<D> {
                             .and_then(|s| lasting_digest(&mut session_entry(key, s)));
                         if let Some(s) = self.sessions.get_mut(key) {
                             s.shared_version = version;
-                            s.read_version = version;
                             s.shared_digest = digest.unwrap_or(0);
                         }
                     }
