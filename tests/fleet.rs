@@ -323,6 +323,39 @@ fn each_alert_is_raised_where_the_fleets_view_first_shows_it() {
     );
 }
 
+/// The same as a load balancer without affinity that moves the session at every connection:
+/// each step on a new connection (each host reads the session again).
+#[test]
+fn each_alert_once_when_every_step_is_a_new_connection() {
+    let mut talk = Conversation::new("alt-s3");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let a1 = talk.take_writes();
+    talk.tools_call("b-one", Answer::Sse)
+        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized();
+    let b1 = talk.take_writes();
+    talk.tools_call("a-two", Answer::Json);
+    let a2 = talk.take_writes();
+    // The JSON answer and the DELETE in one go: the session ends in the call that raised
+    // (and must claim) its divergence.
+    talk.tools_call("b-three", Answer::Json).delete();
+    let b2 = talk.take_writes();
+    let mut steps = Vec::new();
+    for (n, (host, writes)) in [(0, a1), (1, b1), (0, a2), (1, b2)].into_iter().enumerate() {
+        let (linktype, mut parts) = connection_parts(10 + n as u16, writes, &[]);
+        steps.push((host, linktype, parts.remove(0)));
+    }
+    let Some((alerts, _, _)) = alternate("fresh", steps) else {
+        return;
+    };
+    assert_eq!(
+        alerts,
+        ["0:content_type_divergence", "1:capability_narrowing"],
+        "{alerts:?}"
+    );
+}
+
 /// The TLS redis-server of [`tls_and_a_password_file`], killed when dropped.
 struct TlsRedis(std::process::Child);
 

@@ -905,6 +905,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         s.shared_version = theirs.shared_version;
+        s.read_version = theirs.shared_version;
         s.shared_digest = 0;
         self.merge_entry(&key, theirs);
         self.touch_shared(&key);
@@ -1116,6 +1117,7 @@ impl<D: Detector> Tracker<D> {
                 if let Some(s) = self.sessions.get_mut(key) {
                     s.fleet_key = Some(fleet_key.into());
                     s.shared_version = version;
+                    s.read_version = version;
                     s.shared_digest = digest.unwrap_or(0);
                 }
                 out.push(Output::Telemetry(Telemetry::FleetState { found: true }));
@@ -1132,13 +1134,17 @@ impl<D: Detector> Tracker<D> {
                     // Nothing changed here since this host last wrote or read it: the store's
                     // record is the later view and replaces this one's. Else both changed it:
                     // merged.
+                    // (A write of this host's since its last read may not have reached the
+                    // store yet: that counts as a change here.)
                     let unshared = self.sessions.get(key).is_some_and(|s| {
-                        lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
+                        s.shared_version > s.read_version
+                            || lasting_digest(&mut session_entry(key, s)) != Some(s.shared_digest)
                     });
                     if unshared {
                         self.merge_entry(key, entry);
                         if let Some(s) = self.sessions.get_mut(key) {
                             s.shared_version = version;
+                            s.read_version = version;
                             s.shared_digest = 0; // what it merged of its own is written
                         }
                         self.touch_shared(key);
@@ -1150,6 +1156,7 @@ impl<D: Detector> Tracker<D> {
                             .and_then(|s| lasting_digest(&mut session_entry(key, s)));
                         if let Some(s) = self.sessions.get_mut(key) {
                             s.shared_version = version;
+                            s.read_version = version;
                             s.shared_digest = digest.unwrap_or(0);
                         }
                     }
@@ -1603,6 +1610,7 @@ impl<D: Detector> Tracker<D> {
 
     /// Ends sessions idle for longer than the limit.
     pub fn sweep(&mut self, now: Timestamp, out: &mut Vec<Output>) {
+        let start = out.len();
         for key in self.sessions.idle(now, self.limits.session_idle_timeout_ns) {
             self.end_session(&key, now, EndReason::Idle, out);
         }
@@ -1622,6 +1630,8 @@ impl<D: Detector> Tracker<D> {
                 self.release_inputs(&key, Some(now), out);
             }
         }
+        // Fleet mode: alerts a deadline raised are claimed like those of a message.
+        self.share_dirty(out, start);
     }
 
     /// End of input: streams still waiting for their resumption were cut off by the end of
@@ -3342,6 +3352,11 @@ impl<D: Detector> Tracker<D> {
         }
         self.report_parked(key, ts, out);
         self.release_inputs(key, None, out);
+        // Fleet mode: its last change and the alerts it raised are shared before it goes (a
+        // session deleted in the call that raised its alert has it claimed like any other).
+        if self.fleet.is_some() && matches!(scope, Scope::Session | Scope::Endpoint) {
+            self.share_session(key, out, 0);
+        }
         let Some(s) = self.sessions.remove(key) else {
             return;
         };

@@ -177,6 +177,9 @@ pub struct Session<D> {
     /// The connections its latest requests came on (fleet mode: on another one, the
     /// session may have moved between hosts, and its record is read again).
     pub fleet_flows: [u64; FLEET_FLOWS],
+    /// The store's version as this instance last read it (a later `shared_version` is a
+    /// write of its own the store may not have yet).
+    pub read_version: u64,
 }
 
 /// Connections remembered per session in fleet mode (a client's pool, its GET stream).
@@ -413,6 +416,7 @@ impl<D: Default> Session<D> {
             shared_digest: 0,
             shared_version: 0,
             fleet_flows: [u64::MAX; FLEET_FLOWS],
+            read_version: 0,
         })
     }
 }
