@@ -115,10 +115,9 @@ struct Fleet {
     /// Exchanges (flow, exchange) whose request waits behind a pending lookup: the rest of
     /// that exchange (its answer) waits with it, nothing else of its connection.
     held_exchanges: HashMap<(u64, u64), SessionKey>,
-    /// Connections with a sessionless request waiting (an `initialize`, a lineage's or a
-    /// stateless endpoint's first request): their later sessionless requests (and the
-    /// sessions an `initialize` may create) wait behind it, in order. Requests of sessions
-    /// known here, or waiting for their own state, do not.
+    /// Connections whose `initialize` waits for its lineage's state: a session this instance
+    /// does not know that comes next on the connection (the initialize's answer may create
+    /// it) waits behind it. Nothing else does.
     flow_waits: HashMap<u64, SessionKey>,
     /// Held exchanges per connection, and connections that closed while some were held
     /// (closed when the last is released).
@@ -132,6 +131,8 @@ struct Fleet {
     lineages: HashMap<Box<str>, SharedMark>,
     /// The input ended: what waits is released, nothing new is looked up.
     closing: bool,
+    /// Held messages processed again after a release (each once: linear in what was held).
+    replayed: u64,
     /// Sessions the store did not have, looked up ahead of their turn (their connection
     /// waited for another): not asked again when their request comes.
     absent: foldhash::HashSet<SessionKey>,
@@ -571,6 +572,11 @@ impl<D: Detector> Tracker<D> {
         Some(s.ext.get_or_insert_with(Box::default))
     }
 
+    /// Fleet mode: held messages processed again after their lookups were answered.
+    pub fn fleet_replayed(&self) -> u64 {
+        self.fleet.as_ref().map_or(0, |f| f.replayed)
+    }
+
     /// Fleet mode: state of sessions this instance has not seen is asked of the adapter's
     /// store ([`SharedRequest::Lookup`]) before their messages are processed, and changes are
     /// handed out ([`SharedRequest::Update`]).
@@ -625,8 +631,8 @@ impl<D: Detector> Tracker<D> {
     }
 
     /// A classified request: held behind the lookup it needs (its session's, lineage's or
-    /// stateless endpoint's), or behind a sessionless request of its connection that it may
-    /// depend on, or its exchange opened now. Requests of other sessions are never held.
+    /// stateless endpoint's), or behind its connection's waiting `initialize` that may create
+    /// its session, or its exchange opened now. Requests of other sessions are never held.
     /// `released`: the lookup it waited for (never asked again).
     #[allow(clippy::too_many_arguments)]
     fn route_request(
@@ -652,28 +658,20 @@ impl<D: Detector> Tracker<D> {
             // A session this instance does not know, on a connection whose `initialize` waits:
             // that initialize's answer may create it, so it waits behind it (and is asked for
             // afterwards only if it did not).
-            (Some((k, _)), Some(w))
-                if !sessionless
-                    && session::scope_of(&w) == Scope::Lineage
-                    && !pending(self, &k) =>
-            {
-                Some(w)
-            }
-            (Some((k, fleet_key)), wait) => {
-                // Its own lookup goes out now, so that the answers come in one round trip.
-                let own = self.start_lookup(ctx, k, fleet_key, out);
-                // A sessionless request stays in order behind its connection's.
-                match wait {
-                    Some(w) if sessionless => Some(w),
-                    _ => own,
-                }
-            }
-            (None, Some(w)) if sessionless => Some(w),
+            (Some((k, _)), Some(w)) if !sessionless && !pending(self, &k) => Some(w),
+            // Each waits for its own state only (a lineage's requests stay in order behind
+            // its lookup; other lineages and sessions do not wait for it), so that a release
+            // processes each held request once, not a chain of them again and again.
+            (Some((k, fleet_key)), _) => self.start_lookup(ctx, k, fleet_key, out),
             (None, _) => None,
         };
         match held {
             Some(key) => {
-                if sessionless && let Some(f) = self.fleet.as_mut() {
+                let initialize = request.requests.iter().any(|r| r.method == "initialize");
+                if sessionless
+                    && initialize
+                    && let Some(f) = self.fleet.as_mut()
+                {
                     f.flow_waits.insert(ctx.flow, key.clone());
                 }
                 let message = HeldMessage::Request {
@@ -1058,6 +1056,9 @@ impl<D: Detector> Tracker<D> {
         }
         // In order; this key is known now (from the store, or as new), but a request may
         // need another one (its endpoint after its lineage), and its connection waits again.
+        if let Some(f) = self.fleet.as_mut() {
+            f.replayed += held.events.len() as u64;
+        }
         for (ctx, ts, message) in held.events {
             match message {
                 HeldMessage::Http(ev) => self.on_http_fleet(ctx, ts, ev, Some(key), out),

@@ -910,6 +910,44 @@ fn http_sse_first_contact_binds_its_posts_in_fleet_mode() {
     assert_eq!(h.of("handshake").len(), 1);
 }
 
+/// Many lineages queued on one connection (a proxy's, or an attacker's): each request waits
+/// for its own lineage only, so releasing them processes each once — not the rest of the
+/// queue again at every release (quadratic).
+#[test]
+fn lineages_queued_on_one_connection_are_released_in_linear_time() {
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let n = 300u64;
+    for id in 0..n {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":{"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientInfo":{"name":format!("agent-{id}"),"version":"1"},
+            "io.modelcontextprotocol/clientCapabilities":{}}}});
+        h.answered(
+            ctx(1),
+            id,
+            modern_post("tools/list"),
+            body,
+            json!({"tools":[]}),
+        );
+    }
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len() as u64, n, "one lookup per lineage");
+    let now = Timestamp(h.now);
+    // Answered one by one, first first: the worst order for a chain behind the connection's
+    // first waiting request.
+    for key in &asked {
+        h.t.on_shared_state(key, None, now, &mut h.out);
+    }
+    assert_eq!(h.of("exchange").len() as u64, n);
+    // Each request and its three answer messages, once.
+    assert!(
+        h.t.fleet_replayed() <= 4 * n,
+        "{} messages processed again for {n} requests",
+        h.t.fleet_replayed()
+    );
+}
+
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
 /// the same connection and waits behind it (not looked up: the initialize created it).
 #[test]
