@@ -667,6 +667,13 @@ impl<D: Detector> Tracker<D> {
         };
         match held {
             Some(key) => {
+                // A known session waiting for a read is not idle: a sweep while it waits must
+                // not end it.
+                if let Some(sid) = &request.session_id
+                    && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+                {
+                    s.last_seen = s.last_seen.max(ts);
+                }
                 let initialize = request.requests.iter().any(|r| r.method == "initialize");
                 if sessionless
                     && initialize
@@ -714,9 +721,18 @@ impl<D: Detector> Tracker<D> {
                     .fleet
                     .as_ref()
                     .is_some_and(|f| f.pending.contains_key(&key));
+                // (A session restored from a snapshot has no fleet key yet: read too.)
                 let moved = s.era != Era::HttpSse && !s.fleet_flows.contains(&ctx.flow);
-                let fleet_key = s.fleet_key.as_deref()?;
-                return (reading || moved).then(|| (key.clone(), fleet_key.to_string()));
+                if !(reading || moved) {
+                    return None;
+                }
+                let fleet_key = match s.fleet_key.as_deref() {
+                    Some(k) => k.to_string(),
+                    None => {
+                        fleet_session_key(&self.identities.server_identity(ctx.server, head), sid)
+                    }
+                };
+                return Some((key.clone(), fleet_key));
             }
             if self.fleet.as_ref().is_some_and(|f| f.absent.contains(&key)) {
                 return None;
@@ -1126,6 +1142,9 @@ impl<D: Detector> Tracker<D> {
             Ok(entry) => {
                 // Read again (the session came back on another connection): what another
                 // host changed since this one last read or wrote it is merged in.
+                if let Some(s) = self.sessions.get_mut(key) {
+                    s.fleet_key.get_or_insert_with(|| fleet_key.into());
+                }
                 let newer = self
                     .sessions
                     .get(key)

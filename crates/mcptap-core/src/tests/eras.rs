@@ -948,6 +948,40 @@ fn lineages_queued_on_one_connection_are_released_in_linear_time() {
     );
 }
 
+/// A session restored from a snapshot file in fleet mode is read from the store on its first
+/// request (another host may have changed it while this one was down).
+#[test]
+fn a_session_restored_from_a_snapshot_is_read_from_the_store() {
+    let mut before = Harness::new();
+    before.answered(
+        ctx(1),
+        0,
+        session_post("s-restored"),
+        legacy_call(1),
+        json!({"content":[]}),
+    );
+    let snap = before.t.export_state();
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    let now = Timestamp(h.now);
+    h.t.import_state(snap, now, &mut h.out);
+    assert_eq!(h.t.active_sessions(), 1);
+    h.answered(
+        ctx(5),
+        0,
+        session_post("s-restored"),
+        legacy_call(2),
+        json!({"content":[]}),
+    );
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].starts_with("session:"), "{asked:?}");
+    assert!(h.of("exchange").is_empty(), "held until the store answers");
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[0], None, now, &mut h.out);
+    assert_eq!(h.of("exchange").len(), 1);
+}
+
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
 /// the same connection and waits behind it (not looked up: the initialize created it).
 #[test]
