@@ -55,6 +55,10 @@ pub struct CaptureConfig {
     pub read_timeout_ms: u32,
     /// Pipeline worker threads; traffic is sharded by server endpoint. 0 = one per core.
     pub threads: usize,
+    /// Each worker's flow layer (decode, reassembly, HTTP, SSE, decompression) on a thread of
+    /// its own in front of its session layer, so that one busy upstream uses two cores. Not
+    /// with fleet mode.
+    pub split_stages: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +143,7 @@ impl Default for CaptureConfig {
             buffer_bytes: 64 * 1024 * 1024,
             read_timeout_ms: 100,
             threads: 0,
+            split_stages: true,
         }
     }
 }

@@ -19,12 +19,12 @@ use mcptap_core::mcp::identity::Identities;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::Analysis;
-use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
+use mcptap_core::pipeline::{Limits, PacketStats, Pipeline, SessionStage, Staged};
 use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -115,11 +115,129 @@ fn wall_clock() -> Timestamp {
     Timestamp(ns)
 }
 
+/// A worker's pipeline: whole on its thread, or split (the flow layer on a thread of its own
+/// in front, see [`run_flow_stage`]; this thread does the session layer and the sinks), so
+/// that one busy upstream still uses two cores.
+#[allow(clippy::large_enum_variant)] // one per worker
+enum Stages {
+    Whole(Pipeline),
+    Split {
+        sessions: SessionStage,
+        /// The flow thread's counters as of its latest batch.
+        stats: PacketStats,
+        flows: usize,
+        flow_thread: Option<JoinHandle<()>>,
+    },
+}
+
+impl Stages {
+    fn stats(&self) -> &PacketStats {
+        match self {
+            Stages::Whole(p) => p.stats(),
+            Stages::Split { stats, .. } => stats,
+        }
+    }
+
+    fn active_flows(&self) -> usize {
+        match self {
+            Stages::Whole(p) => p.active_flows(),
+            Stages::Split { flows, .. } => *flows,
+        }
+    }
+
+    fn export_state(&self) -> Snapshot {
+        match self {
+            Stages::Whole(p) => p.export_state(),
+            Stages::Split { sessions, .. } => sessions.export_state(),
+        }
+    }
+}
+
+/// What a split worker's flow thread hands its session thread: the staged steps of one
+/// capture batch (or of an idle tick), the batch's first and last packet times, and the flow
+/// layer's counters.
+struct StagedBatch {
+    steps: Vec<Staged>,
+    first: Option<i64>,
+    last: Option<i64>,
+    stats: PacketStats,
+    flows: usize,
+}
+
+/// Where a worker's input comes from.
+enum WorkerInput {
+    Packets(Receiver<Batch>),
+    Staged(Receiver<StagedBatch>),
+}
+
+/// One input of a worker's loop.
+enum Arrival {
+    Packets(Batch),
+    Staged(StagedBatch),
+}
+
+impl WorkerInput {
+    fn recv_timeout(&self, timeout: Duration) -> Result<Arrival, RecvTimeoutError> {
+        match self {
+            WorkerInput::Packets(rx) => rx.recv_timeout(timeout).map(Arrival::Packets),
+            WorkerInput::Staged(rx) => rx.recv_timeout(timeout).map(Arrival::Staged),
+        }
+    }
+}
+
+/// A split worker's flow thread: decode, reassembly, HTTP, SSE, decompression for its shard;
+/// what the session layer must do is staged in order and handed over per batch. Time passes
+/// on a quiet link here (live); the input's end is the finish.
+fn run_flow_stage(
+    mut flows: Pipeline,
+    rx: Receiver<Batch>,
+    tx: SyncSender<StagedBatch>,
+    queue_depth: prometheus::IntGauge,
+    wall_clock_when_idle: bool,
+) {
+    let mut out = Vec::new();
+    let hand_over = |flows: &mut Pipeline, first, last| StagedBatch {
+        steps: flows.take_staged(Vec::new()),
+        first,
+        last,
+        stats: flows.stats().clone(),
+        flows: flows.active_flows(),
+    };
+    loop {
+        let batch = match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(batch) => {
+                queue_depth.dec();
+                let (mut first, mut last) = (None, None);
+                for (ts, frame) in batch.iter() {
+                    first.get_or_insert(ts);
+                    flows.handle_packet(Timestamp(ts), batch.linktype, frame, &mut out);
+                    flows.stage_outputs(&mut out);
+                    last = Some(ts);
+                }
+                hand_over(&mut flows, first, last)
+            }
+            Err(RecvTimeoutError::Timeout) if wall_clock_when_idle => {
+                flows.advance_time(wall_clock(), &mut out);
+                flows.stage_outputs(&mut out);
+                hand_over(&mut flows, None, None)
+            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if tx.send(batch).is_err() {
+            return; // the session thread is gone
+        }
+    }
+    flows.finish(&mut out);
+    flows.stage_outputs(&mut out);
+    let _ = tx.send(hand_over(&mut flows, None, None));
+}
+
 /// One pipeline thread: everything downstream of capture for its shard of the traffic.
 struct Worker {
     /// Batches waiting in this worker's queue (the capture side counts them in).
     queue_depth: prometheus::IntGauge,
-    pipeline: Pipeline,
+    stages: Stages,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
     reopen: Arc<AtomicBool>,
@@ -147,10 +265,11 @@ impl Worker {
         if let Some(r) = &self.redactor {
             r.outputs(outputs);
         }
-        if let Some(store) = self.fleet.as_mut() {
+        if let Some(store) = self.fleet.as_mut()
+            && let Stages::Whole(pipeline) = &mut self.stages
+        {
             // Lookups are answered now (bounded by the lookup timeout), so the sessions they
-            // hold go on within this batch.
-            let pipeline = &mut self.pipeline;
+            // hold go on within this batch. (Fleet mode runs whole pipelines.)
             let mut plain = Vec::with_capacity(outputs.len());
             crate::fleet::serve(store, outputs, pipeline, &mut |o| plain.push(o.clone()));
             *outputs = plain;
@@ -167,18 +286,23 @@ impl Worker {
     }
 
     fn report(&mut self) {
-        let stats = self.pipeline.stats();
-        let flows = self.pipeline.active_flows();
+        let stats = self.stages.stats();
+        let flows = self.stages.active_flows();
         let delta = flows as i64 - self.reported_flows as i64;
         self.metrics.add_packet_stats(stats, &self.reported, delta);
         self.reported = stats.clone();
         self.reported_flows = flows;
     }
 
-    fn run(mut self, rx: Receiver<Batch>, initial: Option<Snapshot>) -> WorkerEnd {
+    fn run(mut self, rx: WorkerInput, initial: Option<Snapshot>) -> WorkerEnd {
         let mut outputs = Vec::new();
         if let Some(snap) = initial {
-            let report = self.pipeline.import_state(snap, wall_clock(), &mut outputs);
+            let report = match &mut self.stages {
+                Stages::Whole(p) => p.import_state(snap, wall_clock(), &mut outputs),
+                Stages::Split { sessions, .. } => {
+                    sessions.import_state(snap, wall_clock(), &mut outputs)
+                }
+            };
             tracing::info!(
                 worker = self.index,
                 sessions = report.sessions,
@@ -190,21 +314,49 @@ impl Worker {
             self.drain(&mut outputs);
         }
         loop {
-            match rx.recv_timeout(Duration::from_millis(250)) {
-                Ok(batch) => {
+            let arrival = rx.recv_timeout(Duration::from_millis(250));
+            let arrival = match (arrival, &mut self.stages) {
+                (Ok(Arrival::Packets(batch)), Stages::Whole(pipeline)) => {
                     self.queue_depth.dec();
                     let mut first = None;
                     let mut last = None;
                     for (ts, frame) in batch.iter() {
                         first.get_or_insert(ts);
-                        self.pipeline.handle_packet(
-                            Timestamp(ts),
-                            batch.linktype,
-                            frame,
-                            &mut outputs,
-                        );
+                        pipeline.handle_packet(Timestamp(ts), batch.linktype, frame, &mut outputs);
                         last = Some(ts);
                     }
+                    Ok((first, last))
+                }
+                (
+                    Ok(Arrival::Staged(batch)),
+                    Stages::Split {
+                        sessions,
+                        stats,
+                        flows,
+                        ..
+                    },
+                ) => {
+                    let StagedBatch {
+                        mut steps,
+                        first,
+                        last,
+                        stats: flow_stats,
+                        flows: active,
+                    } = batch;
+                    for step in steps.drain(..) {
+                        sessions.process(step, &mut outputs);
+                    }
+                    sessions.publish_usage();
+                    *stats = flow_stats;
+                    *flows = active;
+                    Ok((first, last))
+                }
+                // A worker is built with the input its stages take.
+                (Ok(_), _) => Ok((None, None)),
+                (Err(e), _) => Err(e),
+            };
+            match arrival {
+                Ok((first, last)) => {
                     self.drain(&mut outputs);
                     if let (Some(first), Some(last)) = (first, last) {
                         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,8 +372,11 @@ impl Worker {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if self.wall_clock_when_idle => {
-                    // No traffic: let time pass so idle flows and sessions still expire.
-                    self.pipeline.advance_time(wall_clock(), &mut outputs);
+                    // No traffic: let time pass so idle flows and sessions still expire (a
+                    // split worker's flow thread does it for its side).
+                    if let Stages::Whole(pipeline) = &mut self.stages {
+                        pipeline.advance_time(wall_clock(), &mut outputs);
+                    }
                     self.drain(&mut outputs);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -245,22 +400,29 @@ impl Worker {
             if let Some(slots) = &self.snapshots
                 && let Some(generation) = slots.pending(self.answered_snapshot)
             {
-                slots.answer(self.index, generation, self.pipeline.export_state());
+                slots.answer(self.index, generation, self.stages.export_state());
                 self.answered_snapshot = generation;
             }
         }
-        self.pipeline.finish(&mut outputs);
+        match &mut self.stages {
+            Stages::Whole(pipeline) => pipeline.finish(&mut outputs),
+            // The flow thread finished and handed its last batch over before it let go.
+            Stages::Split { flow_thread, .. } => {
+                if let Some(t) = flow_thread.take()
+                    && let Err(panic) = t.join()
+                {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
         self.drain(&mut outputs);
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         self.share_packet_stats(&mut sinks);
         sinks.flush();
         drop(sinks);
         self.report();
-        let state = self
-            .snapshots
-            .is_some()
-            .then(|| self.pipeline.export_state());
-        (self.pipeline.stats().clone(), state)
+        let state = self.snapshots.is_some().then(|| self.stages.export_state());
+        (self.stages.stats().clone(), state)
     }
 
     fn share_packet_stats(&self, sinks: &mut EventSinks) {
@@ -270,7 +432,7 @@ impl Worker {
                 .resize(self.index + 1, PacketStats::default());
         }
         if let Some(slot) = sinks.worker_packets.get_mut(self.index) {
-            slot.clone_from(self.pipeline.stats());
+            slot.clone_from(self.stages.stats());
         }
     }
 }
@@ -292,7 +454,12 @@ struct WorkerPool {
     /// Fleet mode: the store every worker connects to.
     fleet: Option<crate::fleet::FleetSettings>,
     redactor: Option<Redactor>,
+    /// Each worker's flow layer on a thread of its own (not with fleet mode).
+    split: bool,
 }
+
+/// Staged batches that may wait between a split worker's flow and session threads.
+const SPLIT_QUEUE_BATCHES: usize = 4;
 
 /// What a worker hands back: its counters and (with a snapshot file) its state.
 type WorkerEnd = (PacketStats, Option<Snapshot>);
@@ -313,9 +480,33 @@ impl WorkerPool {
                 depth: depth.clone(),
                 waited_packets,
             });
+            // Split stages unless fleet mode (its store answers go to a whole pipeline).
+            let split = self.split && self.fleet.is_none();
+            let (stages, input) = if split {
+                let (flows, sessions) =
+                    Pipeline::split(self.limits, self.analysis.clone(), usage.clone());
+                let (staged_tx, staged_rx) =
+                    std::sync::mpsc::sync_channel::<StagedBatch>(SPLIT_QUEUE_BATCHES);
+                let (gauge, idle) = (depth.clone(), self.wall_clock_when_idle);
+                let flow_thread = std::thread::Builder::new()
+                    .name(format!("flows-{i}"))
+                    .spawn(move || run_flow_stage(flows, rx, staged_tx, gauge, idle))
+                    .map_err(|e| format!("cannot start flow thread: {e}"))?;
+                let stages = Stages::Split {
+                    sessions,
+                    stats: PacketStats::default(),
+                    flows: 0,
+                    flow_thread: Some(flow_thread),
+                };
+                (stages, WorkerInput::Staged(staged_rx))
+            } else {
+                let pipeline =
+                    Pipeline::configured(self.limits, self.analysis.clone(), usage.clone());
+                (Stages::Whole(pipeline), WorkerInput::Packets(rx))
+            };
             let worker = Worker {
                 queue_depth: depth,
-                pipeline: Pipeline::configured(self.limits, self.analysis.clone(), usage.clone()),
+                stages,
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),
                 reopen: self.reopen.clone(),
@@ -338,8 +529,10 @@ impl WorkerPool {
                 redactor: self.redactor.clone(),
             };
             let mut worker = worker;
-            if worker.fleet.is_some() {
-                worker.pipeline.enable_fleet();
+            if worker.fleet.is_some()
+                && let Stages::Whole(pipeline) = &mut worker.stages
+            {
+                pipeline.enable_fleet();
             }
             let initial = self
                 .initial
@@ -350,7 +543,7 @@ impl WorkerPool {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("pipeline-{i}"))
-                    .spawn(move || worker.run(rx, initial))
+                    .spawn(move || worker.run(input, initial))
                     .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
             );
         }
@@ -393,12 +586,14 @@ pub struct WorkerReplay {
 /// endpoint over `threads` pipeline workers with process-wide limits, exactly as `run` does
 /// with live traffic (the same [`Dispatcher`], knowing the configured `servers`); events (in
 /// no fixed order across workers) to `events` or standard output. For testing the live path's
-/// sharding and limits on a capture.
+/// sharding and limits on a capture; `split`: each worker split in two threads, as `run` by
+/// default.
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
     analysis: Analysis,
     threads: usize,
+    split: bool,
     servers: &[SocketAddr],
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
@@ -424,6 +619,7 @@ pub fn replay_through_workers(
         initial: Mutex::new(Vec::new()),
         fleet: None,
         redactor: None,
+        split,
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -581,6 +777,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         initial: Mutex::new(initial),
         fleet: cfg.fleet.url.is_some().then(|| cfg.fleet.clone()),
         redactor: redactor.clone(),
+        split: cfg.capture.split_stages,
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();

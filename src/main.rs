@@ -79,6 +79,9 @@ enum Command {
         /// across workers. For checking the live path's limits on a capture.
         #[arg(long, hide = true, value_name = "N")]
         worker_threads: Option<usize>,
+        /// With --worker-threads: each worker on one thread, as `run --no-split-stages`.
+        #[arg(long, hide = true)]
+        worker_whole: bool,
         /// JSON-RPC error responses take part in content-type mode elimination (config
         /// `detect.errors_decide_mode`).
         #[arg(long)]
@@ -193,6 +196,10 @@ struct RunArgs {
     /// Pipeline worker threads, traffic sharded by server endpoint [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
+    /// Run each worker's flow and session layers on one thread (by default the flow layer
+    /// has a thread of its own).
+    #[arg(long)]
+    no_split_stages: bool,
     /// Metrics endpoint address [default: 127.0.0.1:9917].
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
@@ -232,6 +239,9 @@ impl RunArgs {
         }
         if let Some(t) = self.threads {
             cfg.capture.threads = t;
+        }
+        if self.no_split_stages {
+            cfg.capture.split_stages = false;
         }
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;
@@ -419,6 +429,7 @@ fn run_main() -> ExitCode {
             quiet,
             threads,
             worker_threads,
+            worker_whole,
             errors_decide_mode,
             worker_servers,
             trusted_proxies,
@@ -497,7 +508,7 @@ fn run_main() -> ExitCode {
                     events.as_deref(),
                     fail_on_alert,
                     (limits, detectors),
-                    threads,
+                    (threads, !worker_whole),
                     &worker_servers,
                 ),
             }
@@ -737,12 +748,13 @@ fn replay_through_workers(
     events: Option<&str>,
     fail_on_alert: bool,
     (limits, detectors): (Limits, mcptap_core::pipeline::Analysis),
-    threads: usize,
+    (threads, split): (usize, bool),
     servers: &[std::net::SocketAddr],
 ) -> ExitCode {
     let started = Instant::now();
-    match mcptap::daemon::replay_through_workers(files, limits, detectors, threads, servers, events)
-    {
+    match mcptap::daemon::replay_through_workers(
+        files, limits, detectors, threads, split, servers, events,
+    ) {
         Ok(r) => {
             for t in &r.read.truncations {
                 tracing::warn!(file = %t.path, offset = t.offset, "capture file truncated mid-record; events up to the cut were emitted");
@@ -803,6 +815,7 @@ mod tests {
         "capture.buffer_bytes",
         "capture.read_timeout_ms",
         "capture.threads",
+        "capture.split_stages",
         "metrics.listen",
         "metrics.max_servers",
         "metrics.max_connections",

@@ -43,14 +43,29 @@ pub fn read_segments_observing(
 }
 
 /// The events of `path` replayed through the daemon's worker path with `threads` workers (and
-/// `servers` configured), one NDJSON line each, sorted: workers emit in no fixed order.
+/// `servers` configured), one NDJSON line each, sorted: workers emit in no fixed order. The
+/// workers run split (flow and session layers on two threads each, as `run` by default) and
+/// whole: both must give the same events.
 pub fn events_of_workers(
     path: &str,
     threads: usize,
     servers: &[std::net::SocketAddr],
     dir: &Path,
 ) -> Vec<String> {
-    let out = dir.join(format!("w{threads}.ndjson"));
+    let split = worker_events(path, threads, true, servers, dir);
+    let whole = worker_events(path, threads, false, servers, dir);
+    assert_eq!(split, whole, "split workers differ from whole ones");
+    split
+}
+
+fn worker_events(
+    path: &str,
+    threads: usize,
+    split: bool,
+    servers: &[std::net::SocketAddr],
+    dir: &Path,
+) -> Vec<String> {
+    let out = dir.join(format!("w{threads}-{split}.ndjson"));
     let out = out.to_str().expect("utf-8");
     let _ = std::fs::remove_file(out);
     let r = mcptap::daemon::replay_through_workers(
@@ -58,6 +73,7 @@ pub fn events_of_workers(
         mcptap_core::pipeline::Limits::default(),
         Default::default(),
         threads,
+        split,
         servers,
         Some(out),
     )

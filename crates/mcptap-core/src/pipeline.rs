@@ -516,10 +516,14 @@ impl Pipeline {
         );
         let tracker = std::mem::replace(&mut flows.tracker, placeholder);
         flows.staged = Some(Vec::new());
+        // The session layer's thread has an allocator of its own: its slack too.
+        let slack = flows.slack;
+        usage.republish_session_bytes(0, slack);
         let sessions = SessionStage {
             tracker,
             usage,
             published_exchange_bytes: 0,
+            slack,
         };
         (flows, sessions)
     }
@@ -1355,6 +1359,8 @@ pub struct SessionStage {
     /// Open exchanges' bytes this stage last added to the flow side of `usage` (they count
     /// there in a whole pipeline too).
     published_exchange_bytes: usize,
+    /// Charged for its thread's allocator (see [`PIPELINE_SLACK`]).
+    slack: usize,
 }
 
 impl SessionStage {
@@ -1384,12 +1390,28 @@ impl SessionStage {
     pub fn memory_in_use(&self) -> usize {
         self.tracker.exchange_bytes() + self.tracker.session_bytes()
     }
+
+    /// The session layer's lasting state, as [`Pipeline::export_state`].
+    pub fn export_state(&self) -> crate::mcp::snapshot::StateSnapshot<ModeTracker> {
+        self.tracker.export_state()
+    }
+
+    /// Loads exported state as of `now`, as [`Pipeline::import_state`].
+    pub fn import_state(
+        &mut self,
+        snap: crate::mcp::snapshot::StateSnapshot<ModeTracker>,
+        now: Timestamp,
+        out: &mut Vec<Output>,
+    ) -> crate::mcp::snapshot::ImportReport {
+        self.tracker.import_state(snap, now, out)
+    }
 }
 
 impl Drop for SessionStage {
     fn drop(&mut self) {
         self.usage
             .republish_flow_bytes(self.published_exchange_bytes, 0);
+        self.usage.republish_session_bytes(self.slack, 0);
     }
 }
 
