@@ -68,9 +68,10 @@ enum Command {
         /// bar is shown only when standard error is a terminal.
         #[arg(long, short = 'q')]
         quiet: bool,
-        /// Threads: 1 runs everything on one; 2 or more put the flow layer (capture reading,
-        /// TCP, HTTP) and the session layer (MCP, detection, output) on one each, with the
-        /// same events in the same order. Further cores are not used yet. With --fleet: 1
+        /// Threads: 1 runs everything on one; 2 or more put the session layer (MCP, detection)
+        /// on a thread of its own beside the flow layer (capture reading, TCP, HTTP) and the
+        /// output, with the same events in the same order. Further cores are not used yet.
+        /// With --fleet: 1
         /// [default: one per core].
         #[arg(long, value_name = "N")]
         threads: Option<usize>,

@@ -92,10 +92,12 @@ pub fn replay_with_fleet(
     })
 }
 
-/// [`replay_with_fleet`] without a store, on three threads: the flow layer (capture reading,
-/// decoding, reassembly, HTTP) on one, the session layer on another ([`Pipeline::split`]), and
-/// `on_output` (events, logs) on the calling thread. The outputs are those of [`replay`], in
-/// the same order, unless a memory limit is reached.
+/// [`replay_with_fleet`] without a store, on two threads: the calling thread reads the
+/// capture, runs the flow layer (decoding, reassembly, HTTP) and hands every output to
+/// `on_output` (events, logs); the session layer ([`Pipeline::split`]) runs on the other. Two
+/// busy threads for two cores: the flow layer and the outputs together cost about what the
+/// session layer does on gateway traffic. The outputs are those of [`replay`], in the same
+/// order, unless a memory limit is reached.
 pub fn replay_split(
     paths: &[String],
     limits: Limits,
@@ -106,87 +108,81 @@ pub fn replay_split(
     let whole = analysis.clone();
     let (mut flows, mut sessions) = Pipeline::split(limits, analysis, std::sync::Arc::default());
     let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
-    let (out_tx, out_rx) = std::sync::mpsc::sync_channel::<Vec<Output>>(SPLIT_QUEUE_BATCHES);
+    // Unbounded, so that neither side can wait for the other forever; what waits in it is
+    // bounded all the same: the session side makes outputs only of the staged batches it was
+    // given (at most the staging channel's), and the flow side takes them after every batch.
+    let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<Output>>();
     // Done batches go back to be filled again: a batch is large, and allocating it anew (and
     // freeing it on the other thread) cost more than the hand-over itself.
     let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
     let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<Vec<Output>>();
-    let flow_progress = &mut *progress;
     let done = std::thread::scope(|scope| {
-        // The session side first: it only waits, so if the flow side cannot start nothing of
-        // the input is read yet and the whole pipeline can take it (below).
         let session_side = std::thread::Builder::new()
             .name("sessions".into())
             .spawn_scoped(scope, move || {
-                let mut out = Vec::with_capacity(SPLIT_BATCH);
-                let mut receiver_gone = false;
                 for mut batch in staged_rx {
+                    let mut out = spare_out_rx
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
                     for staged in batch.drain(..) {
                         sessions.process(staged, &mut out);
                     }
                     let _ = spare_staged_tx.send(batch);
                     sessions.publish_usage();
-                    if out.len() >= SPLIT_BATCH && !receiver_gone {
-                        let spare = spare_out_rx
-                            .try_recv()
-                            .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
-                        let full = std::mem::replace(&mut out, spare);
-                        receiver_gone = out_tx.send(full).is_err();
+                    if out_tx.send(out).is_err() {
+                        return; // the flow side is gone
                     }
                 }
-                if !out.is_empty() {
-                    let _ = out_tx.send(out);
-                }
             });
+        // Nothing of the input is read yet: the whole pipeline can take it (below).
         let Ok(session_side) = session_side else {
             return None;
         };
-        let flow_side = std::thread::Builder::new()
-            .name("flows".into())
-            .spawn_scoped(scope, move || {
-                let mut out = Vec::new();
-                let mut span = TimeSpan::default();
-                let mut receiver_gone = false;
-                let read = capture::read_captures(paths, &mut |pkt| {
-                    span.see(Timestamp(pkt.ts_nanos));
-                    flow_progress.packet(pkt.data.len());
-                    flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
-                    let (steps, bytes) = flows.stage_outputs(&mut out);
-                    if (steps >= SPLIT_BATCH || bytes >= SPLIT_BATCH_BYTES) && !receiver_gone {
-                        let spare = spare_staged_rx
-                            .try_recv()
-                            .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
-                        receiver_gone = staged_tx.send(flows.take_staged(spare)).is_err();
-                    }
-                });
-                // As the whole pipeline: an input that cannot be read ends without the finish.
-                if read.is_ok() {
-                    flows.finish(&mut out);
-                }
-                flows.stage_outputs(&mut out);
-                let _ = staged_tx.send(flows.take_staged(Vec::new()));
-                (read, flows.stats().clone(), span)
-            });
-        // Its closure, and with it the staging channel, is gone: the session side ends too.
-        let Ok(flow_side) = flow_side else {
-            let _ = session_side.join();
-            return None;
-        };
-        for mut batch in out_rx {
+        let mut deliver = |batch: Vec<Output>| {
+            let mut batch = batch;
             for o in &batch {
                 on_output(o);
             }
             batch.clear();
             let _ = spare_out_tx.send(batch);
+        };
+        let mut out = Vec::new();
+        let mut span = TimeSpan::default();
+        let mut session_side_gone = false;
+        let read = capture::read_captures(paths, &mut |pkt| {
+            span.see(Timestamp(pkt.ts_nanos));
+            progress.packet(pkt.data.len());
+            flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
+            let (steps, bytes) = flows.stage_outputs(&mut out);
+            if (steps >= SPLIT_BATCH || bytes >= SPLIT_BATCH_BYTES) && !session_side_gone {
+                let spare = spare_staged_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                session_side_gone = staged_tx.send(flows.take_staged(spare)).is_err();
+                while let Ok(batch) = out_rx.try_recv() {
+                    deliver(batch);
+                }
+            }
+        });
+        // As the whole pipeline: an input that cannot be read ends without the finish.
+        if read.is_ok() {
+            flows.finish(&mut out);
+        }
+        flows.stage_outputs(&mut out);
+        let _ = staged_tx.send(flows.take_staged(Vec::new()));
+        // The session side ends when the staging channel closes, and so does its output.
+        drop(staged_tx);
+        for batch in out_rx {
+            deliver(batch);
         }
         if let Err(panic) = session_side.join() {
             std::panic::resume_unwind(panic);
         }
-        let (read, stats, span) = match flow_side.join() {
-            Ok(done) => done,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        Some(read.map(|read| ReplayReport { read, stats, span }))
+        Some(read.map(|read| ReplayReport {
+            read,
+            stats: flows.stats().clone(),
+            span,
+        }))
     });
     match done {
         Some(result) => result,
@@ -196,7 +192,7 @@ pub fn replay_split(
 
 /// Staged steps (or bytes of bodies) the flow thread hands over at once, and batches that may
 /// wait: what waits for the session side is charged to the memory budget, and bounded here
-/// besides; outputs wait for the calling thread in batches of the same count.
+/// besides; the outputs of each staged batch come back as one batch.
 const SPLIT_BATCH: usize = 1024;
 const SPLIT_BATCH_BYTES: usize = 1 << 20;
 const SPLIT_QUEUE_BATCHES: usize = 8;
