@@ -16,6 +16,7 @@ use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::{Summary, TimeSpan};
 use crate::state::{self, Snapshot, SnapshotSlots};
 use mcptap_core::mcp::identity::Identities;
+use mcptap_core::mcp::snapshot::ImportReport;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::Analysis;
@@ -115,122 +116,254 @@ fn wall_clock() -> Timestamp {
     Timestamp(ns)
 }
 
-/// A worker's pipeline: whole on its thread, or split (the flow layer on a thread of its own
-/// in front, see [`run_flow_stage`]; this thread does the session layer and the sinks), so
-/// that one busy upstream still uses two cores.
+/// A worker's pipeline: whole on its thread, or split (the session layer on a thread of its
+/// own behind, see [`SessionThread`]; this thread does capture batches, the flow layer and the
+/// sinks), so that one busy upstream still uses two cores, each about equally busy.
 #[allow(clippy::large_enum_variant)] // one per worker
 enum Stages {
     Whole(Pipeline),
     Split {
-        sessions: SessionStage,
-        /// The flow thread's counters as of its latest batch.
-        stats: PacketStats,
-        flows: usize,
-        flow_thread: Option<JoinHandle<()>>,
+        flows: Pipeline,
+        sessions: SessionThread,
     },
 }
 
 impl Stages {
     fn stats(&self) -> &PacketStats {
         match self {
-            Stages::Whole(p) => p.stats(),
-            Stages::Split { stats, .. } => stats,
+            Stages::Whole(p) | Stages::Split { flows: p, .. } => p.stats(),
         }
     }
 
     fn active_flows(&self) -> usize {
         match self {
-            Stages::Whole(p) => p.active_flows(),
-            Stages::Split { flows, .. } => *flows,
+            Stages::Whole(p) | Stages::Split { flows: p, .. } => p.active_flows(),
         }
     }
 
+    /// The session layer's lasting state (a split worker waits for its session thread to
+    /// reach everything handed over so far).
     fn export_state(&self) -> Snapshot {
         match self {
             Stages::Whole(p) => p.export_state(),
             Stages::Split { sessions, .. } => sessions.export_state(),
         }
     }
-}
 
-/// What a split worker's flow thread hands its session thread: the staged steps of one
-/// capture batch (or of an idle tick), the batch's first and last packet times, and the flow
-/// layer's counters.
-struct StagedBatch {
-    steps: Vec<Staged>,
-    first: Option<i64>,
-    last: Option<i64>,
-    stats: PacketStats,
-    flows: usize,
-}
-
-/// Where a worker's input comes from.
-enum WorkerInput {
-    Packets(Receiver<Batch>),
-    Staged(Receiver<StagedBatch>),
-}
-
-/// One input of a worker's loop.
-enum Arrival {
-    Packets(Batch),
-    Staged(StagedBatch),
-}
-
-impl WorkerInput {
-    fn recv_timeout(&self, timeout: Duration) -> Result<Arrival, RecvTimeoutError> {
+    fn import_state(
+        &mut self,
+        snap: Snapshot,
+        now: Timestamp,
+        outputs: &mut Vec<Output>,
+    ) -> ImportReport {
         match self {
-            WorkerInput::Packets(rx) => rx.recv_timeout(timeout).map(Arrival::Packets),
-            WorkerInput::Staged(rx) => rx.recv_timeout(timeout).map(Arrival::Staged),
+            Stages::Whole(p) => p.import_state(snap, now, outputs),
+            Stages::Split { sessions, .. } => sessions.import_state(snap, now, outputs),
+        }
+    }
+
+    /// One capture batch's packets. Returns the latest packet time whose outputs are now in
+    /// `outputs` (a split worker's come back from its session thread a little later).
+    fn packets(&mut self, batch: &Batch, outputs: &mut Vec<Output>) -> Option<i64> {
+        let last = batch.iter().last().map(|(ts, _)| ts);
+        match self {
+            Stages::Whole(p) => {
+                for (ts, frame) in batch.iter() {
+                    p.handle_packet(Timestamp(ts), batch.linktype, frame, outputs);
+                }
+                last
+            }
+            Stages::Split { flows, sessions } => {
+                for (ts, frame) in batch.iter() {
+                    flows.handle_packet(Timestamp(ts), batch.linktype, frame, outputs);
+                    flows.stage_outputs(outputs);
+                }
+                sessions.hand_over(flows, last, outputs)
+            }
+        }
+    }
+
+    /// Time passes on a quiet link: idle flows and sessions expire.
+    fn advance_time(&mut self, now: Timestamp, outputs: &mut Vec<Output>) {
+        match self {
+            Stages::Whole(p) => p.advance_time(now, outputs),
+            Stages::Split { flows, sessions } => {
+                flows.advance_time(now, outputs);
+                flows.stage_outputs(outputs);
+                sessions.hand_over(flows, None, outputs);
+            }
+        }
+    }
+
+    /// The session thread's outputs so far (`wait`: all of those handed over, e.g. before a
+    /// quiet wait for packets); returns the latest packet time they are of.
+    fn collect(&mut self, wait: bool, outputs: &mut Vec<Output>) -> Option<i64> {
+        match self {
+            Stages::Whole(_) => None,
+            Stages::Split { sessions, .. } => sessions.collect(wait, outputs),
+        }
+    }
+
+    /// The end of the input: everything concluded, and every output collected.
+    fn finish(&mut self, outputs: &mut Vec<Output>) {
+        match self {
+            Stages::Whole(p) => p.finish(outputs),
+            Stages::Split { flows, sessions } => {
+                flows.finish(outputs);
+                flows.stage_outputs(outputs);
+                sessions.hand_over(flows, None, outputs);
+                sessions.close(outputs);
+            }
         }
     }
 }
 
-/// A split worker's flow thread: decode, reassembly, HTTP, SSE, decompression for its shard;
-/// what the session layer must do is staged in order and handed over per batch. Time passes
-/// on a quiet link here (live); the input's end is the finish.
-fn run_flow_stage(
-    mut flows: Pipeline,
-    rx: Receiver<Batch>,
-    tx: SyncSender<StagedBatch>,
-    queue_depth: prometheus::IntGauge,
-    wall_clock_when_idle: bool,
-) {
-    let mut out = Vec::new();
-    let hand_over = |flows: &mut Pipeline, first, last| StagedBatch {
-        steps: flows.take_staged(Vec::new()),
-        first,
-        last,
-        stats: flows.stats().clone(),
-        flows: flows.active_flows(),
-    };
-    loop {
-        let batch = match rx.recv_timeout(Duration::from_millis(250)) {
-            Ok(batch) => {
-                queue_depth.dec();
-                let (mut first, mut last) = (None, None);
-                for (ts, frame) in batch.iter() {
-                    first.get_or_insert(ts);
-                    flows.handle_packet(Timestamp(ts), batch.linktype, frame, &mut out);
-                    flows.stage_outputs(&mut out);
-                    last = Some(ts);
+/// What a split worker asks of its session thread, in order.
+enum SessionJob {
+    /// The staged steps of packets up to the time given (if any).
+    Steps(Vec<Staged>, Option<i64>),
+    Import(Box<Snapshot>, Timestamp, SyncSender<ImportReport>),
+    Export(SyncSender<Snapshot>),
+}
+
+/// A split worker's session layer on a thread of its own: it takes the staged steps of each
+/// capture batch and hands back their outputs.
+struct SessionThread {
+    jobs: Option<SyncSender<SessionJob>>,
+    /// Unbounded, so that neither thread can wait for the other forever; what waits in it is
+    /// bounded all the same: outputs come only of the jobs queued (at most
+    /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
+    outputs: Receiver<(Vec<Output>, Option<i64>)>,
+    /// Jobs handed over whose outputs have not come back yet.
+    outstanding: usize,
+    thread: Option<JoinHandle<SessionStage>>,
+    /// The session layer back from its thread once the input ended (for the final snapshot).
+    closed: Option<SessionStage>,
+}
+
+impl SessionThread {
+    fn spawn(mut sessions: SessionStage, name: String) -> std::io::Result<SessionThread> {
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<SessionJob>(SPLIT_QUEUE_BATCHES);
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<(Vec<Output>, Option<i64>)>();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            for job in jobs_rx {
+                let mut out = Vec::new();
+                let mut up_to = None;
+                match job {
+                    SessionJob::Steps(steps, last) => {
+                        up_to = last;
+                        for step in steps {
+                            sessions.process(step, &mut out);
+                        }
+                        sessions.publish_usage();
+                    }
+                    SessionJob::Import(snap, now, reply) => {
+                        let _ = reply.send(sessions.import_state(*snap, now, &mut out));
+                    }
+                    SessionJob::Export(reply) => {
+                        // Answered on its own channel: no outputs.
+                        let _ = reply.send(sessions.export_state());
+                        continue;
+                    }
                 }
-                hand_over(&mut flows, first, last)
+                if out_tx.send((out, up_to)).is_err() {
+                    break; // the worker is gone
+                }
             }
-            Err(RecvTimeoutError::Timeout) if wall_clock_when_idle => {
-                flows.advance_time(wall_clock(), &mut out);
-                flows.stage_outputs(&mut out);
-                hand_over(&mut flows, None, None)
+            sessions
+        })?;
+        Ok(SessionThread {
+            jobs: Some(jobs_tx),
+            outputs: out_rx,
+            outstanding: 0,
+            thread: Some(thread),
+            closed: None,
+        })
+    }
+
+    fn send(&mut self, job: SessionJob) -> bool {
+        let sent = self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
+        self.outstanding += usize::from(sent);
+        sent
+    }
+
+    /// Hands the steps staged so far (of packets up to `last`) over (`outputs` must be staged
+    /// already), and collects what has come back.
+    fn hand_over(
+        &mut self,
+        flows: &mut Pipeline,
+        last: Option<i64>,
+        outputs: &mut Vec<Output>,
+    ) -> Option<i64> {
+        let steps = flows.take_staged(Vec::new());
+        if !steps.is_empty() {
+            self.send(SessionJob::Steps(steps, last));
+        }
+        self.collect(false, outputs)
+    }
+
+    /// Outputs back from the thread (`wait`: all that are due); returns the latest packet time
+    /// they are of.
+    fn collect(&mut self, wait: bool, outputs: &mut Vec<Output>) -> Option<i64> {
+        let mut up_to = None;
+        while self.outstanding > 0 {
+            let got = if wait {
+                self.outputs.recv().ok()
+            } else {
+                self.outputs.try_recv().ok()
+            };
+            let Some((mut batch, last)) = got else {
+                if wait {
+                    self.outstanding = 0; // the thread is gone
+                }
+                break;
+            };
+            self.outstanding -= 1;
+            outputs.append(&mut batch);
+            up_to = last.or(up_to);
+        }
+        up_to
+    }
+
+    fn import_state(
+        &mut self,
+        snap: Snapshot,
+        now: Timestamp,
+        outputs: &mut Vec<Output>,
+    ) -> ImportReport {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.send(SessionJob::Import(Box::new(snap), now, tx));
+        self.collect(true, outputs);
+        rx.recv().unwrap_or_default()
+    }
+
+    fn export_state(&self) -> Snapshot {
+        if let Some(sessions) = &self.closed {
+            return sessions.export_state();
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|j| j.send(SessionJob::Export(tx)).is_ok());
+        let snap = if sent { rx.recv().ok() } else { None };
+        snap.unwrap_or_default()
+    }
+
+    /// No more jobs: waits for every output and for the thread.
+    fn close(&mut self, outputs: &mut Vec<Output>) {
+        self.jobs = None;
+        for (mut batch, _) in self.outputs.iter() {
+            outputs.append(&mut batch);
+        }
+        self.outstanding = 0;
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(sessions) => self.closed = Some(sessions),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        if tx.send(batch).is_err() {
-            return; // the session thread is gone
         }
     }
-    flows.finish(&mut out);
-    flows.stage_outputs(&mut out);
-    let _ = tx.send(hand_over(&mut flows, None, None));
 }
 
 /// One pipeline thread: everything downstream of capture for its shard of the traffic.
@@ -294,15 +427,10 @@ impl Worker {
         self.reported_flows = flows;
     }
 
-    fn run(mut self, rx: WorkerInput, initial: Option<Snapshot>) -> WorkerEnd {
+    fn run(mut self, rx: Receiver<Batch>, initial: Option<Snapshot>) -> WorkerEnd {
         let mut outputs = Vec::new();
         if let Some(snap) = initial {
-            let report = match &mut self.stages {
-                Stages::Whole(p) => p.import_state(snap, wall_clock(), &mut outputs),
-                Stages::Split { sessions, .. } => {
-                    sessions.import_state(snap, wall_clock(), &mut outputs)
-                }
-            };
+            let report = self.stages.import_state(snap, wall_clock(), &mut outputs);
             tracing::info!(
                 worker = self.index,
                 sessions = report.sessions,
@@ -313,70 +441,40 @@ impl Worker {
             );
             self.drain(&mut outputs);
         }
+        // The session thread's latest outputs are waited for before a long quiet wait, so
+        // that an alert never lies in a queue while the link is quiet.
+        let mut handed_over = false;
         loop {
-            let arrival = rx.recv_timeout(Duration::from_millis(250));
-            let arrival = match (arrival, &mut self.stages) {
-                (Ok(Arrival::Packets(batch)), Stages::Whole(pipeline)) => {
-                    self.queue_depth.dec();
-                    let mut first = None;
-                    let mut last = None;
-                    for (ts, frame) in batch.iter() {
-                        first.get_or_insert(ts);
-                        pipeline.handle_packet(Timestamp(ts), batch.linktype, frame, &mut outputs);
-                        last = Some(ts);
-                    }
-                    Ok((first, last))
-                }
-                (
-                    Ok(Arrival::Staged(batch)),
-                    Stages::Split {
-                        sessions,
-                        stats,
-                        flows,
-                        ..
-                    },
-                ) => {
-                    let StagedBatch {
-                        mut steps,
-                        first,
-                        last,
-                        stats: flow_stats,
-                        flows: active,
-                    } = batch;
-                    for step in steps.drain(..) {
-                        sessions.process(step, &mut outputs);
-                    }
-                    sessions.publish_usage();
-                    *stats = flow_stats;
-                    *flows = active;
-                    Ok((first, last))
-                }
-                // A worker is built with the input its stages take.
-                (Ok(_), _) => Ok((None, None)),
-                (Err(e), _) => Err(e),
+            let wait = if handed_over {
+                Duration::from_millis(5)
+            } else {
+                Duration::from_millis(250)
             };
-            match arrival {
-                Ok((first, last)) => {
+            match rx.recv_timeout(wait) {
+                Ok(batch) => {
+                    self.queue_depth.dec();
+                    let done_up_to = self.stages.packets(&batch, &mut outputs);
+                    handed_over = matches!(self.stages, Stages::Split { .. });
                     self.drain(&mut outputs);
-                    if let (Some(first), Some(last)) = (first, last) {
+                    if let (Some((first, _)), Some((last, _))) =
+                        (batch.iter().next(), batch.iter().last())
+                    {
                         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
                         sinks.span.see(Timestamp(first));
                         sinks.span.see(Timestamp(last));
                     }
-                    // Live: how long the batch's last packet took from the wire to its events.
-                    if self.wall_clock_when_idle
-                        && let Some(ts) = last
-                    {
-                        let lag_ns = wall_clock().0.saturating_sub(ts).max(0);
-                        self.metrics.observe_pipeline_lag(lag_ns as f64 / 1e9);
-                    }
+                    self.observe_lag(done_up_to);
+                }
+                Err(RecvTimeoutError::Timeout) if handed_over => {
+                    let done_up_to = self.stages.collect(true, &mut outputs);
+                    handed_over = false;
+                    self.drain(&mut outputs);
+                    self.observe_lag(done_up_to);
                 }
                 Err(RecvTimeoutError::Timeout) if self.wall_clock_when_idle => {
-                    // No traffic: let time pass so idle flows and sessions still expire (a
-                    // split worker's flow thread does it for its side).
-                    if let Stages::Whole(pipeline) = &mut self.stages {
-                        pipeline.advance_time(wall_clock(), &mut outputs);
-                    }
+                    // No traffic: let time pass so idle flows and sessions still expire.
+                    self.stages.advance_time(wall_clock(), &mut outputs);
+                    self.stages.collect(true, &mut outputs);
                     self.drain(&mut outputs);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -404,17 +502,7 @@ impl Worker {
                 self.answered_snapshot = generation;
             }
         }
-        match &mut self.stages {
-            Stages::Whole(pipeline) => pipeline.finish(&mut outputs),
-            // The flow thread finished and handed its last batch over before it let go.
-            Stages::Split { flow_thread, .. } => {
-                if let Some(t) = flow_thread.take()
-                    && let Err(panic) = t.join()
-                {
-                    std::panic::resume_unwind(panic);
-                }
-            }
-        }
+        self.stages.finish(&mut outputs);
         self.drain(&mut outputs);
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         self.share_packet_stats(&mut sinks);
@@ -423,6 +511,17 @@ impl Worker {
         self.report();
         let state = self.snapshots.is_some().then(|| self.stages.export_state());
         (self.stages.stats().clone(), state)
+    }
+
+    /// Live: how long a packet took from the wire to its events (the latest one whose outputs
+    /// were just written).
+    fn observe_lag(&self, done_up_to: Option<i64>) {
+        if self.wall_clock_when_idle
+            && let Some(ts) = done_up_to
+        {
+            let lag_ns = wall_clock().0.saturating_sub(ts).max(0);
+            self.metrics.observe_pipeline_lag(lag_ns as f64 / 1e9);
+        }
     }
 
     fn share_packet_stats(&self, sinks: &mut EventSinks) {
@@ -458,7 +557,7 @@ struct WorkerPool {
     split: bool,
 }
 
-/// Staged batches that may wait between a split worker's flow and session threads.
+/// Jobs that may wait for a split worker's session thread.
 const SPLIT_QUEUE_BATCHES: usize = 4;
 
 /// What a worker hands back: its counters and (with a snapshot file) its state.
@@ -482,27 +581,18 @@ impl WorkerPool {
             });
             // Split stages unless fleet mode (its store answers go to a whole pipeline).
             let split = self.split && self.fleet.is_none();
-            let (stages, input) = if split {
+            let stages = if split {
                 let (flows, sessions) =
                     Pipeline::split(self.limits, self.analysis.clone(), usage.clone());
-                let (staged_tx, staged_rx) =
-                    std::sync::mpsc::sync_channel::<StagedBatch>(SPLIT_QUEUE_BATCHES);
-                let (gauge, idle) = (depth.clone(), self.wall_clock_when_idle);
-                let flow_thread = std::thread::Builder::new()
-                    .name(format!("flows-{i}"))
-                    .spawn(move || run_flow_stage(flows, rx, staged_tx, gauge, idle))
-                    .map_err(|e| format!("cannot start flow thread: {e}"))?;
-                let stages = Stages::Split {
-                    sessions,
-                    stats: PacketStats::default(),
-                    flows: 0,
-                    flow_thread: Some(flow_thread),
-                };
-                (stages, WorkerInput::Staged(staged_rx))
+                let sessions = SessionThread::spawn(sessions, format!("sessions-{i}"))
+                    .map_err(|e| format!("cannot start session thread: {e}"))?;
+                Stages::Split { flows, sessions }
             } else {
-                let pipeline =
-                    Pipeline::configured(self.limits, self.analysis.clone(), usage.clone());
-                (Stages::Whole(pipeline), WorkerInput::Packets(rx))
+                Stages::Whole(Pipeline::configured(
+                    self.limits,
+                    self.analysis.clone(),
+                    usage.clone(),
+                ))
             };
             let worker = Worker {
                 queue_depth: depth,
@@ -543,7 +633,7 @@ impl WorkerPool {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("pipeline-{i}"))
-                    .spawn(move || worker.run(input, initial))
+                    .spawn(move || worker.run(rx, initial))
                     .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
             );
         }
