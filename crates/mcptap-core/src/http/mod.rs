@@ -482,21 +482,35 @@ enum ProxyScan {
 /// requests with long paths must count against the memory budget like any buffer.
 #[derive(Debug, Default)]
 struct PendingRequests {
-    queue: VecDeque<(u64, RequestHead)>,
+    queue: VecDeque<(u64, PendingRequest)>,
     bytes: usize,
 }
 
-/// Bytes a queued request head holds: its strings and its queue slot.
-fn head_bytes(head: &RequestHead) -> usize {
-    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-    std::mem::size_of::<(u64, RequestHead)>()
-        + head.method.len()
-        + head.path.len()
-        + text(&head.host)
-        + text(&head.accept)
-        + text(&head.content_type)
-        + text(&head.upgrade)
-        + head.extracted.iter().map(text).sum::<usize>()
+/// What the response to a request needs of it: its head went up with the request (a copy of
+/// every header kept for each request cost more allocations than the rest of the exchange).
+#[derive(Debug, Clone, Default)]
+struct PendingRequest {
+    /// The layer above keeps the exchange ([`Interest::keeps`]).
+    keep: bool,
+    /// `HEAD`: the response has no body whatever its head says.
+    head_method: bool,
+    /// The `Upgrade` header, for what a `101` switched to.
+    upgrade: Option<Box<str>>,
+}
+
+impl PendingRequest {
+    fn of(head: &RequestHead, keep: bool) -> Self {
+        PendingRequest {
+            keep,
+            head_method: head.method == "HEAD",
+            upgrade: head.upgrade.as_deref().map(Box::from),
+        }
+    }
+
+    /// Bytes it holds, with its queue slot.
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<(u64, PendingRequest)>() + self.upgrade.as_ref().map_or(0, |u| u.len())
+    }
 }
 
 impl PendingRequests {
@@ -504,18 +518,18 @@ impl PendingRequests {
         self.queue.len()
     }
 
-    fn front(&self) -> Option<&(u64, RequestHead)> {
+    fn front(&self) -> Option<&(u64, PendingRequest)> {
         self.queue.front()
     }
 
-    fn push_back(&mut self, entry: (u64, RequestHead)) {
-        self.bytes += head_bytes(&entry.1);
+    fn push_back(&mut self, entry: (u64, PendingRequest)) {
+        self.bytes += entry.1.bytes();
         self.queue.push_back(entry);
     }
 
-    fn pop_front(&mut self) -> Option<(u64, RequestHead)> {
+    fn pop_front(&mut self) -> Option<(u64, PendingRequest)> {
         let entry = self.queue.pop_front()?;
-        self.bytes -= head_bytes(&entry.1).min(self.bytes);
+        self.bytes -= entry.1.bytes().min(self.bytes);
         Some(entry)
     }
 }
@@ -954,7 +968,8 @@ impl Connection {
                         self.client_half.get_or_insert(half);
                         let exchange = self.next_exchange;
                         self.next_exchange += 1;
-                        self.pending.push_back((exchange, RequestHead::default()));
+                        self.pending
+                            .push_back((exchange, PendingRequest::default()));
                     }
                 } else {
                     parser.state = State::Head;
@@ -1102,7 +1117,8 @@ impl Connection {
                 });
             }
         }
-        self.pending.push_back((exchange, head.clone()));
+        self.pending
+            .push_back((exchange, PendingRequest::of(&head, keep)));
         match framing {
             Framing::None => {
                 self.halves[half].state = State::Idle;
@@ -1175,10 +1191,10 @@ impl Connection {
             parser.state = State::Idle;
             return;
         }
-        if request.method == "HEAD" || head.status == 204 || head.status == 304 {
+        if request.head_method || head.status == 204 || head.status == 304 {
             framing = Framing::None;
         }
-        let mcp = (self.interest.keeps)(&request);
+        let mcp = request.keep;
         let is_sse = |mt: Option<&str>| mt == Some("text/event-stream");
         let is_json_mt = |mt: Option<&str>| mt.is_some_and(is_json);
         let first = head.media_type.as_deref();
@@ -1206,7 +1222,8 @@ impl Connection {
             out.push(HttpEvent::ResponseHead { exchange, head });
         }
         let exchange = mcp.then_some(exchange);
-        let request = mcp.then_some(request);
+        // A response body's state only marks that its exchange is kept.
+        let request = mcp.then(RequestHead::default);
         let (sink, coding) = if matches!(framing, Framing::None) {
             (sink, None)
         } else {

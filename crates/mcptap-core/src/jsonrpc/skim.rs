@@ -21,7 +21,9 @@ pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
         return None;
     }
     i = skip_ws(b, i + 1);
-    let mut members = Vec::new();
+    // A JSON-RPC envelope has up to five members, a result's object a few more: one
+    // allocation instead of one per doubling.
+    let mut members = Vec::with_capacity(8);
     if b.get(i) == Some(&b'}') {
         return end(b, i + 1).then_some(members);
     }
@@ -128,8 +130,10 @@ fn skip_value(b: &[u8], i: usize) -> Option<usize> {
 /// `b[i]` opens an object or array; returns the index just past its matching close. Brackets
 /// must pair up by kind; strings inside are stepped over.
 fn skip_container(b: &[u8], i: usize) -> Option<usize> {
-    // Open brackets as a bit stack (1 = object), in words so depth is unbounded.
-    let mut stack: Vec<u64> = Vec::new();
+    // Open brackets as a bit stack (1 = object): the first 64 levels in a word, deeper ones
+    // in words on the heap, so depth is unbounded and the usual value allocates nothing.
+    let mut shallow = 0u64;
+    let mut deep: Vec<u64> = Vec::new();
     let mut depth = 0usize;
     let mut pos = i;
     loop {
@@ -140,10 +144,14 @@ fn skip_container(b: &[u8], i: usize) -> Option<usize> {
             }
             open @ (b'{' | b'[') => {
                 let (word, bit) = (depth / 64, depth % 64);
-                if stack.len() <= word {
-                    stack.push(0);
-                }
-                let w = stack.get_mut(word)?;
+                let w = if word == 0 {
+                    &mut shallow
+                } else {
+                    if deep.len() < word {
+                        deep.push(0);
+                    }
+                    deep.get_mut(word - 1)?
+                };
                 if open == b'{' {
                     *w |= 1 << bit;
                 } else {
@@ -153,7 +161,11 @@ fn skip_container(b: &[u8], i: usize) -> Option<usize> {
             }
             close @ (b'}' | b']') => {
                 depth = depth.checked_sub(1)?;
-                let is_object = stack.get(depth / 64)? >> (depth % 64) & 1 == 1;
+                let word = match depth / 64 {
+                    0 => shallow,
+                    w => *deep.get(w - 1)?,
+                };
+                let is_object = word >> (depth % 64) & 1 == 1;
                 if is_object != (close == b'}') {
                     return None;
                 }
@@ -221,6 +233,32 @@ mod tests {
         assert_eq!(members.len(), 1);
         let unbalanced = format!("{{\"a\":{}{}}}", "[".repeat(200_000), "]".repeat(199_999));
         assert!(object_members(&unbalanced).is_none());
+    }
+
+    #[test]
+    fn bracket_kinds_pair_up_beyond_the_first_word_of_the_stack() {
+        // Objects and arrays alternating 120 deep (serde_json stops at 128): the stack spills
+        // past its first 64 levels.
+        let (mut open, mut close) = (String::new(), String::new());
+        for level in 0..120 {
+            if level % 2 == 0 {
+                open.push_str("{\"k\":");
+                close.insert(0, '}');
+            } else {
+                open.push('[');
+                close.insert(0, ']');
+            }
+        }
+        let good = format!("{{\"a\":{open}1{close},\"b\":2}}");
+        let members = object_members(&good).unwrap();
+        assert_eq!(members.len(), 2);
+        assert!(serde_json::from_str::<serde_json::Value>(&good).is_ok());
+        // One close of the wrong kind at level 100 is refused.
+        let mut bad: Vec<char> = close.chars().collect();
+        let at = 120 - 1 - 100;
+        bad[at] = if bad[at] == '}' { ']' } else { '}' };
+        let bad: String = bad.into_iter().collect();
+        assert!(object_members(&format!("{{\"a\":{open}1{bad}}}")).is_none());
     }
 
     #[test]
