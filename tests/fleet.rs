@@ -275,6 +275,28 @@ fn a_session_alternating_between_instances_alerts_once() {
     );
 }
 
+/// The session the two tests below move between hosts A and B, in four steps: A's handshake;
+/// B's SSE answer and narrowing re-initialize; A's JSON answer; B's JSON answer (with the
+/// session's DELETE when `delete`).
+fn narrowing_in_four_steps(session: &str, delete: bool) -> [Vec<mcptap_testkit::tcp::AppWrite>; 4] {
+    let mut talk = Conversation::new(session);
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let a1 = talk.take_writes();
+    talk.tools_call("b-one", Answer::Sse)
+        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+        .initialized();
+    let b1 = talk.take_writes();
+    talk.tools_call("a-two", Answer::Json);
+    let a2 = talk.take_writes();
+    talk.tools_call("b-three", Answer::Json);
+    if delete {
+        talk.delete();
+    }
+    let b2 = talk.take_writes();
+    [a1, b1, a2, b2]
+}
+
 /// Each instance alone would see something else: A the first handshake and a JSON answer,
 /// B an SSE answer, the re-initialize and a JSON answer. With the store, B raises the
 /// narrowing (against A's handshake), A the divergence (against B's SSE answer, read again
@@ -282,18 +304,8 @@ fn a_session_alternating_between_instances_alerts_once() {
 /// meets A's newer version when it writes — is not raised again.
 #[test]
 fn each_alert_is_raised_where_the_fleets_view_first_shows_it() {
-    let mut talk = Conversation::new("alt-s2");
-    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
-        .initialized();
-    let a1 = talk.take_writes();
-    talk.tools_call("b-one", Answer::Sse)
-        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
-        .initialized();
-    let mut b_kept = talk.take_writes();
-    talk.tools_call("a-two", Answer::Json);
-    let a2 = talk.take_writes();
-    talk.tools_call("b-three", Answer::Json);
-    b_kept.extend(talk.take_writes());
+    let [a1, mut b_kept, a2, b2] = narrowing_in_four_steps("alt-s2", false);
+    b_kept.extend(b2);
     let (linktype, mut a1) = connection_parts(1, a1, &[]);
     // B's connection: three POSTs now, the fourth after A's answer.
     let (_, mut b) = connection_parts(2, b_kept, &[3]);
@@ -327,20 +339,9 @@ fn each_alert_is_raised_where_the_fleets_view_first_shows_it() {
 /// each step on a new connection (each host reads the session again).
 #[test]
 fn each_alert_once_when_every_step_is_a_new_connection() {
-    let mut talk = Conversation::new("alt-s3");
-    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
-        .initialized();
-    let a1 = talk.take_writes();
-    talk.tools_call("b-one", Answer::Sse)
-        .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
-        .initialized();
-    let b1 = talk.take_writes();
-    talk.tools_call("a-two", Answer::Json);
-    let a2 = talk.take_writes();
     // The JSON answer and the DELETE in one go: the session ends in the call that raised
     // (and must claim) its divergence.
-    talk.tools_call("b-three", Answer::Json).delete();
-    let b2 = talk.take_writes();
+    let [a1, b1, a2, b2] = narrowing_in_four_steps("alt-s3", true);
     let mut steps = Vec::new();
     for (n, (host, writes)) in [(0, a1), (1, b1), (0, a2), (1, b2)].into_iter().enumerate() {
         let (linktype, mut parts) = connection_parts(10 + n as u16, writes, &[]);
