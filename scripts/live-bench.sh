@@ -11,6 +11,8 @@
 #            --config FILE (passed to mcptap, e.g. a [fleet] section: the fleet-mode run)
 #            --preload (tcpreplay -K: capture loaded into RAM first; a faster sender)
 #            --keep (keep the temp dir with logs and events)
+#            --filter EXPR (the capture filter, default 'tcp and net 127.10.0.0/16'; e.g. the
+#            gateway-shaped capture's upstreams: 'tcp and (host 127.0.0.5 or host 127.0.0.6)')
 #
 # Before anything is sent, scripts/loopback-guard.sh refuses a capture with any non-loopback
 # address or a destination MAC that lo would take as its own.
@@ -45,6 +47,7 @@ THREADS=()
 CAPTURE=""
 PORT=""
 KEEP=0
+FILTER=""
 EXTRA=()
 PRELOAD=()
 while [ $# -gt 0 ]; do
@@ -58,7 +61,8 @@ while [ $# -gt 0 ]; do
     --port) PORT="$2"; shift ;;
     --keep) KEEP=1 ;;
     --preload) PRELOAD=(--preload-pcap) ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --filter) FILTER="$2"; shift ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "live-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -107,7 +111,7 @@ scripts/loopback-guard.sh --bin "$BIN" --interface lo "$CAPTURE" || exit 2
 
 [ -n "$PORT" ] || PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 MURL="http://127.0.0.1:$PORT"
-FILTER='tcp and net 127.10.0.0/16'
+[ -n "$FILTER" ] || FILTER='tcp and net 127.10.0.0/16'
 
 echo
 echo "== machine =="
