@@ -25,7 +25,7 @@ use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -143,7 +143,7 @@ impl Stages {
 
     /// The session layer's lasting state (a split worker waits for its session thread to
     /// reach everything handed over so far).
-    fn export_state(&self) -> Snapshot {
+    fn export_state(&mut self) -> Snapshot {
         match self {
             Stages::Whole(p) => p.export_state(),
             Stages::Split { sessions, .. } => sessions.export_state(),
@@ -282,9 +282,30 @@ impl SessionThread {
     }
 
     fn send(&mut self, job: SessionJob) -> bool {
-        let sent = self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
-        self.outstanding += usize::from(sent);
-        sent
+        let Some(jobs) = &self.jobs else {
+            return false;
+        };
+        if jobs.send(job).is_err() {
+            self.join();
+            return false;
+        }
+        self.outstanding += 1;
+        true
+    }
+
+    /// No more jobs: joins the thread and keeps its session layer (for the final snapshot).
+    /// Called early when the thread is gone while jobs were still to come: it panicked, and
+    /// the worker fails with it, as when the session layer ran on the worker's own thread (no
+    /// snapshot goes out without this worker's sessions, no decoded batch goes unwritten).
+    fn join(&mut self) {
+        self.jobs = None;
+        self.outstanding = 0;
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(sessions) => self.closed = Some(sessions),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
     }
 
     /// Hands the steps staged so far (of packets up to `last`) over (`outputs` must be staged
@@ -296,7 +317,9 @@ impl SessionThread {
         outputs: &mut Vec<Output>,
     ) -> Option<i64> {
         let steps = flows.take_staged(Vec::new());
-        if !steps.is_empty() {
+        // A batch that staged nothing goes too: its packets' lag is measured as a whole
+        // worker's would be.
+        if !steps.is_empty() || last.is_some() {
             self.send(SessionJob::Steps(steps, last));
         }
         self.collect(false, outputs)
@@ -308,15 +331,17 @@ impl SessionThread {
         let mut up_to = None;
         while self.outstanding > 0 {
             let got = if wait {
-                self.outputs.recv().ok()
+                self.outputs.recv().map_err(|_| TryRecvError::Disconnected)
             } else {
-                self.outputs.try_recv().ok()
+                self.outputs.try_recv()
             };
-            let Some((mut batch, last)) = got else {
-                if wait {
-                    self.outstanding = 0; // the thread is gone
+            let (mut batch, last) = match got {
+                Ok(got) => got,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.join();
+                    break;
                 }
-                break;
             };
             self.outstanding -= 1;
             outputs.append(&mut batch);
@@ -337,17 +362,23 @@ impl SessionThread {
         rx.recv().unwrap_or_default()
     }
 
-    fn export_state(&self) -> Snapshot {
-        if let Some(sessions) = &self.closed {
-            return sessions.export_state();
+    fn export_state(&mut self) -> Snapshot {
+        if self.closed.is_none() {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            // Not counted: its answer comes on its own channel.
+            let sent = self
+                .jobs
+                .as_ref()
+                .is_some_and(|j| j.send(SessionJob::Export(tx)).is_ok());
+            match rx.recv().ok().filter(|_| sent) {
+                Some(snap) => return snap,
+                None => self.join(),
+            }
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let sent = self
-            .jobs
+        self.closed
             .as_ref()
-            .is_some_and(|j| j.send(SessionJob::Export(tx)).is_ok());
-        let snap = if sent { rx.recv().ok() } else { None };
-        snap.unwrap_or_default()
+            .map(SessionStage::export_state)
+            .unwrap_or_default()
     }
 
     /// No more jobs: waits for every output and for the thread.
@@ -356,13 +387,7 @@ impl SessionThread {
         for (mut batch, _) in self.outputs.iter() {
             outputs.append(&mut batch);
         }
-        self.outstanding = 0;
-        if let Some(t) = self.thread.take() {
-            match t.join() {
-                Ok(sessions) => self.closed = Some(sessions),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
+        self.join();
     }
 }
 
