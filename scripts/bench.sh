@@ -318,9 +318,19 @@ for name in "${NAMES[@]}"; do
   tools=(mcptap); [ -n "$BASELINE" ] && tools+=(base)
   declare -A walls=() cpus=() rss_max=()
   for t in "${tools[@]}"; do walls[$t]=""; cpus[$t]=""; rss_max[$t]=0; done
+  # The flow and session layers on two threads (--threads 2) are timed in the same rounds,
+  # before the one-thread runs in even rounds and after them in odd ones: a load that comes
+  # and goes meets both alike, so their ratio holds on a shared machine.
+  splits=""
+  split_run() {
+    read -r wall _ _ < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
+    printf 'split  run %d: %s s wall (--threads 2)\n' "$i" "$wall"
+    splits+="$wall "
+  }
   for i in $(seq 1 "$RUNS"); do
     order=("${tools[@]}")
     [ $((i % 2)) = 0 ] && [ "${#tools[@]}" = 2 ] && order=(base mcptap)
+    if [ $((i % 2)) = 0 ]; then split_run; fi
     for t in "${order[@]}"; do
       # One worker: the new binary's default is a thread per core (a baseline may not know
       # the flag).
@@ -329,12 +339,7 @@ for name in "${NAMES[@]}"; do
       printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
       walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
     done
-  done
-  # The flow and session layers on two threads (--threads 2), against one.
-  splits=""
-  for i in $(seq 1 "$RUNS"); do
-    read -r wall _ _ < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
-    splits+="$wall "
+    if [ $((i % 2)) = 1 ]; then split_run; fi
   done
   # shellcheck disable=SC2086
   R[$name.split.wall]="$(median $splits)"
