@@ -109,24 +109,6 @@ fn incident(
     ]
 }
 
-/// A long session on one connection.
-fn long_session(sid: &str, calls: usize, answer: Answer) -> Vec<mcptap_testkit::tcp::AppWrite> {
-    let mut talk = Conversation::new(sid);
-    let tools = match answer {
-        Answer::Sse => r#"{"streaming":true}"#,
-        Answer::Json => r#"{"streaming":false}"#,
-    };
-    talk.initialize(FULL_CLIENT_CAPS, tools, answer)
-        .initialized();
-    for i in 0..calls {
-        talk.tools_call(&format!("r{i}"), answer);
-    }
-    // Its end counts the session's handshakes and requests: a session split over two
-    // workers shows.
-    talk.delete();
-    talk.take_writes()
-}
-
 /// The capture of a layout: a session on a connection first seen midstream (before any SYN to
 /// its server), the incident starting while it is under way, and a short healthy session.
 /// With `split_midstream_session`, also a session that starts on a midstream connection and
@@ -138,7 +120,7 @@ fn capture(l: &Layout, split_midstream_session: bool) -> Vec<u8> {
         vec![(
             (l.client)(10),
             l.server,
-            long_session("s-mid", 30, Answer::Sse),
+            common::long_session("s-mid", 30, Answer::Sse),
             false,
         )],
         true,
@@ -150,7 +132,7 @@ fn capture(l: &Layout, split_midstream_session: bool) -> Vec<u8> {
         vec![(
             (l.client)(30),
             l.server,
-            long_session("s-ok", 2, Answer::Json),
+            common::long_session("s-ok", 2, Answer::Json),
             false,
         )],
         false,
@@ -249,49 +231,11 @@ fn the_incident_on_port_64000_alerts_with_two_workers() {
 /// connections left open at the end of the capture.
 #[test]
 fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
-    let server = Endpoint::new([10, 0, 0, 1], 8080);
-    let mut sim = Sim::new(7).with_step(200_000);
-    for burst in 0u8..6 {
-        let mut conns = Vec::new();
-        for i in 0u8..12 {
-            let client = Endpoint::new([10, 1, burst, i], 40000 + u16::from(i));
-            let sid = format!("b{burst}-s{i}");
-            let writes = if i % 4 == 0 {
-                let mut talk = Conversation::new(&sid);
-                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
-                    .initialized()
-                    .tools_call("one", Answer::Sse)
-                    .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
-                    .tools_call("two", Answer::Json);
-                talk.take_writes()
-            } else if i % 3 == 0 {
-                // No DELETE: the session goes idle and a later sweep ends it.
-                let mut talk = Conversation::new(&sid);
-                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
-                    .initialized()
-                    .tools_call("quiet", Answer::Sse);
-                talk.take_writes()
-            } else {
-                long_session(&sid, usize::from(i % 5), Answer::Json)
-            };
-            let conn = sim.connect(client, server, writes);
-            conns.push(if i % 2 == 0 {
-                conn.server_closes()
-            } else {
-                conn
-            });
-        }
-        sim.run(conns);
-        // Longer than the idle timeouts below: the next burst's first packets sweep.
-        sim.advance(20_000_000_000);
-    }
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("bursts.pcap");
-    sim.write_pcap(&path).expect("write");
+    common::write_legacy_bursts(&path);
     let paths = [path.to_str().expect("utf-8").to_string()];
-    let mut limits = Limits::default();
-    limits.session.session_idle_timeout_ns = 5_000_000_000;
-    limits.flow_idle_timeout_ns = 5_000_000_000;
+    let limits = common::bursts_limits();
     let (whole, whole_report) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
     let mut split = Vec::new();
     let split_report = mcptap::replay::replay_split(

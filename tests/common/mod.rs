@@ -7,7 +7,11 @@
 use std::path::Path;
 
 use mcptap::capture::{RawPacket, read_captures};
+use mcptap_core::pipeline::Limits;
 use mcptap_testkit::Segment;
+use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+use mcptap_testkit::sim::Sim;
+use mcptap_testkit::tcp::{AppWrite, Endpoint};
 
 /// What [`read_segments`] found besides the TCP segments.
 #[derive(Debug, Default, Clone)]
@@ -150,4 +154,73 @@ pub fn start_redis(bind: &[String], port: u16, dir: &Path) -> Option<Redis> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Some(redis)
+}
+
+/// A long session on one connection.
+pub fn long_session(sid: &str, calls: usize, answer: Answer) -> Vec<AppWrite> {
+    let mut talk = Conversation::new(sid);
+    let tools = match answer {
+        Answer::Sse => r#"{"streaming":true}"#,
+        Answer::Json => r#"{"streaming":false}"#,
+    };
+    talk.initialize(FULL_CLIENT_CAPS, tools, answer)
+        .initialized();
+    for i in 0..calls {
+        talk.tools_call(&format!("r{i}"), answer);
+    }
+    // Its end counts the session's handshakes and requests: a session split over two
+    // workers shows.
+    talk.delete();
+    talk.take_writes()
+}
+
+/// Six bursts of twelve clients of one stateful server, with incidents, sessions left to go
+/// idle (a sweep between bursts ends them, with [`bursts_limits`]) and connections left open
+/// at the end of the capture; written to `path`.
+pub fn write_legacy_bursts(path: &Path) {
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let mut sim = Sim::new(7).with_step(200_000);
+    for burst in 0u8..6 {
+        let mut conns = Vec::new();
+        for i in 0u8..12 {
+            let client = Endpoint::new([10, 1, burst, i], 40000 + u16::from(i));
+            let sid = format!("b{burst}-s{i}");
+            let writes = if i % 4 == 0 {
+                let mut talk = Conversation::new(&sid);
+                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+                    .initialized()
+                    .tools_call("one", Answer::Sse)
+                    .reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+                    .tools_call("two", Answer::Json);
+                talk.take_writes()
+            } else if i % 3 == 0 {
+                // No DELETE: the session goes idle and a later sweep ends it.
+                let mut talk = Conversation::new(&sid);
+                talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+                    .initialized()
+                    .tools_call("quiet", Answer::Sse);
+                talk.take_writes()
+            } else {
+                long_session(&sid, usize::from(i % 5), Answer::Json)
+            };
+            let conn = sim.connect(client, server, writes);
+            conns.push(if i % 2 == 0 {
+                conn.server_closes()
+            } else {
+                conn
+            });
+        }
+        sim.run(conns);
+        // Longer than the idle timeouts below: the next burst's first packets sweep.
+        sim.advance(20_000_000_000);
+    }
+    sim.write_pcap(path).expect("write");
+}
+
+/// Idle timeouts shorter than the gaps between the bursts of [`write_legacy_bursts`].
+pub fn bursts_limits() -> Limits {
+    let mut limits = Limits::default();
+    limits.session.session_idle_timeout_ns = 5_000_000_000;
+    limits.flow_idle_timeout_ns = 5_000_000_000;
+    limits
 }

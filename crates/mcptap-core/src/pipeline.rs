@@ -549,6 +549,16 @@ impl Pipeline {
         }
     }
 
+    /// Split pipeline with a sharded session layer: a copy of staged `input` for one more
+    /// shard (the inputs every shard takes: sweeps, the end, closed connections, PROXY
+    /// headers), charged to the budget as a staged step until a stage has done it.
+    pub fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
+        let bytes = input.cost();
+        self.usage.republish_flow_bytes(0, bytes);
+        self.staged_bytes += bytes;
+        input.clone()
+    }
+
     /// Hands `input` to the session layer, or stages it after the outputs so far.
     #[inline]
     fn ask_sessions(&mut self, input: SessionInput, out: &mut Vec<Output>) {
@@ -1300,7 +1310,7 @@ pub enum Staged {
 
 /// What the flow layer asks of the session layer.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum SessionInput {
     Http {
         ctx: FlowCtx,
@@ -1373,6 +1383,12 @@ impl SessionStage {
                 run_session_input(&mut self.tracker, input, out)
             }
         }
+    }
+
+    /// Makes this stage one shard of a session layer sharded by client (see
+    /// [`crate::mcp::ServerScope`]).
+    pub fn share_server_scope(&mut self, scope: Box<dyn crate::mcp::ServerScope<ModeTracker>>) {
+        self.tracker.share_server_scope(scope);
     }
 
     /// Publishes what open exchanges hold, for the flow layer's memory budget; after a batch.

@@ -104,6 +104,27 @@ pub struct Tracker<D: Detector> {
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
     fleet: Option<Box<Fleet>>,
+    /// One shard of a session layer sharded by client: where the other shards' writes of
+    /// server-scoped entries are read and this shard's go (see [`ServerScope`]).
+    server_scope: Option<Box<dyn ServerScope<D::SessionState>>>,
+    /// The version of each server-scoped entry held here, as `server_scope` numbered it.
+    server_versions: HashMap<SessionKey, u64>,
+    /// The time of the latest sweep: a replica last seen longer ago ended there.
+    last_sweep: Timestamp,
+}
+
+/// The server-scoped entries of a session layer sharded by client (`docs/sharding.md`): a
+/// server's `server/discover` result and `x-mcp-header` tools, and each stateless endpoint's
+/// response modes. Every client's traffic reads and writes them, so each shard keeps
+/// replicas. Before it reads one, it takes the latest version that any shard wrote earlier in
+/// the input. After a write, it hands the entry out. An implementation orders these calls by
+/// input position, which is one worker's order (a serial one trivially; threads by waiting
+/// for the other shards' progress), so every shard sees what one worker would.
+pub trait ServerScope<D>: Send + std::fmt::Debug {
+    /// The entry `key` as last written, when its version is newer than `have` (0: none held).
+    fn newer(&mut self, key: &SessionKey, have: u64) -> Option<(u64, Box<Session<D>>)>;
+    /// This shard wrote `entry` (its state now); returns the version it becomes.
+    fn publish(&mut self, key: &SessionKey, entry: Box<Session<D>>) -> u64;
 }
 
 /// Fleet mode's bookkeeping: sessions waiting for the store's answer with their held
@@ -428,7 +449,57 @@ impl<D: Detector> Tracker<D> {
             stateless_labels: HashMap::default(),
             proxied: HashMap::default(),
             fleet: None,
+            server_scope: None,
+            server_versions: HashMap::default(),
+            last_sweep: Timestamp(i64::MIN),
         }
+    }
+
+    /// Makes this tracker one shard of a session layer sharded by client (see
+    /// [`ServerScope`]). Not with fleet mode.
+    pub fn share_server_scope(&mut self, scope: Box<dyn ServerScope<D::SessionState>>) {
+        self.server_scope = Some(scope);
+    }
+
+    /// Sharded: brings server-scoped entry `key` up to the latest write of any shard (none
+    /// when not sharded).
+    fn sync_server_entry(&mut self, key: &SessionKey, ts: Timestamp, out: &mut Vec<Output>) {
+        let Some(scope) = self.server_scope.as_mut() else {
+            return;
+        };
+        let held = self.sessions.contains(key);
+        let have = if held {
+            self.server_versions.get(key).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        let Some((version, entry)) = scope.newer(key, have) else {
+            return;
+        };
+        self.server_versions.insert(key.clone(), version);
+        // Idle at a sweep since its last use: it ended there, as in one worker.
+        if self.last_sweep.0.saturating_sub(entry.last_seen.0) > self.limits.session_idle_timeout_ns
+        {
+            if held {
+                self.sessions.remove(key);
+            }
+            return;
+        }
+        if !held {
+            self.make_room(ts, out);
+        }
+        self.sessions.insert(key.clone(), entry);
+        self.recharge(key, ts, out);
+    }
+
+    /// Sharded: hands server-scoped entry `key` out after this shard wrote it.
+    fn publish_server_entry(&mut self, key: &SessionKey) {
+        let (Some(scope), Some(entry)) = (self.server_scope.as_mut(), self.sessions.get(key))
+        else {
+            return;
+        };
+        let version = scope.publish(key, entry.server_replica());
+        self.server_versions.insert(key.clone(), version);
     }
 
     /// The lasting state of every session, lineage and server, and the records of ended
@@ -1631,6 +1702,7 @@ impl<D: Detector> Tracker<D> {
     /// Ends sessions idle for longer than the limit.
     pub fn sweep(&mut self, now: Timestamp, out: &mut Vec<Output>) {
         let start = out.len();
+        self.last_sweep = now;
         for key in self.sessions.idle(now, self.limits.session_idle_timeout_ns) {
             self.end_session(&key, now, EndReason::Idle, out);
         }
@@ -2015,6 +2087,9 @@ impl<D: Detector> Tracker<D> {
             }));
         }
         if era == Era::Modern {
+            if requests.iter().any(|r| r.method == "tools/call") {
+                self.sync_server_entry(&session::server_key(ctx.server), ts, out);
+            }
             for r in &mut requests {
                 let params = (r.method == "tools/call")
                     .then(|| self.param_headers(ctx.server, r.tool.as_deref()))
@@ -2656,6 +2731,7 @@ impl<D: Detector> Tracker<D> {
                     .get(&session::lineage_key(ctx.server, lid))
                     .is_some_and(|s| s.streaming_negotiated);
                 let key = session::endpoint_key(ctx.server, &method, tool.as_deref());
+                self.sync_server_entry(&key, ts, out);
                 self.ensure(&key, client, ts, false, out);
                 let Some(endpoint) = self.sessions.get_mut(&key) else {
                     return;
@@ -2665,6 +2741,7 @@ impl<D: Detector> Tracker<D> {
                     ..review
                 };
                 let alert = self.detector.answer(&mut endpoint.detection, &review);
+                self.publish_server_entry(&key);
                 if alert.is_some()
                     && let Some(l) = self
                         .sessions
@@ -2802,6 +2879,7 @@ impl<D: Detector> Tracker<D> {
             }
             if !found.is_empty() {
                 let key = session::server_key(c.server);
+                self.sync_server_entry(&key, c.ts, out);
                 self.ensure(&key, c.client, c.ts, false, out);
                 if let Some(ext) = self.ext_mut(&key) {
                     for (tool, params) in found {
@@ -2814,6 +2892,7 @@ impl<D: Detector> Tracker<D> {
                     }
                 }
                 self.recharge(&key, c.ts, out);
+                self.publish_server_entry(&key);
             }
         }
         let requests = result.input_requests?;
@@ -2982,6 +3061,21 @@ impl<D: Detector> Tracker<D> {
         alerts: &mut Vec<Output>,
     ) {
         let key = session::server_key(c.server);
+        self.sync_server_entry(&key, c.ts, out);
+        self.discover_into(&key, c, result, alert_ctx, out, alerts);
+        self.publish_server_entry(&key);
+    }
+
+    fn discover_into(
+        &mut self,
+        key: &SessionKey,
+        c: &Concluded<'_>,
+        result: &ResultFields<'_>,
+        alert_ctx: &AlertCtx,
+        out: &mut Vec<Output>,
+        alerts: &mut Vec<Output>,
+    ) {
+        let key = key.clone();
         self.ensure(&key, c.client, c.ts, false, out);
         let caps_value = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
         let mut versions: Vec<String> = result

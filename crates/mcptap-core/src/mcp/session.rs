@@ -185,6 +185,38 @@ pub struct Session<D> {
 /// Connections remembered per session in fleet mode (a client's pool, its GET stream).
 pub const FLEET_FLOWS: usize = 4;
 
+impl<D: Clone> Session<D> {
+    /// A copy of a server-scoped entry (a server's discover result and `x-mcp-header` tools, a
+    /// stateless endpoint's modes) for another shard of a sharded session layer (see
+    /// [`super::ServerScope`]). Such entries never hold exchanges, so none are copied.
+    pub fn server_replica(&self) -> Box<Session<D>> {
+        Box::new(Session {
+            charged: 0,
+            client: self.client,
+            lineage_id: self.lineage_id.clone(),
+            era: self.era,
+            protocol_version: self.protocol_version.clone(),
+            last_seen: self.last_seen,
+            handshakes: self.handshakes,
+            baseline: self.baseline.clone(),
+            streaming_negotiated: self.streaming_negotiated,
+            requests: self.requests,
+            alerts: self.alerts,
+            in_flight: HashMap::default(),
+            resuming: Vec::new(),
+            detection: self.detection.clone(),
+            ext: self.ext.as_ref().map(|e| Box::new(e.server_replica())),
+            parked: Vec::new(),
+            server_requests: Vec::new(),
+            fleet_key: self.fleet_key.clone(),
+            shared_digest: self.shared_digest,
+            shared_version: self.shared_version,
+            fleet_flows: self.fleet_flows,
+            read_version: self.read_version,
+        })
+    }
+}
+
 impl<D> Session<D> {
     /// Remembers `flow` among the session's latest connections.
     pub fn note_flow(&mut self, flow: u64) {
@@ -267,6 +299,22 @@ pub const MAX_FAILURES: usize = 4;
 pub const MAX_INPUT_PENDING: usize = 16;
 
 impl EraState {
+    /// What a server-scoped entry keeps of its era state (see [`Session::server_replica`]).
+    fn server_replica(&self) -> EraState {
+        EraState {
+            discover_digest: self.discover_digest,
+            first_versions: self.first_versions.clone(),
+            alerted_versions: self.alerted_versions.clone(),
+            alerted_paths: self.alerted_paths.clone(),
+            param_tools: self.param_tools.clone(),
+            declarations: self.declarations.clone(),
+            logged: self.logged.clone(),
+            declaration_seq: self.declaration_seq,
+            modern_ok: self.modern_ok,
+            ..EraState::default()
+        }
+    }
+
     /// Another instance's record of the same lineage or server: its first declarations stay
     /// the first (it got to the store first); what either saw or alerted counts as seen.
     pub fn merge(&mut self, theirs: super::snapshot::EraRecord) {

@@ -1,0 +1,526 @@
+//! The session layer sharded by client (`docs/sharding.md`, step 1), run serially: one flow
+//! layer, N session stages, each input routed as the design says, and the server-scoped
+//! entries replicated between the stages through a [`ServerScope`]. The outputs must be one
+//! pipeline's, in its order. The exception is a sweep or the end of the input: every shard
+//! makes those outputs for its own sessions, so they are compared as a set.
+//!
+//! Serial order is input order, so the scope below needs no waiting. A threaded one waits
+//! for the other shards' progress before each access.
+
+mod common;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use mcptap_core::detect::ModeTracker;
+use mcptap_core::http::HttpEvent;
+use mcptap_core::mcp::ServerScope;
+use mcptap_core::mcp::headers;
+use mcptap_core::mcp::identity::Identities;
+use mcptap_core::mcp::session::{Session, SessionKey};
+use mcptap_core::model::{Event, Output, Timestamp};
+use mcptap_core::pipeline::{Analysis, Limits, Pipeline, SessionInput, SessionStage, Staged};
+use mcptap_core::usage::SharedUsage;
+use mcptap_testkit::mcp::{self as kit, Client, modern};
+use mcptap_testkit::sim::Sim;
+use mcptap_testkit::tcp::{AppWrite, Endpoint};
+
+/// The server-scoped entries as the shards last wrote them, numbered in write order.
+#[derive(Debug, Default)]
+struct Store {
+    entries: HashMap<SessionKey, (u64, Box<Session<ModeTracker>>)>,
+    written: u64,
+}
+
+#[derive(Debug)]
+struct Replicas(Arc<Mutex<Store>>);
+
+impl ServerScope<ModeTracker> for Replicas {
+    fn newer(&mut self, key: &SessionKey, have: u64) -> Option<(u64, Box<Session<ModeTracker>>)> {
+        let store = self.0.lock().expect("store");
+        let (version, entry) = store.entries.get(key)?;
+        (*version > have).then(|| (*version, entry.server_replica()))
+    }
+
+    fn publish(&mut self, key: &SessionKey, entry: Box<Session<ModeTracker>>) -> u64 {
+        let mut store = self.0.lock().expect("store");
+        store.written += 1;
+        let version = store.written;
+        store.entries.insert(key.clone(), (version, entry));
+        version
+    }
+}
+
+enum Route {
+    One(usize),
+    /// To every shard; every shard's outputs are kept (a sweep, the end).
+    All,
+    /// To every shard; the first shard's outputs stand for all (the same telemetry each).
+    AllOnce,
+}
+
+/// Where each session-layer input goes (see `docs/sharding.md`, "Routing to stage 2").
+struct Router {
+    shards: usize,
+    identities: Identities,
+    exchanges: HashMap<(u64, u64), usize>,
+    sessions: HashMap<(SocketAddr, String), usize>,
+    proxied: HashMap<u64, IpAddr>,
+    /// Inputs routed to each shard alone.
+    taken: Vec<usize>,
+}
+
+fn shard_of(shards: usize, what: impl Hash) -> usize {
+    let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one(what);
+    (hash % shards as u64) as usize
+}
+
+impl Router {
+    fn new(shards: usize) -> Router {
+        Router {
+            shards,
+            identities: Identities::default(),
+            exchanges: HashMap::new(),
+            sessions: HashMap::new(),
+            proxied: HashMap::new(),
+            taken: vec![0; shards],
+        }
+    }
+
+    fn exchange(&self, flow: u64, exchange: u64) -> usize {
+        self.exchanges
+            .get(&(flow, exchange))
+            .copied()
+            .unwrap_or_else(|| shard_of(self.shards, flow))
+    }
+
+    fn route(&mut self, input: &SessionInput) -> Route {
+        let (ctx, event) = match input {
+            SessionInput::Http { ctx, event, .. } => (ctx, event),
+            SessionInput::ProxyHeader { flow, source, .. } => {
+                if let Some(s) = source {
+                    self.proxied.insert(*flow, s.ip());
+                }
+                return Route::AllOnce;
+            }
+            SessionInput::FlowClosed { .. } => return Route::AllOnce,
+            SessionInput::Sweep { .. } | SessionInput::Finish { .. } => return Route::All,
+        };
+        let shard = match event {
+            HttpEvent::Request { exchange, head, .. } => {
+                let shard = match headers::request_session_id(head) {
+                    Some(sid) => self
+                        .sessions
+                        .get(&(ctx.server, sid.to_string()))
+                        .copied()
+                        .unwrap_or_else(|| shard_of(self.shards, (ctx.server, sid))),
+                    None => {
+                        let proxied = self.proxied.get(&ctx.flow).copied();
+                        let client =
+                            self.identities
+                                .client_identity_via(ctx.client.ip(), proxied, head);
+                        shard_of(self.shards, (ctx.server, client))
+                    }
+                };
+                self.exchanges.insert((ctx.flow, *exchange), shard);
+                shard
+            }
+            HttpEvent::ResponseHead { exchange, head } => {
+                let shard = self.exchange(ctx.flow, *exchange);
+                if let Some(sid) = headers::response_session_id(head) {
+                    self.sessions.insert((ctx.server, sid.to_string()), shard);
+                }
+                shard
+            }
+            HttpEvent::ResponseJson { exchange, .. }
+            | HttpEvent::ResponseSse { exchange, .. }
+            | HttpEvent::ResponseEnd { exchange, .. }
+            | HttpEvent::Abandoned { exchange, .. }
+            | HttpEvent::Anomaly {
+                exchange: Some(exchange),
+                ..
+            }
+            | HttpEvent::Undecodable {
+                exchange: Some(exchange),
+                ..
+            } => self.exchange(ctx.flow, *exchange),
+            HttpEvent::ProxyHeader { source, .. } => {
+                if let Some(s) = source {
+                    self.proxied.insert(ctx.flow, s.ip());
+                }
+                return Route::AllOnce;
+            }
+            // Telemetry only.
+            _ => shard_of(self.shards, ctx.flow),
+        };
+        self.taken[shard] += 1;
+        Route::One(shard)
+    }
+}
+
+/// Outputs in order; those of a sweep or of the end form one group, in shard order.
+#[derive(Default)]
+struct Merged {
+    outputs: Vec<Output>,
+    /// Index ranges of `outputs` made by inputs every shard took.
+    groups: Vec<std::ops::Range<usize>>,
+    /// Inputs each shard took alone.
+    taken: Vec<usize>,
+}
+
+impl Merged {
+    /// The outputs with each group sorted: what is compared between shard counts.
+    fn normalised(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.outputs.iter().map(|o| format!("{o:?}")).collect();
+        for g in &self.groups {
+            lines[g.clone()].sort();
+        }
+        lines
+    }
+}
+
+struct Shards {
+    stages: Vec<SessionStage>,
+    router: Router,
+    merged: Merged,
+}
+
+impl Shards {
+    /// `input` to every stage: copies to all but the last, which takes the input itself.
+    fn to_every_stage(
+        stages: &mut [SessionStage],
+        flows: &mut Pipeline,
+        input: SessionInput,
+        keep: &mut dyn FnMut(usize, Vec<Output>),
+    ) {
+        let last = stages.len() - 1;
+        for (i, stage) in stages[..last].iter_mut().enumerate() {
+            let mut o = Vec::new();
+            stage.process(Staged::Input(flows.stage_copy(&input)), &mut o);
+            keep(i, o);
+        }
+        let mut o = Vec::new();
+        stages[last].process(Staged::Input(input), &mut o);
+        keep(last, o);
+    }
+
+    fn take(&mut self, flows: &mut Pipeline, steps: Vec<Staged>) {
+        for step in steps {
+            let input = match step {
+                Staged::Output(o) => {
+                    self.merged.outputs.push(o);
+                    continue;
+                }
+                Staged::Input(input) => input,
+            };
+            let out = &mut self.merged.outputs;
+            match self.router.route(&input) {
+                Route::One(shard) => self.stages[shard].process(Staged::Input(input), out),
+                Route::All => {
+                    let start = out.len();
+                    Self::to_every_stage(&mut self.stages, flows, input, &mut |_, o| out.extend(o));
+                    self.merged.groups.push(start..out.len());
+                }
+                Route::AllOnce => {
+                    Self::to_every_stage(&mut self.stages, flows, input, &mut |i, o| {
+                        if i == 0 {
+                            out.extend(o)
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Replays `path` through one flow layer and `shards` session stages; with `replicas`, the
+/// stages share their server-scoped entries.
+fn sharded(path: &Path, limits: Limits, shards: usize, replicas: bool) -> Merged {
+    let usage: Arc<SharedUsage> = Arc::default();
+    let analysis = Analysis::default;
+    let (mut flows, first) = Pipeline::split(limits, analysis(), Arc::clone(&usage));
+    let mut stages = vec![first];
+    // Each further stage comes with a flow layer of its own, unused but kept: what it
+    // charged to the usage stays charged until the end.
+    let mut unused = Vec::new();
+    for _ in 1..shards {
+        let (spare, stage) = Pipeline::split(limits, analysis(), Arc::clone(&usage));
+        unused.push(spare);
+        stages.push(stage);
+    }
+    let store = Arc::new(Mutex::new(Store::default()));
+    if replicas {
+        for stage in &mut stages {
+            stage.share_server_scope(Box::new(Replicas(Arc::clone(&store))));
+        }
+    }
+    let mut shards = Shards {
+        stages,
+        router: Router::new(shards),
+        merged: Merged::default(),
+    };
+    let mut out = Vec::new();
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    mcptap::capture::read_captures(&paths, &mut |pkt| {
+        flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
+        flows.stage_outputs(&mut out);
+        let steps = flows.take_staged(Vec::new());
+        shards.take(&mut flows, steps);
+    })
+    .expect("read");
+    flows.finish(&mut out);
+    flows.stage_outputs(&mut out);
+    let steps = flows.take_staged(Vec::new());
+    shards.take(&mut flows, steps);
+    drop(unused);
+    shards.merged.taken = shards.router.taken;
+    shards.merged
+}
+
+/// One pipeline's outputs, and the same through 1 to 4 session shards: equal.
+fn assert_shards_agree(path: &Path, limits: Limits) -> Vec<Output> {
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let (whole, _) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
+    let one = sharded(path, limits, 1, true);
+    assert_eq!(one.outputs, whole, "{}: one shard", path.display());
+    let want = one.normalised();
+    for n in 2..=4 {
+        let got = sharded(path, limits, n, true).normalised();
+        assert_eq!(got.len(), want.len(), "{}: {n} shards", path.display());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "{}: {n} shards, output {i}", path.display());
+        }
+    }
+    whole
+}
+
+fn alerts(outputs: &[Output]) -> Vec<String> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(Event::Alert(a)) => Some(format!("{:?}", a.kind)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Clients on addresses of their own, so that they spread over the shards.
+fn client(i: u8) -> Endpoint {
+    Endpoint::new([10, 2, i / 50, i % 50], 40000 + u16::from(i))
+}
+
+fn capture_of(dir: &Path, name: &str, talks: Vec<(Endpoint, Vec<AppWrite>)>) -> std::path::PathBuf {
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let mut sim = Sim::new(11).with_step(300_000);
+    for (c, writes) in talks {
+        // One after the other: the order of the clients is the order of their answers.
+        let conn = sim.connect(c, server, writes).server_closes();
+        sim.run(vec![conn]);
+    }
+    let path = dir.join(name);
+    sim.write_pcap(&path).expect("write");
+    path
+}
+
+#[test]
+fn every_fixture_gives_one_pipelines_outputs_through_session_shards() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 30, "{} fixtures", fixtures.len());
+    for f in fixtures {
+        assert_shards_agree(&f, Limits::default());
+    }
+}
+
+#[test]
+fn many_clients_of_a_stateful_server_through_session_shards() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bursts.pcap");
+    common::write_legacy_bursts(&path);
+    let whole = assert_shards_agree(&path, common::bursts_limits());
+    assert!(alerts(&whole).len() >= 18);
+    // The clients spread over the shards: each takes a share of the work.
+    let taken = sharded(&path, common::bursts_limits(), 4, true).taken;
+    let all: usize = taken.iter().sum();
+    assert!(taken.iter().all(|t| t * 8 > all), "{taken:?}");
+}
+
+/// A capture of one's own (`MCPTAP_SHARD_CAPTURE=PATH`), e.g. the gateway-shaped bench
+/// capture: `cargo test --release --test session_shards -- --ignored --nocapture`. Compared up
+/// to the first limit hit, past which one worker and N shards may differ (each shard has the
+/// limits of a worker of its own).
+#[test]
+#[ignore = "needs MCPTAP_SHARD_CAPTURE"]
+fn a_capture_of_ones_own_through_session_shards() {
+    let path = std::env::var("MCPTAP_SHARD_CAPTURE").expect("MCPTAP_SHARD_CAPTURE=PATH");
+    let path = Path::new(&path);
+    let one = sharded(path, Limits::default(), 1, true);
+    let want = one.normalised();
+    let limit_hit = one
+        .outputs
+        .iter()
+        .position(|o| {
+            matches!(
+                o,
+                Output::Telemetry(mcptap_core::model::Telemetry::LimitHit { .. })
+            )
+        })
+        .unwrap_or(want.len());
+    for n in 2..=4 {
+        let got = sharded(path, Limits::default(), n, true).normalised();
+        let same = got.iter().zip(&want).take_while(|(g, w)| g == w).count();
+        assert!(
+            same >= limit_hit,
+            "{n} shards: output {same} differs: {}",
+            got[same]
+        );
+    }
+    eprintln!(
+        "{} outputs, {} alerts; identical through 2 to 4 session shards up to output {limit_hit}",
+        want.len(),
+        alerts(&one.outputs).len()
+    );
+}
+
+/// A stateless legacy server answers `tools/call` as a stream to the first clients and as
+/// plain JSON to a later one: the endpoint's mode changed, whichever shard each client is on.
+#[test]
+fn a_stateless_endpoints_mode_is_shared_by_the_shards() {
+    let who = Client {
+        host: "mcp.internal:8080",
+        name: "agent",
+        version: "1.0",
+    };
+    let talks: Vec<(Endpoint, Vec<AppWrite>)> = (0..12u8)
+        .map(|i| {
+            let init = kit::initialize_request(1, kit::FULL_CLIENT_CAPS, who.name, who.version);
+            let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
+            let call = kit::tools_call_request(2, "search", "{}");
+            let answer = kit::tool_result(2, "found");
+            let writes = vec![
+                AppWrite::client(who.post(&init, None)),
+                AppWrite::server(modern::answer(false, &result)),
+                AppWrite::client(who.post(&call, None)),
+                AppWrite::server(modern::answer(i < 8, &answer)),
+            ];
+            (client(i), writes)
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = capture_of(dir.path(), "stateless.pcap", talks);
+    let whole = assert_shards_agree(&path, Limits::default());
+    assert!(
+        alerts(&whole).iter().any(|a| a.contains("Divergence")),
+        "{:?}",
+        alerts(&whole)
+    );
+    // Without the replicas, the shards that saw only JSON answers would not alert.
+    let alone = sharded(&path, Limits::default(), 4, false);
+    assert_ne!(alerts(&alone.outputs), alerts(&whole));
+}
+
+/// Modern clients: one lists the tools (a tool with an `x-mcp-header` parameter) and the
+/// others call it without the header; one asks `server/discover`, and a later one gets a
+/// narrower result. Every client is checked against what the server told any of them.
+#[test]
+fn a_servers_tools_and_discover_result_are_shared_by_the_shards() {
+    let tools = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","tools":[{"name":"execute_sql","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}}"#;
+    let discover = |id: u64, caps: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","supportedVersions":["{}"],"capabilities":{caps},"_meta":{{"io.modelcontextprotocol/serverInfo":{{"name":"srv","version":"1"}}}}}}}}"#,
+            modern::VERSION
+        )
+    };
+    let request = |id: u64, method: &str, params: &str| {
+        modern::request(id, method, params, modern::FULL_CAPS, "agent", "1")
+    };
+    let mut talks = vec![
+        (
+            client(0),
+            vec![
+                AppWrite::client(modern::post(
+                    &request(1, "tools/list", ""),
+                    "tools/list",
+                    None,
+                    "",
+                )),
+                AppWrite::server(modern::answer(false, tools)),
+            ],
+        ),
+        (
+            client(1),
+            vec![
+                AppWrite::client(modern::post(
+                    &request(1, "server/discover", ""),
+                    "server/discover",
+                    None,
+                    "",
+                )),
+                AppWrite::server(modern::answer(
+                    false,
+                    &discover(1, r#"{"tools":{},"prompts":{},"resources":{}}"#),
+                )),
+            ],
+        ),
+    ];
+    for i in 2..10u8 {
+        let call = request(
+            1,
+            "tools/call",
+            r#""name":"execute_sql","arguments":{"region":"eu-central1"}"#,
+        );
+        let mut writes = vec![
+            AppWrite::client(modern::post(&call, "tools/call", Some("execute_sql"), "")),
+            AppWrite::server(modern::answer(false, &modern::tool_result(1))),
+        ];
+        if i == 9 {
+            let ask = request(2, "server/discover", "");
+            writes.push(AppWrite::client(modern::post(
+                &ask,
+                "server/discover",
+                None,
+                "",
+            )));
+            writes.push(AppWrite::server(modern::answer(
+                false,
+                &discover(2, r#"{"tools":{}}"#),
+            )));
+        }
+        talks.push((client(i), writes));
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = capture_of(dir.path(), "modern.pcap", talks);
+    let whole = assert_shards_agree(&path, Limits::default());
+    let mismatches = |outputs: &[Output]| {
+        outputs
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Telemetry(mcptap_core::model::Telemetry::HeaderMismatch { .. })
+                )
+            })
+            .count()
+    };
+    assert_eq!(
+        mismatches(&whole),
+        8,
+        "one per call without its Mcp-Param-Region"
+    );
+    assert!(
+        alerts(&whole).iter().any(|a| a.contains("Narrowing")),
+        "{:?}",
+        alerts(&whole)
+    );
+    // Without the replicas, calls on other shards than the listing client's go unchecked.
+    let alone = sharded(&path, Limits::default(), 4, false);
+    assert!(mismatches(&alone.outputs) < 8);
+}
