@@ -3075,8 +3075,7 @@ impl<D: Detector> Tracker<D> {
         out: &mut Vec<Output>,
         alerts: &mut Vec<Output>,
     ) {
-        let key = key.clone();
-        self.ensure(&key, c.client, c.ts, false, out);
+        self.ensure(key, c.client, c.ts, false, out);
         let caps_value = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
         let mut versions: Vec<String> = result
             .supported_versions
@@ -3107,7 +3106,7 @@ impl<D: Detector> Tracker<D> {
                 session::compact_json(&server_info),
             ))
         };
-        let Some(s) = self.sessions.get_mut(&key) else {
+        let Some(s) = self.sessions.get_mut(key) else {
             return;
         };
         s.handshakes += 1;
@@ -3206,7 +3205,7 @@ impl<D: Detector> Tracker<D> {
             versions_alerted,
             supported_versions: &versions,
         });
-        if let Some(ext) = self.sessions.get_mut(&key).and_then(|s| s.ext.as_mut()) {
+        if let Some(ext) = self.sessions.get_mut(key).and_then(|s| s.ext.as_mut()) {
             for kind in &found {
                 match kind {
                     AlertKind::CapabilityNarrowing(_) => {
@@ -3229,7 +3228,7 @@ impl<D: Detector> Tracker<D> {
         for kind in found {
             alert_ctx.push(alerts, c.ts, Some(kind));
         }
-        self.recharge(&key, c.ts, out);
+        self.recharge(key, c.ts, out);
     }
 
     fn on_handshake(
