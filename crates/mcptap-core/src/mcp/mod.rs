@@ -476,15 +476,16 @@ impl<D: Detector> Tracker<D> {
         let Some((version, entry)) = scope.newer(key, have) else {
             return;
         };
-        self.server_versions.insert(key.clone(), version);
         // Idle at a sweep since its last use: it ended there, as in one worker.
         if self.last_sweep.0.saturating_sub(entry.last_seen.0) > self.limits.session_idle_timeout_ns
         {
             if held {
                 self.sessions.remove(key);
+                self.server_versions.remove(key);
             }
             return;
         }
+        self.server_versions.insert(key.clone(), version);
         if !held {
             self.make_room(ts, out);
         }
@@ -3473,6 +3474,10 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.remove(key) else {
             return;
         };
+        if self.server_scope.is_some() {
+            // Bounded by the table: a version is kept only for an entry held.
+            self.server_versions.remove(key);
+        }
         // Server requests the client never answered in the session's life.
         for asked in &s.server_requests {
             out.push(Output::Event(Event::Exchange(Box::new(Exchange {
