@@ -119,7 +119,9 @@ pub struct Tracker<D: Detector> {
 /// replicas. Before it reads one, it takes the latest version that any shard wrote earlier in
 /// the input. After a write, it hands the entry out. An implementation orders these calls by
 /// input position, which is one worker's order (a serial one trivially; threads by waiting
-/// for the other shards' progress), so every shard sees what one worker would.
+/// for the other shards' progress), so every shard sees what one worker would. Each write
+/// site reads first, so no shard can write ahead of another's read: the latest version is
+/// always the one to read.
 pub trait ServerScope<D>: Send + std::fmt::Debug {
     /// The entry `key` as last written, when its version is newer than `have` (0: none held).
     fn newer(&mut self, key: &SessionKey, have: u64) -> Option<(u64, Box<Session<D>>)>;
