@@ -13,5 +13,6 @@ pub mod progress;
 pub mod redact;
 pub mod replay;
 pub mod server;
+pub mod sharded;
 pub mod sink;
 pub mod state;

@@ -68,10 +68,10 @@ enum Command {
         /// bar is shown only when standard error is a terminal.
         #[arg(long, short = 'q')]
         quiet: bool,
-        /// Threads: 1 runs everything on one; 2 or more put the session layer (MCP, detection)
-        /// on a thread of its own beside the flow layer (capture reading, TCP, HTTP) and the
-        /// output, with the same events in the same order. Further cores are not used yet.
-        /// With --fleet: 1
+        /// Threads: 1 runs everything on one; 2 put the session layer (MCP, detection) on a
+        /// thread of its own beside the flow layer (capture reading, TCP, HTTP) and the
+        /// output; 3 or more shard the session layer by client over N-1 threads. The same
+        /// events in the same order, unless a limit is hit. With --fleet: 1
         /// [default: one per core].
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
@@ -672,7 +672,18 @@ fn replay(
         }
     };
     // The split pipeline has no fleet store: a replay with one stays on one thread.
-    let result = if threads >= 2 && store.is_none() {
+    let result = if threads >= 3 && store.is_none() {
+        // The flow layer and the output on this thread, the session layer in shards by
+        // client on the others.
+        mcptap::sharded::replay_sharded(
+            files,
+            limits,
+            detectors,
+            threads - 1,
+            &mut progress,
+            &mut on_output,
+        )
+    } else if threads == 2 && store.is_none() {
         mcptap::replay::replay_split(files, limits, detectors, &mut progress, &mut on_output)
     } else {
         mcptap::replay::replay_with_fleet(

@@ -29,8 +29,9 @@ fn every_fixture_replays_to_its_golden_ndjson() {
                 golden.display()
             )
         });
-        // One thread, and the flow and session layers on two: the same bytes.
-        for threads in ["1", "2"] {
+        // One thread, the flow and session layers on two, and the session layer in three
+        // shards by client: the same bytes.
+        for threads in ["1", "2", "4"] {
             compare(&name, &capture, &golden, &want, threads);
         }
         compared += 1;

@@ -10,19 +10,16 @@
 mod common;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
-use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mcptap_core::detect::ModeTracker;
-use mcptap_core::http::HttpEvent;
-use mcptap_core::mcp::ServerScope;
-use mcptap_core::mcp::headers;
 use mcptap_core::mcp::identity::Identities;
 use mcptap_core::mcp::session::{Session, SessionKey};
+use mcptap_core::mcp::{GroupKey, ServerScope};
 use mcptap_core::model::{Event, Output, Timestamp};
-use mcptap_core::pipeline::{Analysis, Limits, Pipeline, SessionInput, SessionStage, Staged};
+use mcptap_core::pipeline::{Analysis, Limits, Pipeline, SessionStage, Staged};
+use mcptap_core::shard::{BroadcastPart, Route, ShardRouter, broadcast_order};
 use mcptap_core::usage::SharedUsage;
 use mcptap_testkit::mcp::{self as kit, Client, modern};
 use mcptap_testkit::sim::Sim;
@@ -54,159 +51,23 @@ impl ServerScope<ModeTracker> for Replicas {
     }
 }
 
-enum Route {
-    One(usize),
-    /// To every shard; every shard's outputs are kept (a sweep, the end).
-    All,
-    /// To every shard; the first shard's outputs stand for all (the same telemetry each).
-    AllOnce,
-}
-
-/// Where each session-layer input goes (see `docs/sharding.md`, "Routing to stage 2").
-struct Router {
-    shards: usize,
-    identities: Identities,
-    exchanges: HashMap<(u64, u64), usize>,
-    sessions: HashMap<(SocketAddr, String), usize>,
-    proxied: HashMap<u64, IpAddr>,
-    /// Inputs routed to each shard alone.
-    taken: Vec<usize>,
-}
-
-fn shard_of(shards: usize, what: impl Hash) -> usize {
-    let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one(what);
-    (hash % shards as u64) as usize
-}
-
-impl Router {
-    fn new(shards: usize) -> Router {
-        Router {
-            shards,
-            identities: Identities::default(),
-            exchanges: HashMap::new(),
-            sessions: HashMap::new(),
-            proxied: HashMap::new(),
-            taken: vec![0; shards],
-        }
-    }
-
-    fn exchange(&self, flow: u64, exchange: u64) -> usize {
-        self.exchanges
-            .get(&(flow, exchange))
-            .copied()
-            .unwrap_or_else(|| shard_of(self.shards, flow))
-    }
-
-    fn route(&mut self, input: &SessionInput) -> Route {
-        let (ctx, event) = match input {
-            SessionInput::Http { ctx, event, .. } => (ctx, event),
-            SessionInput::ProxyHeader { flow, source, .. } => {
-                if let Some(s) = source {
-                    self.proxied.insert(*flow, s.ip());
-                }
-                return Route::AllOnce;
-            }
-            SessionInput::FlowClosed { .. } => return Route::AllOnce,
-            SessionInput::Sweep { .. } | SessionInput::Finish { .. } => return Route::All,
-        };
-        let shard = match event {
-            HttpEvent::Request { exchange, head, .. } => {
-                let shard = match headers::request_session_id(head) {
-                    Some(sid) => self
-                        .sessions
-                        .get(&(ctx.server, sid.to_string()))
-                        .copied()
-                        .unwrap_or_else(|| shard_of(self.shards, (ctx.server, sid))),
-                    None => {
-                        let proxied = self.proxied.get(&ctx.flow).copied();
-                        let client =
-                            self.identities
-                                .client_identity_via(ctx.client.ip(), proxied, head);
-                        shard_of(self.shards, (ctx.server, client))
-                    }
-                };
-                self.exchanges.insert((ctx.flow, *exchange), shard);
-                shard
-            }
-            HttpEvent::ResponseHead { exchange, head } => {
-                let shard = self.exchange(ctx.flow, *exchange);
-                if let Some(sid) = headers::response_session_id(head) {
-                    self.sessions.insert((ctx.server, sid.to_string()), shard);
-                }
-                shard
-            }
-            HttpEvent::ResponseJson { exchange, .. }
-            | HttpEvent::ResponseSse { exchange, .. }
-            | HttpEvent::ResponseEnd { exchange, .. }
-            | HttpEvent::Abandoned { exchange, .. }
-            | HttpEvent::Anomaly {
-                exchange: Some(exchange),
-                ..
-            }
-            | HttpEvent::Undecodable {
-                exchange: Some(exchange),
-                ..
-            } => self.exchange(ctx.flow, *exchange),
-            HttpEvent::ProxyHeader { source, .. } => {
-                if let Some(s) = source {
-                    self.proxied.insert(ctx.flow, s.ip());
-                }
-                return Route::AllOnce;
-            }
-            // Telemetry only.
-            _ => shard_of(self.shards, ctx.flow),
-        };
-        self.taken[shard] += 1;
-        Route::One(shard)
-    }
-}
-
-/// Outputs in order; those of a sweep or of the end form one group, in shard order.
+/// Outputs in order, and the inputs each shard took alone.
 #[derive(Default)]
 struct Merged {
     outputs: Vec<Output>,
-    /// Index ranges of `outputs` made by inputs every shard took.
-    groups: Vec<std::ops::Range<usize>>,
-    /// Inputs each shard took alone.
     taken: Vec<usize>,
 }
 
-impl Merged {
-    /// The outputs with each group sorted: what is compared between shard counts.
-    fn normalised(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.outputs.iter().map(|o| format!("{o:?}")).collect();
-        for g in &self.groups {
-            lines[g.clone()].sort();
-        }
-        lines
-    }
-}
+/// A stage's marks of its broadcast outputs' units.
+type Marks = Vec<(usize, GroupKey)>;
 
 struct Shards {
     stages: Vec<SessionStage>,
-    router: Router,
+    router: ShardRouter,
     merged: Merged,
 }
 
 impl Shards {
-    /// `input` to every stage: copies to all but the last, which takes the input itself.
-    fn to_every_stage(
-        stages: &mut [SessionStage],
-        flows: &mut Pipeline,
-        input: SessionInput,
-        keep: &mut dyn FnMut(usize, Vec<Output>),
-    ) {
-        let last = stages.len() - 1;
-        for (i, stage) in stages[..last].iter_mut().enumerate() {
-            let mut o = Vec::new();
-            stage.process(Staged::Input(flows.stage_copy(&input)), &mut o);
-            keep(i, o);
-        }
-        let mut o = Vec::new();
-        stages[last].process(Staged::Input(input), &mut o);
-        keep(last, o);
-    }
-
     fn take(&mut self, flows: &mut Pipeline, steps: Vec<Staged>) {
         for step in steps {
             let input = match step {
@@ -217,19 +78,46 @@ impl Shards {
                 Staged::Input(input) => input,
             };
             let out = &mut self.merged.outputs;
-            match self.router.route(&input) {
-                Route::One(shard) => self.stages[shard].process(Staged::Input(input), out),
-                Route::All => {
-                    let start = out.len();
-                    Self::to_every_stage(&mut self.stages, flows, input, &mut |_, o| out.extend(o));
-                    self.merged.groups.push(start..out.len());
+            match self.router.route(&input, out) {
+                Route::One(shard) => {
+                    self.merged.taken[shard] += 1;
+                    self.stages[shard].process(Staged::Input(input), out)
                 }
-                Route::AllOnce => {
-                    Self::to_every_stage(&mut self.stages, flows, input, &mut |i, o| {
-                        if i == 0 {
-                            out.extend(o)
-                        }
-                    });
+                route => {
+                    // Every stage: copies to all but the last, which takes the input itself.
+                    let last = self.stages.len() - 1;
+                    let mut made: Vec<(Vec<Output>, Marks)> = Vec::new();
+                    let mut input = Some(input);
+                    for (i, stage) in self.stages.iter_mut().enumerate() {
+                        let step = match (i == last, input.take()) {
+                            (false, Some(it)) => {
+                                let copy = flows.stage_copy(&it);
+                                input = Some(it);
+                                copy
+                            }
+                            (_, Some(it)) => it,
+                            (_, None) => unreachable!("the input is kept for the last stage"),
+                        };
+                        let mut o = Vec::new();
+                        let mut marks = Vec::new();
+                        stage.process(Staged::Input(step), &mut o);
+                        stage.take_group_marks(&mut marks);
+                        made.push((o, marks));
+                    }
+                    if route == Route::EveryOnce {
+                        out.append(&mut made[0].0);
+                        continue;
+                    }
+                    let parts: Vec<BroadcastPart> = made
+                        .iter()
+                        .map(|(o, marks)| BroadcastPart {
+                            outputs: 0..o.len(),
+                            marks,
+                        })
+                        .collect();
+                    for (shard, range) in broadcast_order(&parts) {
+                        out.extend(made[shard].0[range].iter().cloned());
+                    }
                 }
             }
         }
@@ -240,17 +128,8 @@ impl Shards {
 /// stages share their server-scoped entries.
 fn sharded(path: &Path, limits: Limits, shards: usize, replicas: bool) -> Merged {
     let usage: Arc<SharedUsage> = Arc::default();
-    let analysis = Analysis::default;
-    let (mut flows, first) = Pipeline::split(limits, analysis(), Arc::clone(&usage));
-    let mut stages = vec![first];
-    // Each further stage comes with a flow layer of its own, unused but kept: what it
-    // charged to the usage stays charged until the end.
-    let mut unused = Vec::new();
-    for _ in 1..shards {
-        let (spare, stage) = Pipeline::split(limits, analysis(), Arc::clone(&usage));
-        unused.push(spare);
-        stages.push(stage);
-    }
+    let (mut flows, mut stages) =
+        Pipeline::split_shards(limits, Analysis::default(), usage, shards);
     let store = Arc::new(Mutex::new(Store::default()));
     if replicas {
         for stage in &mut stages {
@@ -259,8 +138,11 @@ fn sharded(path: &Path, limits: Limits, shards: usize, replicas: bool) -> Merged
     }
     let mut shards = Shards {
         stages,
-        router: Router::new(shards),
-        merged: Merged::default(),
+        router: ShardRouter::new(shards, &limits, Identities::default()),
+        merged: Merged {
+            outputs: Vec::new(),
+            taken: vec![0; shards],
+        },
     };
     let mut out = Vec::new();
     let paths = [path.to_str().expect("utf-8").to_string()];
@@ -275,24 +157,45 @@ fn sharded(path: &Path, limits: Limits, shards: usize, replicas: bool) -> Merged
     flows.stage_outputs(&mut out);
     let steps = flows.take_staged(Vec::new());
     shards.take(&mut flows, steps);
-    drop(unused);
-    shards.merged.taken = shards.router.taken;
     shards.merged
 }
 
-/// One pipeline's outputs, and the same through 1 to 4 session shards: equal.
+/// `path` through `shards` session shards on threads of their own, as `replay --threads`.
+fn threaded(path: &Path, limits: Limits, shards: usize) -> Vec<Output> {
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let mut all = Vec::new();
+    mcptap::sharded::replay_sharded(
+        &paths,
+        limits,
+        Analysis::default(),
+        shards,
+        &mut mcptap::progress::ReplayProgress::hidden(),
+        &mut |o| all.push(o.clone()),
+    )
+    .expect("replay");
+    all
+}
+
+fn assert_same(got: &[Output], want: &[Output], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "{what}, output {i}");
+    }
+    assert_eq!(got.len(), want.len(), "{what}");
+}
+
+/// One pipeline's outputs, and the same, in the same order, through 1 to 4 session shards,
+/// serially and on threads.
 fn assert_shards_agree(path: &Path, limits: Limits) -> Vec<Output> {
     let paths = [path.to_str().expect("utf-8").to_string()];
     let (whole, _) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
-    let one = sharded(path, limits, 1, true);
-    assert_eq!(one.outputs, whole, "{}: one shard", path.display());
-    let want = one.normalised();
-    for n in 2..=4 {
-        let got = sharded(path, limits, n, true).normalised();
-        assert_eq!(got.len(), want.len(), "{}: {n} shards", path.display());
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g, w, "{}: {n} shards, output {i}", path.display());
-        }
+    for n in 1..=4 {
+        let what = format!("{}: {n} shards", path.display());
+        assert_same(&sharded(path, limits, n, true).outputs, &whole, &what);
+        assert_same(
+            &threaded(path, limits, n),
+            &whole,
+            &format!("{what} on threads"),
+        );
     }
     whole
 }
@@ -362,10 +265,9 @@ fn many_clients_of_a_stateful_server_through_session_shards() {
 fn a_capture_of_ones_own_through_session_shards() {
     let path = std::env::var("MCPTAP_SHARD_CAPTURE").expect("MCPTAP_SHARD_CAPTURE=PATH");
     let path = Path::new(&path);
-    let one = sharded(path, Limits::default(), 1, true);
-    let want = one.normalised();
-    let limit_hit = one
-        .outputs
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let (want, _) = mcptap::replay::replay_collect(&paths, Limits::default()).expect("replay");
+    let limit_hit = want
         .iter()
         .position(|o| {
             matches!(
@@ -375,18 +277,25 @@ fn a_capture_of_ones_own_through_session_shards() {
         })
         .unwrap_or(want.len());
     for n in 2..=4 {
-        let got = sharded(path, Limits::default(), n, true).normalised();
-        let same = got.iter().zip(&want).take_while(|(g, w)| g == w).count();
-        assert!(
-            same >= limit_hit,
-            "{n} shards: output {same} differs: {}",
-            got[same]
-        );
+        for (how, got) in [
+            (
+                "serially",
+                sharded(path, Limits::default(), n, true).outputs,
+            ),
+            ("on threads", threaded(path, Limits::default(), n)),
+        ] {
+            let same = got.iter().zip(&want).take_while(|(g, w)| g == w).count();
+            assert!(
+                same >= limit_hit,
+                "{n} shards {how}: output {same} differs: {:?}",
+                got.get(same)
+            );
+        }
     }
     eprintln!(
-        "{} outputs, {} alerts; identical through 2 to 4 session shards up to output {limit_hit}",
+        "{} outputs, {} alerts; identical through 2 to 4 session shards (serially and on threads) up to output {limit_hit}",
         want.len(),
-        alerts(&one.outputs).len()
+        alerts(&want).len()
     );
 }
 

@@ -19,6 +19,7 @@ pub mod mcp;
 pub mod model;
 pub mod pipeline;
 pub mod reassembly;
+pub mod shard;
 pub mod usage;
 
 #[cfg(test)]

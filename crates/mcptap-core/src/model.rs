@@ -858,6 +858,11 @@ label_enum! {
         FleetHeld => "fleet_held",
         /// More MRTR results waiting for their retry per lineage than held (16).
         InputPending => "input_pending",
+        /// A session layer sharded over threads (`replay --threads` 3 or more): more
+        /// sessions' shards (`max_sessions`) or PROXY-named connections (`max_flows`) than
+        /// remembered. A session whose route went on goes by its id, perhaps to another
+        /// shard, which then lacks its state.
+        ShardRoutes => "shard_routes",
         /// More HTTP+SSE POSTs awaiting their answers on the stream per session than held (64).
         ParkedPosts => "parked_posts",
     }

@@ -528,6 +528,46 @@ impl Pipeline {
         (flows, sessions)
     }
 
+    /// [`Pipeline::split`] with the session layer in `shards` stages (at least one), each a
+    /// shard of its own thread's (see [`crate::shard`]). Limits and the budget stay those of
+    /// one pipeline: the stages share `usage`.
+    pub fn split_shards(
+        limits: Limits,
+        analysis: impl Into<Analysis>,
+        usage: Arc<SharedUsage>,
+        shards: usize,
+    ) -> (Pipeline, Vec<SessionStage>) {
+        let analysis = analysis.into();
+        let (flows, first) = Pipeline::split(limits, analysis.clone(), usage.clone());
+        let mut stages = vec![first];
+        for _ in 1..shards {
+            let Analysis {
+                detectors,
+                identities,
+            } = analysis.clone();
+            let mut tracker = Tracker::with_usage(flows.tracker_limits(), detectors, usage.clone());
+            tracker.set_identities(identities);
+            let slack = flows.slack;
+            usage.republish_session_bytes(0, slack);
+            stages.push(SessionStage {
+                tracker,
+                usage: usage.clone(),
+                published_exchange_bytes: 0,
+                slack,
+            });
+        }
+        (flows, stages)
+    }
+
+    /// The session limits a pipeline's tracker gets from `limits` (see [`Pipeline::configured`]).
+    fn tracker_limits(&self) -> SessionLimits {
+        SessionLimits {
+            max_session_bytes: session_budget(&self.limits)
+                .min(self.limits.session.max_session_bytes),
+            ..self.limits.session
+        }
+    }
+
     /// Split pipeline: moves what is left in `out` behind the steps staged so far; returns how
     /// many steps are staged and the bytes they hold (so that the caller can bound what waits
     /// between the threads). A whole pipeline stages nothing: `out` alone has its outputs.
@@ -1389,6 +1429,13 @@ impl SessionStage {
     /// [`crate::mcp::ServerScope`]).
     pub fn share_server_scope(&mut self, scope: Box<dyn crate::mcp::ServerScope<ModeTracker>>) {
         self.tracker.share_server_scope(scope);
+    }
+
+    /// Sharded: where the units of the sweeps' and ends' outputs start in the `out` given to
+    /// [`SessionStage::process`], with their keys, since the last call (see
+    /// [`crate::shard::broadcast_order`]).
+    pub fn take_group_marks(&mut self, into: &mut Vec<(usize, crate::mcp::GroupKey)>) {
+        self.tracker.take_group_marks(into);
     }
 
     /// Publishes what open exchanges hold, for the flow layer's memory budget; after a batch.

@@ -111,6 +111,23 @@ pub struct Tracker<D: Detector> {
     server_versions: HashMap<SessionKey, u64>,
     /// The time of the latest sweep: a replica last seen longer ago ended there.
     last_sweep: Timestamp,
+    /// Sharded: where each unit of a sweep's or the end's outputs starts, and its key, so
+    /// that the shards' outputs merge into one worker's order ([`GroupKey`]).
+    group_marks: Option<Vec<(usize, GroupKey)>>,
+}
+
+/// The order one worker makes the outputs of a sweep or of the end of the input in, unit by
+/// unit: idle sessions ended by key, then waits for a resumption given up by deadline (then
+/// key and request), then `InputRequiredResult`s released by deadline, then HTTP+SSE requests
+/// left unanswered by key. A sweep has the first three, the end the last three. Each shard of
+/// a sharded session layer makes its own sessions' units in this order; merged by key, they
+/// are one worker's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupKey {
+    Idle(SessionKey),
+    Resumption(Timestamp, SessionKey, Id),
+    Input(Timestamp, SessionKey),
+    Parked(SessionKey),
 }
 
 /// The server-scoped entries of a session layer sharded by client (`docs/sharding.md`): a
@@ -127,6 +144,11 @@ pub trait ServerScope<D>: Send + std::fmt::Debug {
     fn newer(&mut self, key: &SessionKey, have: u64) -> Option<(u64, Box<Session<D>>)>;
     /// This shard wrote `entry` (its state now); returns the version it becomes.
     fn publish(&mut self, key: &SessionKey, entry: Box<Session<D>>) -> u64;
+    /// This shard swept at `now`: entries last seen more than `idle_ns` before it have ended
+    /// (every shard reads them as ended), so the scope may forget them.
+    fn swept(&mut self, now: Timestamp, idle_ns: i64) {
+        let _ = (now, idle_ns);
+    }
 }
 
 /// Fleet mode's bookkeeping: sessions waiting for the store's answer with their held
@@ -454,6 +476,7 @@ impl<D: Detector> Tracker<D> {
             server_scope: None,
             server_versions: HashMap::default(),
             last_sweep: Timestamp(i64::MIN),
+            group_marks: None,
         }
     }
 
@@ -461,6 +484,21 @@ impl<D: Detector> Tracker<D> {
     /// [`ServerScope`]). Not with fleet mode.
     pub fn share_server_scope(&mut self, scope: Box<dyn ServerScope<D::SessionState>>) {
         self.server_scope = Some(scope);
+        self.group_marks = Some(Vec::new());
+    }
+
+    /// Sharded: the units of the sweeps' and ends' outputs since the last call, as (index
+    /// into the `out` they were written to, key), in order; appended to `into`.
+    pub fn take_group_marks(&mut self, into: &mut Vec<(usize, GroupKey)>) {
+        if let Some(marks) = self.group_marks.as_mut() {
+            into.append(marks);
+        }
+    }
+
+    fn mark_group(&mut self, at: usize, key: impl FnOnce() -> GroupKey) {
+        if let Some(marks) = self.group_marks.as_mut() {
+            marks.push((at, key()));
+        }
     }
 
     /// Sharded: brings server-scoped entry `key` up to the latest write of any shard (none
@@ -1707,7 +1745,11 @@ impl<D: Detector> Tracker<D> {
         let start = out.len();
         self.last_sweep = now;
         for key in self.sessions.idle(now, self.limits.session_idle_timeout_ns) {
+            self.mark_group(out.len(), || GroupKey::Idle(key.clone()));
             self.end_session(&key, now, EndReason::Idle, out);
+        }
+        if let Some(scope) = self.server_scope.as_mut() {
+            scope.swept(now, self.limits.session_idle_timeout_ns);
         }
         self.lineage.expire(now, self.limits.lineage_window_ns);
         self.publish_lineage_bytes();
@@ -1715,13 +1757,17 @@ impl<D: Detector> Tracker<D> {
             && *deadline <= now
         {
             if let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
+                self.mark_group(out.len(), || {
+                    GroupKey::Resumption(deadline, key.clone(), id.clone())
+                });
                 self.give_up_resumption(&key, &id, Some(deadline), now, true, out);
             }
         }
         while let Some(Reverse((deadline, _))) = self.input_deadlines.peek()
             && *deadline <= now
         {
-            if let Some(Reverse((_, key))) = self.input_deadlines.pop() {
+            if let Some(Reverse((deadline, key))) = self.input_deadlines.pop() {
+                self.mark_group(out.len(), || GroupKey::Input(deadline, key.clone()));
                 self.release_inputs(&key, Some(now), out);
             }
         }
@@ -1749,9 +1795,13 @@ impl<D: Detector> Tracker<D> {
         self.share_dirty(out, 0);
         // Soonest first, so the reports come in a fixed order.
         while let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
+            self.mark_group(out.len(), || {
+                GroupKey::Resumption(deadline, key.clone(), id.clone())
+            });
             self.give_up_resumption(&key, &id, Some(deadline), now, false, out);
         }
-        while let Some(Reverse((_, key))) = self.input_deadlines.pop() {
+        while let Some(Reverse((deadline, key))) = self.input_deadlines.pop() {
+            self.mark_group(out.len(), || GroupKey::Input(deadline, key.clone()));
             self.release_inputs(&key, None, out);
         }
         // HTTP+SSE requests whose answers never came on the stream.
@@ -1764,6 +1814,7 @@ impl<D: Detector> Tracker<D> {
         let mut sorted = parked;
         sorted.sort();
         for key in sorted {
+            self.mark_group(out.len(), || GroupKey::Parked(key.clone()));
             self.report_parked(&key, now, out);
         }
     }

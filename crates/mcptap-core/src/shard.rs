@@ -1,0 +1,331 @@
+//! The session layer sharded by client (`docs/sharding.md`): which shard each staged input
+//! goes to, and in what order the shards' outputs of an input they all take (a sweep, the end
+//! of the input) make one worker's. The threads, and the waiting that orders the shards'
+//! server-scoped accesses, are the adapter's.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash};
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+
+use foldhash::HashMap;
+
+use crate::http::HttpEvent;
+use crate::mcp::GroupKey;
+use crate::mcp::headers;
+use crate::mcp::identity::Identities;
+use crate::model::{Limit, Output, Telemetry};
+use crate::pipeline::{Limits, SessionInput};
+
+/// Where an input goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To one shard.
+    One(usize),
+    /// To every shard; every shard's outputs count, merged by [`broadcast_order`].
+    Every,
+    /// To every shard; the first shard's outputs stand for all (each makes the same
+    /// telemetry, and nothing else).
+    EveryOnce,
+}
+
+/// Routes each session-layer input to its shard:
+/// - a request that names a session goes to the shard whose answer gave the session its id
+///   (one worker keys sessions by id alone, and behind a pool of SNAT addresses one session
+///   comes from several peers); a session id not learned goes by (server, id);
+/// - any other request goes by (server, client identity), where one worker keeps the
+///   client's lineage, stateless label and modern declarations;
+/// - the rest of an exchange goes where its request went;
+/// - connection ends and PROXY headers go to every shard, as do sweeps and the end.
+#[derive(Debug)]
+pub struct ShardRouter {
+    shards: usize,
+    identities: Identities,
+    /// Per connection: its latest exchanges' shards. HTTP/1.1 answers in order, so only the
+    /// latest `max_pending_requests` (and a few) can still have events.
+    exchanges: HashMap<u64, VecDeque<(u64, u32)>>,
+    exchanges_per_flow: usize,
+    /// Sessions' shards, learned from their answers' `Mcp-Session-Id`.
+    sessions: HashMap<(SocketAddr, Box<str>), u32>,
+    max_sessions: usize,
+    /// Connections that opened with a PROXY header: the client it named.
+    proxied: HashMap<u64, IpAddr>,
+    max_proxied: usize,
+}
+
+/// Exchanges remembered per connection beyond the pipelining depth.
+const EXCHANGE_SLACK: usize = 4;
+
+fn shard_of(shards: usize, what: impl Hash) -> usize {
+    let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one(what);
+    (hash % shards.max(1) as u64) as usize
+}
+
+impl ShardRouter {
+    /// A router over `shards` shards; `identities` must be the pipeline's, so that a client
+    /// is the one the session layer sees.
+    pub fn new(shards: usize, limits: &Limits, identities: Identities) -> ShardRouter {
+        ShardRouter {
+            shards: shards.max(1),
+            identities,
+            exchanges: HashMap::default(),
+            exchanges_per_flow: limits.http.max_pending_requests + EXCHANGE_SLACK,
+            sessions: HashMap::default(),
+            max_sessions: limits.session.max_sessions.max(1),
+            proxied: HashMap::default(),
+            max_proxied: limits.max_flows.max(1),
+        }
+    }
+
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// Where `input` goes. Routes forgotten at a bound are counted in `out`
+    /// (`limit="shard_routes"`).
+    pub fn route(&mut self, input: &SessionInput, out: &mut Vec<Output>) -> Route {
+        let (ctx, event) = match input {
+            SessionInput::Http { ctx, event, .. } => (ctx, event),
+            SessionInput::ProxyHeader { flow, source, .. } => {
+                self.proxied_source(*flow, *source, out);
+                return Route::EveryOnce;
+            }
+            SessionInput::FlowClosed { flow } => {
+                self.exchanges.remove(flow);
+                self.proxied.remove(flow);
+                return Route::EveryOnce;
+            }
+            SessionInput::Sweep { .. } | SessionInput::Finish { .. } => return Route::Every,
+        };
+        if self.shards == 1 {
+            return Route::One(0);
+        }
+        let shard = match event {
+            HttpEvent::Request { exchange, head, .. } => {
+                let shard = match headers::request_session_id(head) {
+                    Some(sid) => self
+                        .sessions
+                        .get(&(ctx.server, Box::from(sid)))
+                        .map(|&s| s as usize)
+                        .unwrap_or_else(|| shard_of(self.shards, (ctx.server, sid))),
+                    None => {
+                        let proxied = self.proxied.get(&ctx.flow).copied();
+                        let client =
+                            self.identities
+                                .client_identity_via(ctx.client.ip(), proxied, head);
+                        shard_of(self.shards, (ctx.server, client))
+                    }
+                };
+                let latest = self.exchanges.entry(ctx.flow).or_default();
+                if latest.len() >= self.exchanges_per_flow {
+                    latest.pop_front();
+                }
+                latest.push_back((*exchange, shard as u32));
+                shard
+            }
+            HttpEvent::ResponseHead { exchange, head } => {
+                let shard = self.exchange(ctx.flow, *exchange);
+                if let Some(sid) = headers::response_session_id(head) {
+                    self.learn_session(ctx.server, sid, shard, out);
+                }
+                shard
+            }
+            HttpEvent::ResponseJson { exchange, .. }
+            | HttpEvent::ResponseSse { exchange, .. }
+            | HttpEvent::ResponseEnd { exchange, .. }
+            | HttpEvent::Abandoned { exchange, .. }
+            | HttpEvent::Anomaly {
+                exchange: Some(exchange),
+                ..
+            }
+            | HttpEvent::Undecodable {
+                exchange: Some(exchange),
+                ..
+            } => self.exchange(ctx.flow, *exchange),
+            HttpEvent::ProxyHeader { source, .. } => {
+                self.proxied_source(ctx.flow, *source, out);
+                return Route::EveryOnce;
+            }
+            // Telemetry alone.
+            _ => shard_of(self.shards, ctx.flow),
+        };
+        Route::One(shard)
+    }
+
+    fn exchange(&self, flow: u64, exchange: u64) -> usize {
+        self.exchanges
+            .get(&flow)
+            .and_then(|latest| latest.iter().rev().find(|(e, _)| *e == exchange))
+            .map(|&(_, s)| s as usize)
+            .unwrap_or_else(|| shard_of(self.shards, flow))
+    }
+
+    fn learn_session(
+        &mut self,
+        server: SocketAddr,
+        sid: &str,
+        shard: usize,
+        out: &mut Vec<Output>,
+    ) {
+        let key = (server, Box::from(sid));
+        if let Some(known) = self.sessions.get_mut(&key) {
+            *known = shard as u32;
+            return;
+        }
+        if self.sessions.len() >= self.max_sessions {
+            // As many sessions as one worker tracks at most: the older routes go, and a
+            // session whose route went continues by (server, id), perhaps on another shard.
+            self.sessions.clear();
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ShardRoutes,
+            }));
+        }
+        self.sessions.insert(key, shard as u32);
+    }
+
+    fn proxied_source(&mut self, flow: u64, source: Option<SocketAddr>, out: &mut Vec<Output>) {
+        let Some(source) = source else { return };
+        if self.proxied.len() < self.max_proxied || self.proxied.contains_key(&flow) {
+            self.proxied.insert(flow, source.ip());
+        } else {
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ShardRoutes,
+            }));
+        }
+    }
+}
+
+/// One shard's outputs of an input every shard took: their index range in the shard's
+/// outputs, and the units' marks in it (see [`crate::pipeline::SessionStage::take_group_marks`]),
+/// indices in the same outputs, in order.
+#[derive(Debug, Clone)]
+pub struct BroadcastPart<'a> {
+    pub outputs: Range<usize>,
+    pub marks: &'a [(usize, GroupKey)],
+}
+
+/// The order in which the shards' outputs of one sweep or end of input make one worker's:
+/// (shard, index range) pairs. Outputs before a shard's first mark come first, in shard
+/// order; then every unit, by key (one worker makes them in key order, each shard its own
+/// sessions' units in that order too).
+pub fn broadcast_order(parts: &[BroadcastPart<'_>]) -> Vec<(usize, Range<usize>)> {
+    let mut units: Vec<(Option<&GroupKey>, usize, Range<usize>)> = Vec::new();
+    for (shard, part) in parts.iter().enumerate() {
+        let mut start = part.outputs.start;
+        let mut key = None;
+        for (at, next) in part.marks {
+            let at = (*at).clamp(start, part.outputs.end);
+            units.push((key, shard, start..at));
+            start = at;
+            key = Some(next);
+        }
+        units.push((key, shard, start..part.outputs.end));
+    }
+    // Stable: equal keys (a server-scoped entry two shards hold, which ends without an
+    // output) stay in shard order.
+    units.sort_by(|a, b| a.0.cmp(&b.0));
+    units
+        .into_iter()
+        .filter(|(_, _, r)| !r.is_empty())
+        .map(|(_, shard, r)| (shard, r))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> crate::mcp::session::SessionKey {
+        ("127.0.0.1:80".parse().expect("addr"), format!("s{n}"))
+    }
+
+    #[test]
+    fn broadcast_units_merge_by_key_after_the_unmarked_outputs() {
+        let a = [
+            (1, GroupKey::Idle(key(1))),
+            (2, GroupKey::Idle(key(4))),
+            (4, GroupKey::Parked(key(0))),
+        ];
+        let b = [(10, GroupKey::Idle(key(2))), (12, GroupKey::Idle(key(3)))];
+        let order = broadcast_order(&[
+            BroadcastPart {
+                outputs: 0..5,
+                marks: &a,
+            },
+            BroadcastPart {
+                outputs: 10..14,
+                marks: &b,
+            },
+        ]);
+        assert_eq!(
+            order,
+            vec![
+                (0, 0..1),   // before shard 0's first mark
+                (0, 1..2),   // idle s1
+                (1, 10..12), // idle s2
+                (1, 12..14), // idle s3
+                (0, 2..4),   // idle s4
+                (0, 4..5),   // parked s0: after every idle end
+            ]
+        );
+    }
+
+    #[test]
+    fn a_session_named_by_its_id_goes_where_its_answer_gave_it_the_id() {
+        use crate::http::RequestHead;
+        use crate::mcp::FlowCtx;
+        use crate::mcp::headers::{request_head, response_head};
+        use crate::model::Timestamp;
+        let limits = Limits::default();
+        let mut router = ShardRouter::new(4, &limits, Identities::default());
+        let server: SocketAddr = "127.0.0.1:80".parse().expect("addr");
+        let mut out = Vec::new();
+        let http = |flow: u64, client: &str, event: HttpEvent| SessionInput::Http {
+            ctx: FlowCtx {
+                flow,
+                server,
+                client: client.parse().expect("addr"),
+            },
+            ts: Timestamp(0),
+            event,
+        };
+        let request = |head: RequestHead| HttpEvent::Request {
+            exchange: 0,
+            head,
+            body: Vec::new(),
+        };
+        let init = http(
+            1,
+            "127.0.0.9:5000",
+            request(request_head("POST", "/mcp", None, None, None, None)),
+        );
+        let Route::One(first) = router.route(&init, &mut out) else {
+            panic!("a request goes to one shard");
+        };
+        let answer = response_head(200, Some("application/json"), Some("abc"));
+        let head = http(
+            1,
+            "127.0.0.9:5000",
+            HttpEvent::ResponseHead {
+                exchange: 0,
+                head: answer,
+            },
+        );
+        assert_eq!(router.route(&head, &mut out), Route::One(first));
+        // The session's next request, from other peers (a SNAT pool): the same shard.
+        for peer in 1..40 {
+            let again = http(
+                1 + peer,
+                &format!("127.0.1.{peer}:6000"),
+                request(request_head("POST", "/mcp", None, None, Some("abc"), None)),
+            );
+            assert_eq!(router.route(&again, &mut out), Route::One(first));
+        }
+        assert!(out.is_empty());
+        let sweep = SessionInput::Sweep { now: Timestamp(0) };
+        assert_eq!(router.route(&sweep, &mut out), Route::Every);
+        let closed = SessionInput::FlowClosed { flow: 1 };
+        assert_eq!(router.route(&closed, &mut out), Route::EveryOnce);
+        assert!(!router.exchanges.contains_key(&1));
+    }
+}
