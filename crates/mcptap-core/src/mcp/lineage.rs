@@ -173,6 +173,102 @@ impl Lineage {
     }
 }
 
+/// One server's stateless clients: identity to (serial, label).
+type ClientLabels = HashMap<Box<str>, (u64, Box<str>)>;
+
+/// Legacy stateless clients: the clientInfo label of each (server, client identity)'s latest
+/// `initialize`, so that its later requests (which name no client) join that lineage. Held
+/// within a byte bound charged to the session budget; the longest-known clients give way first.
+#[derive(Debug, Default)]
+pub struct StatelessLabels {
+    /// Per server, per client identity: (serial, label). Keyed in two levels so that a
+    /// lookup borrows the client identity instead of building a key.
+    by_server: HashMap<SocketAddr, ClientLabels>,
+    /// Every client's (serial, server, identity), in the order first seen.
+    order: VecDeque<(u64, SocketAddr, Box<str>)>,
+    next_serial: u64,
+    len: usize,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// Bytes one label costs besides its strings: its table slot (twice, for a table's free
+/// slots) and its order slot.
+const LABEL_OVERHEAD: usize = 2 * std::mem::size_of::<(Box<str>, (u64, Box<str>))>()
+    + std::mem::size_of::<(u64, SocketAddr, Box<str>)>();
+
+fn label_bytes(client: &str, label: &str) -> usize {
+    // The identity is held twice: in the table and in the order.
+    LABEL_OVERHEAD + 2 * client.len() + label.len()
+}
+
+impl StatelessLabels {
+    pub fn new(max_bytes: usize) -> Self {
+        StatelessLabels {
+            max_bytes,
+            ..StatelessLabels::default()
+        }
+    }
+
+    /// Bytes the labels hold, as charged against the session budget.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn get(&self, server: SocketAddr, client: &str) -> Option<&str> {
+        let (_, label) = self.by_server.get(&server)?.get(client)?;
+        Some(label)
+    }
+
+    /// Sets the label of (`server`, `client`); drops the clients first seen longest ago
+    /// beyond the byte bound and says how many.
+    pub fn set(&mut self, server: SocketAddr, client: &str, label: &str) -> Dropped {
+        let clients = self.by_server.entry(server).or_default();
+        if let Some((_, old)) = clients.get_mut(client) {
+            if **old != *label {
+                self.bytes = self.bytes - old.len() + label.len();
+                *old = Box::from(label);
+            }
+        } else {
+            let serial = self.next_serial;
+            self.next_serial += 1;
+            self.len += 1;
+            self.bytes += label_bytes(client, label);
+            self.order.push_back((serial, server, Box::from(client)));
+            clients.insert(Box::from(client), (serial, Box::from(label)));
+        }
+        let mut dropped = 0;
+        while self.bytes > self.max_bytes && self.len > 1 {
+            let Some((serial, server, client)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(clients) = self.by_server.get_mut(&server) else {
+                continue;
+            };
+            if let Some((s, label)) = clients.get(&*client)
+                && *s == serial
+            {
+                self.bytes -= label_bytes(&client, label);
+                self.len -= 1;
+                clients.remove(&*client);
+                dropped += 1;
+            }
+            if clients.is_empty() {
+                self.by_server.remove(&server);
+            }
+        }
+        Dropped(dropped)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +322,45 @@ mod tests {
                 .map(|e| e.session_id.as_str()),
             Some("s2")
         );
+    }
+
+    fn server() -> SocketAddr {
+        "127.0.0.2:80".parse().expect("addr")
+    }
+
+    #[test]
+    fn a_stateless_label_follows_the_latest_initialize_and_is_charged_once() {
+        let mut l = StatelessLabels::new(usize::MAX);
+        assert_eq!(l.set(server(), "10.0.0.1", "a/1"), Dropped(0));
+        let one = l.bytes();
+        assert_eq!(l.set(server(), "10.0.0.1", "b/2"), Dropped(0));
+        assert_eq!(
+            (l.len(), l.bytes(), l.get(server(), "10.0.0.1")),
+            (1, one, Some("b/2"))
+        );
+        assert_eq!(l.get(server(), "10.0.0.9"), None);
+    }
+
+    #[test]
+    fn the_byte_bound_drops_the_clients_seen_first_and_says_how_many() {
+        let one = label_bytes("10.0.0.0", "a/1");
+        let mut l = StatelessLabels::new(3 * one);
+        for i in 0..3 {
+            assert_eq!(l.set(server(), &format!("10.0.0.{i}"), "a/1"), Dropped(0));
+        }
+        // Relabelling a known client neither grows nor reorders the store.
+        assert_eq!(l.set(server(), "10.0.0.0", "b/1"), Dropped(0));
+        assert_eq!(l.set(server(), "10.0.0.3", "a/1"), Dropped(1));
+        assert_eq!((l.len(), l.get(server(), "10.0.0.0")), (3, None));
+        assert_eq!(l.get(server(), "10.0.0.3"), Some("a/1"));
+        assert!(l.bytes() <= 3 * one);
+        // Many clients never grow it past the bound.
+        let mut dropped = 0;
+        for i in 0..10_000 {
+            dropped += l
+                .set(server(), &format!("10.1.{}.{}", i / 256, i % 256), "a/1")
+                .0;
+        }
+        assert!(l.len() <= 3 && l.bytes() <= 3 * one && dropped >= 9_997);
     }
 }

@@ -41,7 +41,7 @@ use budget::SessionTable;
 use foldhash::HashMap;
 use handshake::Answer;
 use identity::Identities;
-use lineage::{Ended, Lineage, LineageKey};
+use lineage::{Ended, Lineage, LineageKey, StatelessLabels};
 use modern::{ParamHeader, RequestFacts};
 use serde_json::Value;
 use session::{
@@ -99,7 +99,7 @@ pub struct Tracker<D: Detector> {
     sse_endpoints: HashMap<(SocketAddr, Box<str>), Box<str>>,
     /// Legacy stateless clients: the clientInfo label of the latest `initialize` per (server,
     /// client identity), so their later requests (which name no client) join its lineage.
-    stateless_labels: HashMap<(SocketAddr, Box<str>), Box<str>>,
+    stateless_labels: StatelessLabels,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -349,7 +349,6 @@ const MAX_PROXIED_FLOWS: usize = 65_536;
 
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
-const MAX_STATELESS_LABELS: usize = 4096;
 /// Most `supportedVersions` of a discover result compared (the latest ones).
 const MAX_SUPPORTED_VERSIONS: usize = 64;
 /// Longest HTTP+SSE endpoint (path and query) kept.
@@ -463,14 +462,15 @@ impl<D: Detector> Tracker<D> {
                 usage.clone(),
             ),
             transactions: Transactions::new(limits.max_exchanges_per_flow),
-            // Records of ended sessions may take an eighth of what sessions may.
+            // Records of ended sessions may take an eighth of what sessions may; stateless
+            // clients' labels a thirty-second.
             lineage: Lineage::new(limits.max_session_bytes / 8),
+            stateless_labels: StatelessLabels::new(limits.max_session_bytes / 32),
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
             input_deadlines: BinaryHeap::new(),
             sse_endpoints: HashMap::default(),
-            stateless_labels: HashMap::default(),
             proxied: HashMap::default(),
             fleet: None,
             server_scope: None,
@@ -1970,10 +1970,7 @@ impl<D: Detector> Tracker<D> {
             Some((n, v)) => identity::client_label(Some(n), v, None),
             None => {
                 let known = legacy
-                    .then(|| {
-                        self.stateless_labels
-                            .get(&(ctx.server, Box::from(client_ident.as_str())))
-                    })
+                    .then(|| self.stateless_labels.get(ctx.server, &client_ident))
                     .flatten();
                 match known {
                     Some(l) => l.to_string(),
@@ -1982,17 +1979,14 @@ impl<D: Detector> Tracker<D> {
             }
         };
         if legacy && name.is_some() {
-            let k = (ctx.server, Box::from(client_ident.as_str()));
-            if !self.stateless_labels.contains_key(&k)
-                && self.stateless_labels.len() >= MAX_STATELESS_LABELS
-            {
-                // Rarely reached: a fleet of distinct stateless clients on one pipeline.
-                self.stateless_labels.clear();
+            let dropped = self.stateless_labels.set(ctx.server, &client_ident, &label);
+            // Rarely reached: a fleet of distinct stateless clients on one pipeline.
+            for _ in 0..dropped.0 {
                 out.push(Output::Telemetry(Telemetry::LimitHit {
                     limit: Limit::LineageRecords,
                 }));
             }
-            self.stateless_labels.insert(k, Box::from(label.as_str()));
+            self.publish_lineage_bytes();
         }
         self.identities
             .lineage_id(&server_ident, &client_ident, &label)
@@ -3458,9 +3452,9 @@ impl<D: Detector> Tracker<D> {
         self.publish_lineage_bytes();
     }
 
-    /// Lineage records count against the session budget with the sessions.
+    /// Lineage records and stateless labels count against the session budget with the sessions.
     fn publish_lineage_bytes(&mut self) {
-        let now = self.lineage.bytes();
+        let now = self.lineage.bytes() + self.stateless_labels.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;

@@ -577,6 +577,63 @@ fn stateless_servers_log_handshakes_without_a_session() {
     assert_eq!(hs[0]["era"], "legacy");
 }
 
+/// A flood of distinct stateless clients: their `initialize` labels stay within their share
+/// of the session budget, charged there, and what gives way is counted.
+#[test]
+fn stateless_client_labels_are_bounded_charged_and_counted() {
+    let mut h = Harness::new();
+    let budget = 64 * 1024;
+    let usage = std::sync::Arc::new(crate::usage::SharedUsage::default());
+    h.t = Tracker::with_usage(
+        SessionLimits {
+            max_session_bytes: budget,
+            ..SessionLimits::default()
+        },
+        Detectors::default(),
+        usage.clone(),
+    );
+    let stateless = |i: u32| FlowCtx {
+        flow: u64::from(i),
+        client: std::net::SocketAddr::from((i.to_be_bytes(), 40_000)),
+        server: SERVER.parse().expect("addr"),
+    };
+    let initialize = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "capabilities":{}, "clientInfo":{"name":"fleet-agent","version":"1.0"}}});
+    for i in 0..20_000u32 {
+        h.now += 1_000;
+        h.send(
+            stateless(i),
+            HttpEvent::Request {
+                exchange: 0,
+                head: post(None),
+                body: initialize.to_string().into_bytes(),
+            },
+        );
+        assert!(
+            usage.session_bytes() <= budget / 32,
+            "{}",
+            usage.session_bytes()
+        );
+    }
+    assert!(
+        usage.session_bytes() > budget / 64,
+        "the labels are charged"
+    );
+    let dropped = h
+        .out
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::LimitHit {
+                    limit: crate::model::Limit::LineageRecords
+                })
+            )
+        })
+        .count();
+    assert!(dropped > 19_000, "{dropped}");
+}
+
 #[test]
 fn idle_sessions_end() {
     let mut h = Harness::new();
