@@ -146,15 +146,20 @@ pub fn replay_split(
             batch.clear();
             let _ = spare_out_tx.send(batch);
         };
-        let mut out = Vec::new();
-        let mut span = TimeSpan::default();
         let mut session_side_gone = false;
-        let read = capture::read_captures(paths, &mut |pkt| {
-            span.see(Timestamp(pkt.ts_nanos));
-            progress.packet(pkt.data.len());
-            flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
-            let (steps, bytes) = flows.stage_outputs(&mut out);
-            if (steps >= SPLIT_BATCH || bytes >= SPLIT_BATCH_BYTES) && !session_side_gone {
+        let report = read_staged(
+            paths,
+            &mut flows,
+            progress,
+            (SPLIT_BATCH, SPLIT_BATCH_BYTES),
+            &mut |flows, last| {
+                if last {
+                    let _ = staged_tx.send(flows.take_staged(Vec::new()));
+                    return;
+                }
+                if session_side_gone {
+                    return;
+                }
                 let spare = spare_staged_rx
                     .try_recv()
                     .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
@@ -162,14 +167,8 @@ pub fn replay_split(
                 while let Ok(batch) = out_rx.try_recv() {
                     deliver(batch);
                 }
-            }
-        });
-        // As the whole pipeline: an input that cannot be read ends without the finish.
-        if read.is_ok() {
-            flows.finish(&mut out);
-        }
-        flows.stage_outputs(&mut out);
-        let _ = staged_tx.send(flows.take_staged(Vec::new()));
+            },
+        );
         // The session side ends when the staging channel closes, and so does its output.
         drop(staged_tx);
         for batch in out_rx {
@@ -178,16 +177,46 @@ pub fn replay_split(
         if let Err(panic) = session_side.join() {
             std::panic::resume_unwind(panic);
         }
-        Some(read.map(|read| ReplayReport {
-            read,
-            stats: flows.stats().clone(),
-            span,
-        }))
+        Some(report)
     });
     match done {
         Some(result) => result,
         None => replay_with_fleet(paths, limits, whole, None, progress, on_output),
     }
+}
+
+/// The flow thread of a replay whose session layer runs elsewhere: reads `paths` through
+/// `flows` and calls `hand_over(flows, false)` whenever `batch` (staged steps, bytes of
+/// bodies) is staged, and `hand_over(flows, true)` once at the end, after the finish. As the
+/// whole pipeline, an input that cannot be read ends without the finish.
+pub(crate) fn read_staged(
+    paths: &[String],
+    flows: &mut Pipeline,
+    progress: &mut ReplayProgress,
+    batch: (usize, usize),
+    hand_over: &mut dyn FnMut(&mut Pipeline, bool),
+) -> Result<ReplayReport, CaptureError> {
+    let mut out = Vec::new();
+    let mut span = TimeSpan::default();
+    let read = capture::read_captures(paths, &mut |pkt| {
+        span.see(Timestamp(pkt.ts_nanos));
+        progress.packet(pkt.data.len());
+        flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
+        let (steps, bytes) = flows.stage_outputs(&mut out);
+        if steps >= batch.0 || bytes >= batch.1 {
+            hand_over(flows, false);
+        }
+    });
+    if read.is_ok() {
+        flows.finish(&mut out);
+    }
+    flows.stage_outputs(&mut out);
+    hand_over(flows, true);
+    read.map(|read| ReplayReport {
+        read,
+        stats: flows.stats().clone(),
+        span,
+    })
 }
 
 /// Staged steps (or bytes of bodies) the flow thread hands over at once, and batches that may

@@ -17,10 +17,9 @@ use mcptap_core::model::{Output, Timestamp};
 use mcptap_core::pipeline::{Analysis, Limits, Pipeline, SessionInput, SessionStage, Staged};
 use mcptap_core::shard::{BroadcastPart, Route, ShardRouter, broadcast_order};
 
-use crate::capture::{self, CaptureError};
+use crate::capture::CaptureError;
 use crate::progress::ReplayProgress;
-use crate::replay::ReplayReport;
-use crate::sink::summary::TimeSpan;
+use crate::replay::{ReplayReport, read_staged};
 
 /// A shard's promise once it is gone: it accesses nothing any more.
 const GONE: u64 = u64::MAX;
@@ -281,6 +280,62 @@ const ROUND_STEPS: usize = 1024;
 const ROUND_BYTES: usize = 1 << 20;
 const QUEUE_ROUNDS: usize = 8;
 
+/// The flow thread's side of a sharded replay: routes staged inputs to the shards, round by
+/// round, and keeps each round's steps until its shards' outputs are in.
+struct Dispatch {
+    router: ShardRouter,
+    to_shards: Vec<SyncSender<ShardBatch>>,
+    /// Input position of the latest routed input.
+    position: u64,
+    waiting_rounds: VecDeque<Vec<Step>>,
+    shards_gone: bool,
+}
+
+impl Dispatch {
+    /// Hands the staged steps to the shards as one round.
+    fn send_round(&mut self, flows: &mut Pipeline) {
+        let shards = self.to_shards.len();
+        let staged = flows.take_staged(Vec::new());
+        let mut steps = Vec::with_capacity(staged.len());
+        let mut batches: Vec<Vec<(u64, SessionInput)>> = vec![Vec::new(); shards];
+        let mut routed = Vec::new();
+        for step in staged {
+            let input = match step {
+                Staged::Output(o) => {
+                    steps.push(Step::Output(o));
+                    continue;
+                }
+                Staged::Input(input) => input,
+            };
+            let route = self.router.route(&input, &mut routed);
+            steps.extend(routed.drain(..).map(Step::Output));
+            self.position += 1;
+            let at = self.position;
+            match route {
+                Route::One(shard) => batches[shard].push((at, input)),
+                Route::Every | Route::EveryOnce => {
+                    for batch in &mut batches[..shards - 1] {
+                        batch.push((at, flows.stage_copy(&input)));
+                    }
+                    batches[shards - 1].push((at, input));
+                }
+            }
+            steps.push(Step::Input(route));
+        }
+        let end = self.position + 1;
+        for (tx, inputs) in self.to_shards.iter().zip(batches) {
+            self.shards_gone |= tx.send(ShardBatch { inputs, end }).is_err();
+        }
+        self.waiting_rounds.push_back(steps);
+    }
+
+    /// Closes the shards' inputs (they end once they have answered every round); the rounds
+    /// still waiting for their answers.
+    fn close(self) -> VecDeque<Vec<Step>> {
+        self.waiting_rounds
+    }
+}
+
 /// [`crate::replay::replay_split`] with the session layer in `shards` shards by client, each
 /// on a thread of its own. The outputs are one pipeline's, in the same order, unless a limit
 /// is reached (each shard's tables are bounded on their own; routes are bounded too:
@@ -295,7 +350,7 @@ pub fn replay_sharded(
 ) -> Result<ReplayReport, CaptureError> {
     let shards = shards.max(1);
     let whole = analysis.clone();
-    let mut router = ShardRouter::new(shards, &limits, analysis.identities.clone());
+    let router = ShardRouter::new(shards, &limits, analysis.identities.clone());
     let (mut flows, stages) =
         Pipeline::split_shards(limits, analysis, std::sync::Arc::default(), shards);
     let shared = Arc::new(Progress::new(shards));
@@ -323,48 +378,12 @@ pub fn replay_sharded(
         }
         drop(done_tx);
         let mut results: Vec<ShardResults> = (0..shards).map(|_| ShardResults::default()).collect();
-        let mut waiting_rounds: VecDeque<Vec<Step>> = VecDeque::new();
-        let mut position = 0u64;
-        let mut out = Vec::new();
-        let mut span = TimeSpan::default();
-        let mut shards_gone = false;
-        // Hands the staged steps to the shards as one round.
-        let send_round = |flows: &mut Pipeline,
-                          router: &mut ShardRouter,
-                          waiting_rounds: &mut VecDeque<Vec<Step>>,
-                          position: &mut u64,
-                          shards_gone: &mut bool| {
-            let staged = flows.take_staged(Vec::new());
-            let mut steps = Vec::with_capacity(staged.len());
-            let mut batches: Vec<Vec<(u64, SessionInput)>> = vec![Vec::new(); shards];
-            let mut routed = Vec::new();
-            for step in staged {
-                let input = match step {
-                    Staged::Output(o) => {
-                        steps.push(Step::Output(o));
-                        continue;
-                    }
-                    Staged::Input(input) => input,
-                };
-                let route = router.route(&input, &mut routed);
-                steps.extend(routed.drain(..).map(Step::Output));
-                *position += 1;
-                match route {
-                    Route::One(shard) => batches[shard].push((*position, input)),
-                    Route::Every | Route::EveryOnce => {
-                        for batch in &mut batches[..shards - 1] {
-                            batch.push((*position, flows.stage_copy(&input)));
-                        }
-                        batches[shards - 1].push((*position, input));
-                    }
-                }
-                steps.push(Step::Input(route));
-            }
-            let end = *position + 1;
-            for (tx, inputs) in to_shards.iter().zip(batches) {
-                *shards_gone |= tx.send(ShardBatch { inputs, end }).is_err();
-            }
-            waiting_rounds.push_back(steps);
+        let mut dispatch = Dispatch {
+            router,
+            to_shards,
+            position: 0,
+            waiting_rounds: VecDeque::new(),
+            shards_gone: false,
         };
         // Writes every round whose shards have all answered.
         let mut deliver_ready = |results: &mut Vec<ShardResults>,
@@ -389,46 +408,28 @@ pub fn replay_sharded(
                 results[shard].rounds.push_back(d);
             }
         };
-        let read = capture::read_captures(paths, &mut |pkt| {
-            span.see(Timestamp(pkt.ts_nanos));
-            progress.packet(pkt.data.len());
-            flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
-            let (steps, bytes) = flows.stage_outputs(&mut out);
-            if (steps >= ROUND_STEPS || bytes >= ROUND_BYTES) && !shards_gone {
-                send_round(
-                    &mut flows,
-                    &mut router,
-                    &mut waiting_rounds,
-                    &mut position,
-                    &mut shards_gone,
-                );
-                deliver_ready(&mut results, &mut waiting_rounds, false);
-            }
-        });
-        if read.is_ok() {
-            flows.finish(&mut out);
-        }
-        flows.stage_outputs(&mut out);
-        send_round(
+        let report = read_staged(
+            paths,
             &mut flows,
-            &mut router,
-            &mut waiting_rounds,
-            &mut position,
-            &mut shards_gone,
+            progress,
+            (ROUND_STEPS, ROUND_BYTES),
+            &mut |flows, last| {
+                if last || !dispatch.shards_gone {
+                    dispatch.send_round(flows);
+                }
+                if !last {
+                    deliver_ready(&mut results, &mut dispatch.waiting_rounds, false);
+                }
+            },
         );
-
-        drop(to_shards);
+        let mut waiting_rounds = dispatch.close();
         deliver_ready(&mut results, &mut waiting_rounds, true);
         for t in threads {
             if let Err(panic) = t.join() {
                 std::panic::resume_unwind(panic);
             }
         }
-        Some(read.map(|read| ReplayReport {
-            read,
-            stats: flows.stats().clone(),
-            span,
-        }))
+        Some(report)
     });
     match done {
         Some(result) => result,
