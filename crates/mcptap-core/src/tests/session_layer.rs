@@ -81,6 +81,16 @@ impl Harness {
             .collect()
     }
 
+    /// How often `limit` was hit so far.
+    fn limit_hits(&self, limit: crate::model::Limit) -> usize {
+        self.out
+            .iter()
+            .filter(
+                |o| matches!(o, Output::Telemetry(Telemetry::LimitHit { limit: l }) if *l == limit),
+            )
+            .count()
+    }
+
     /// initialize on a new connection; the server assigns `sid`.
     fn handshake(
         &mut self,
@@ -438,18 +448,7 @@ fn hostile_session_ids_are_refused_and_counted() {
         h.tool_call_sse(c, 0, &sid, vec![], BodyEnd::Complete);
     }
     assert_eq!(h.t.active_sessions(), 0);
-    let refused = h
-        .out
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Telemetry(Telemetry::LimitHit {
-                    limit: crate::model::Limit::InvalidSessionId
-                })
-            )
-        })
-        .count();
+    let refused = h.limit_hits(crate::model::Limit::InvalidSessionId);
     assert!(refused >= 3);
 }
 
@@ -619,18 +618,7 @@ fn stateless_client_labels_are_bounded_charged_and_counted() {
         usage.session_bytes() > budget / 64,
         "the labels are charged"
     );
-    let dropped = h
-        .out
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Telemetry(Telemetry::LimitHit {
-                    limit: crate::model::Limit::LineageRecords
-                })
-            )
-        })
-        .count();
+    let dropped = h.limit_hits(crate::model::Limit::LineageRecords);
     assert!(dropped > 19_000, "{dropped}");
 }
 
