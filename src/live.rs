@@ -2,7 +2,7 @@
 //! the same sans-IO pipeline that `replay` uses. It knows neither the config file nor the
 //! sinks: the daemon hands it a [`CaptureSetup`] and a callback for pcap's drop counts.
 
-use mcptap_core::decode::{self, Decoded, TcpFlags};
+use mcptap_core::decode::{self, TcpFlags};
 use nix::poll::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -441,8 +441,9 @@ pub fn worker_of_server(server: SocketAddr, workers: usize) -> usize {
     if workers <= 1 {
         return 0;
     }
-    let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(server);
-    (h % workers as u64) as usize
+    let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(EndpointKey(server));
+    // The hash scaled to 0..workers (its high bits): a multiply, where `%` is a division.
+    ((u128::from(h) * workers as u128) >> 64) as usize
 }
 
 /// Which pipeline worker a frame goes to: decodes the link, IP and TCP headers only (no
@@ -464,9 +465,7 @@ impl Dispatcher {
 
     /// The server endpoint of a frame, `None` for what is not TCP (it goes to worker 0).
     pub fn server_of(&mut self, linktype: u32, frame: &[u8]) -> Option<SocketAddr> {
-        let Decoded::Tcp(seg) = decode::decode(linktype, frame) else {
-            return None;
-        };
+        let seg = decode::tcp_endpoints(linktype, frame)?;
         Some(self.directory.server_of(seg.src, seg.dst, seg.flags))
     }
 

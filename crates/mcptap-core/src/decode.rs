@@ -114,6 +114,34 @@ pub fn decode(linktype: u32, frame: &[u8]) -> Decoded<'_> {
     }
 }
 
+/// A TCP segment's endpoints and flags, without its payload: what a capture thread needs to
+/// route a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpEndpoints {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub flags: TcpFlags,
+}
+
+/// [`decode`] for routing: the same frames are TCP, but only the endpoints and flags are
+/// kept, so that the common case (plain IPv4) inlines to a few loads in the caller.
+#[inline]
+pub fn tcp_endpoints(linktype: u32, frame: &[u8]) -> Option<TcpEndpoints> {
+    let packet = ip_packet(linktype, frame).ok()?;
+    let seg = match plain_ipv4_tcp(packet) {
+        Some(seg) => seg,
+        None => match decode_ip_general(packet) {
+            Decoded::Tcp(seg) => seg,
+            Decoded::Skipped(_) => return None,
+        },
+    };
+    Some(TcpEndpoints {
+        src: seg.src,
+        dst: seg.dst,
+        flags: seg.flags,
+    })
+}
+
 /// The addresses in a frame's headers: what a capture must show before it is pushed onto an
 /// interface (see `mcptap endpoints --require-loopback`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +180,7 @@ fn ip_addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
 }
 
 /// Walks the link layer of one frame to its IPv4/IPv6 packet.
+#[inline]
 fn ip_packet(linktype: u32, frame: &[u8]) -> Result<&[u8], SkipReason> {
     match linktype {
         dlt::EN10MB => ethernet_ip(frame),
@@ -170,6 +199,7 @@ fn be16(bytes: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes(b))
 }
 
+#[inline]
 fn ethernet_ip(frame: &[u8]) -> Result<&[u8], SkipReason> {
     let (Some(ethertype), Some(rest)) = (be16(frame, 12), frame.get(ETHERNET_HEADER_LEN..)) else {
         return Err(SkipReason::Malformed);
@@ -324,6 +354,7 @@ fn plain_ipv4_tcp(packet: &[u8]) -> Option<TcpSegment<'_>> {
 /// the IP length field bounds the payload when the frame holds all of it
 /// (dropping link padding / FCS), and the captured bytes are used when the
 /// frame was cut short.
+#[inline(never)]
 fn decode_ip_general(packet: &[u8]) -> Decoded<'_> {
     let Ok((ip, ext_error)) = LaxIpSlice::from_slice(packet) else {
         return Decoded::Skipped(SkipReason::Malformed);
@@ -877,6 +908,19 @@ mod tests {
         fn plain_ipv4_fast_path_agrees_with_etherparse(packet in ipv4_packets()) {
             if let Some(seg) = plain_ipv4_tcp(&packet) {
                 proptest::prop_assert_eq!(Decoded::Tcp(seg), decode_ip_general(&packet));
+            }
+        }
+
+        #[test]
+        fn routing_decode_agrees_with_decode(packet in ipv4_packets(), v6 in proptest::bool::ANY) {
+            // As raw IP and behind Ethernet (IPv4, or the IPv6 ethertype for a mismatch).
+            let ethertype = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
+            for (linktype, frame) in [(dlt::RAW, packet.clone()), (dlt::EN10MB, eth(ethertype, &packet))] {
+                let full = match decode(linktype, &frame) {
+                    Decoded::Tcp(seg) => Some(TcpEndpoints { src: seg.src, dst: seg.dst, flags: seg.flags }),
+                    Decoded::Skipped(_) => None,
+                };
+                proptest::prop_assert_eq!(tcp_endpoints(linktype, &frame), full);
             }
         }
     }
