@@ -17,14 +17,14 @@
 mod support;
 
 use std::hint::black_box;
-use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use mcptap::live::{self, Batch, Dispatcher, ServerDirectory, WorkerQueue};
+use mcptap::live::{self, Batch, Dispatcher, ServerDirectory, WorkerInbox, WorkerQueue};
 use mcptap_core::decode::dlt;
 
-/// The binary's allocator: the batches are allocated here and freed on the consumer threads.
+/// The binary's allocator: batches are allocated here and handed back by the consumer threads
+/// (`WorkerInbox::recycle`), as the daemon's workers do.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -45,18 +45,13 @@ impl Queues {
         let mut queues = Vec::new();
         let mut drains = Vec::new();
         for i in 0..workers {
-            let (tx, rx) = sync_channel::<Batch>(QUEUE_BATCHES);
             let depth =
                 prometheus::IntGauge::new(format!("depth_{i}"), "batches queued").expect("gauge");
             let waited = prometheus::IntCounter::new(format!("waited_{i}"), "packets waited")
                 .expect("counter");
-            let worker_depth = depth.clone();
-            drains.push(std::thread::spawn(move || drain(rx, worker_depth)));
-            queues.push(WorkerQueue {
-                tx,
-                depth,
-                waited_packets: waited,
-            });
+            let (queue, inbox) = live::worker_queue(QUEUE_BATCHES, depth.clone(), waited);
+            drains.push(std::thread::spawn(move || drain(inbox, depth)));
+            queues.push(queue);
         }
         Queues { queues, drains }
     }
@@ -70,11 +65,12 @@ impl Queues {
     }
 }
 
-fn drain(rx: Receiver<Batch>, depth: prometheus::IntGauge) -> u64 {
+fn drain(inbox: WorkerInbox, depth: prometheus::IntGauge) -> u64 {
     let mut packets = 0;
-    while let Ok(batch) = rx.recv() {
+    while let Some(batch) = inbox.recv() {
         depth.dec();
         packets += batch.packets.len() as u64;
+        inbox.recycle(batch);
     }
     packets
 }

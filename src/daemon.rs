@@ -6,7 +6,8 @@ use crate::config::{CaptureConfig, Config};
 use crate::fleet::{FleetCounts, FleetStore};
 use crate::live::worker_of_server;
 use crate::live::{
-    self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory, WorkerQueue,
+    self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory, WorkerInbox,
+    WorkerQueue,
 };
 use crate::redact::Redactor;
 use crate::server::{self, ServerState};
@@ -452,7 +453,7 @@ impl Worker {
         self.reported_flows = flows;
     }
 
-    fn run(mut self, rx: Receiver<Batch>, initial: Option<Snapshot>) -> WorkerEnd {
+    fn run(mut self, inbox: WorkerInbox, initial: Option<Snapshot>) -> WorkerEnd {
         let mut outputs = Vec::new();
         if let Some(snap) = initial {
             let report = self.stages.import_state(snap, wall_clock(), &mut outputs);
@@ -475,7 +476,7 @@ impl Worker {
             } else {
                 Duration::from_millis(250)
             };
-            match rx.recv_timeout(wait) {
+            match inbox.recv_timeout(wait) {
                 Ok(batch) => {
                     self.queue_depth.dec();
                     let done_up_to = self.stages.packets(&batch, &mut outputs);
@@ -488,6 +489,7 @@ impl Worker {
                         sinks.span.see(Timestamp(first));
                         sinks.span.see(Timestamp(last));
                     }
+                    inbox.recycle(batch);
                     self.observe_lag(done_up_to);
                 }
                 Err(RecvTimeoutError::Timeout) if handed_over => {
@@ -597,13 +599,10 @@ impl WorkerPool {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
         for i in 0..n {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(self.queue_batches);
             let (depth, waited_packets) = self.metrics.worker_queue(i);
-            senders.push(WorkerQueue {
-                tx,
-                depth: depth.clone(),
-                waited_packets,
-            });
+            let (queue, inbox) =
+                live::worker_queue(self.queue_batches, depth.clone(), waited_packets);
+            senders.push(queue);
             // Split stages unless fleet mode (its store answers go to a whole pipeline).
             let split = self.split && self.fleet.is_none();
             let stages = if split {
@@ -658,7 +657,7 @@ impl WorkerPool {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("pipeline-{i}"))
-                    .spawn(move || worker.run(rx, initial))
+                    .spawn(move || worker.run(inbox, initial))
                     .map_err(|e| format!("cannot start pipeline thread: {e}"))?,
             );
         }

@@ -9,8 +9,9 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -184,23 +185,98 @@ const POLL_TIMEOUT_MS: u16 = 100;
 /// what waits in it (the worker takes batches off `depth` as it receives them).
 #[derive(Debug, Clone)]
 pub struct WorkerQueue {
-    pub tx: SyncSender<Batch>,
+    tx: SyncSender<Batch>,
+    /// Emptied batches the worker handed back ([`WorkerInbox::recycle`]); shared by every
+    /// capture thread that feeds this worker.
+    recycled: Arc<Mutex<Vec<Batch>>>,
     /// Batches queued for the worker.
     pub depth: prometheus::IntGauge,
     /// Packets whose batch found the queue full: the capture thread waited for the worker.
     pub waited_packets: prometheus::IntCounter,
 }
 
+/// The worker's end of a [`WorkerQueue`].
+pub struct WorkerInbox {
+    rx: Receiver<Batch>,
+    recycled: Arc<Mutex<Vec<Batch>>>,
+}
+
+/// Emptied batches that wait to be filled again, per worker. Two cover the steady state (one
+/// being filled while the worker parses the last); the rest absorb jitter. Beyond it a batch
+/// is freed, so the memory they hold stays under `RECYCLED_BATCHES * 2 * BATCH_BYTES`.
+const RECYCLED_BATCHES: usize = 4;
+
+/// A queue of `batches` batches from a capture thread to one worker, and the way back for
+/// emptied ones. Recycled, a batch is refilled in memory that is already mapped and warm: a
+/// fresh one costs the capture thread a page fault every 4 KiB it writes, and the worker the
+/// free of a large block.
+pub fn worker_queue(
+    batches: usize,
+    depth: prometheus::IntGauge,
+    waited_packets: prometheus::IntCounter,
+) -> (WorkerQueue, WorkerInbox) {
+    let (tx, rx) = sync_channel(batches);
+    let recycled = Arc::new(Mutex::new(Vec::with_capacity(RECYCLED_BATCHES)));
+    (
+        WorkerQueue {
+            tx,
+            recycled: recycled.clone(),
+            depth,
+            waited_packets,
+        },
+        WorkerInbox { rx, recycled },
+    )
+}
+
+impl WorkerInbox {
+    /// The next batch, waiting at most `wait`.
+    pub fn recv_timeout(&self, wait: Duration) -> Result<Batch, RecvTimeoutError> {
+        self.rx.recv_timeout(wait)
+    }
+
+    /// The next batch; `None` once the capture side is gone and the queue is empty.
+    pub fn recv(&self) -> Option<Batch> {
+        self.rx.recv().ok()
+    }
+
+    /// Hands a parsed batch back to be filled again. One that grew past what a full batch
+    /// needs (a frame beyond the byte limit) is freed instead, as are batches beyond
+    /// [`RECYCLED_BATCHES`].
+    pub fn recycle(&self, mut batch: Batch) {
+        if batch.data.capacity() > 2 * BATCH_BYTES || batch.packets.capacity() > BATCH_PACKETS {
+            return;
+        }
+        batch.data.clear();
+        batch.packets.clear();
+        let mut pool = self.recycled.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < RECYCLED_BATCHES {
+            pool.push(batch);
+        }
+    }
+}
+
 /// Hands a full or pending batch to the pipeline; false when the pipeline is gone.
 pub fn send(queue: &WorkerQueue, batch: &mut Batch, linktype: u32) -> bool {
-    // The next batch gets the room of this one: grown from empty, a batch of 512 full-size
-    // frames is copied about twice over by its reallocations (half the capture thread's
-    // instructions per packet). The room only grows when a batch needs more than any before,
-    // and never beyond what a full batch can take (the last frame may pass the byte limit).
-    let next = Batch {
-        linktype,
-        data: Vec::with_capacity(batch.data.capacity().min(2 * BATCH_BYTES)),
-        packets: Vec::with_capacity(batch.packets.capacity().min(BATCH_PACKETS)),
+    // The next batch is one the worker handed back, or a new one with the room of this one:
+    // grown from empty, a batch of 512 full-size frames is copied about twice over by its
+    // reallocations (half the capture thread's instructions per packet). The room only grows
+    // when a batch needs more than any before, and never beyond what a full batch can take
+    // (the last frame may pass the byte limit).
+    let recycled = queue
+        .recycled
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop();
+    let next = match recycled {
+        Some(recycled) => Batch {
+            linktype,
+            ..recycled
+        },
+        None => Batch {
+            linktype,
+            data: Vec::with_capacity(batch.data.capacity().min(2 * BATCH_BYTES)),
+            packets: Vec::with_capacity(batch.packets.capacity().min(BATCH_PACKETS)),
+        },
     };
     let out = std::mem::replace(batch, next);
     let sent = match queue.tx.try_send(out) {
@@ -745,6 +821,57 @@ mod tests {
         let s = d.stats();
         assert!(s.learned <= 8, "{s:?}");
         assert!(s.learned_evicted >= 90, "{s:?}");
+    }
+
+    fn test_queue(batches: usize) -> (WorkerQueue, WorkerInbox) {
+        let depth = prometheus::IntGauge::new("depth", "batches queued").expect("gauge");
+        let waited = prometheus::IntCounter::new("waited", "packets waited").expect("counter");
+        worker_queue(batches, depth, waited)
+    }
+
+    #[test]
+    fn sent_batches_come_back_to_be_filled_again() {
+        let (queue, inbox) = test_queue(4);
+        let mut batch = Batch::default();
+        batch.push(1, &[7; 1500]);
+        assert!(send(&queue, &mut batch, 1));
+        // Nothing handed back yet: the next batch is new, with the room of the sent one.
+        assert!(batch.packets.is_empty() && batch.data.capacity() >= 1500);
+        batch.push(2, &[8; 100]);
+        let parsed = inbox.recv().expect("queued");
+        let parsed_room = parsed.data.as_ptr();
+        inbox.recycle(parsed);
+        assert!(send(&queue, &mut batch, 113));
+        // The next batch is the recycled one, emptied, with the link type of this send.
+        assert_eq!(batch.data.as_ptr(), parsed_room);
+        assert!(batch.data.is_empty() && batch.packets.is_empty());
+        assert_eq!(batch.linktype, 113);
+        let second = inbox.recv().expect("queued");
+        assert_eq!(
+            second.iter().collect::<Vec<_>>(),
+            vec![(2, &[8u8; 100][..])]
+        );
+        assert_eq!(queue.depth.get(), 2);
+    }
+
+    #[test]
+    fn recycling_is_bounded() {
+        let (queue, inbox) = test_queue(64);
+        // Handed back beyond the pool's room, batches are freed.
+        for _ in 0..3 * RECYCLED_BATCHES {
+            inbox.recycle(Batch {
+                data: Vec::with_capacity(64),
+                ..Batch::default()
+            });
+        }
+        assert_eq!(queue.recycled.lock().expect("pool").len(), RECYCLED_BATCHES);
+        // A batch that grew past what a full batch needs is freed, not kept.
+        queue.recycled.lock().expect("pool").clear();
+        inbox.recycle(Batch {
+            data: Vec::with_capacity(2 * BATCH_BYTES + 1),
+            ..Batch::default()
+        });
+        assert!(queue.recycled.lock().expect("pool").is_empty());
     }
 
     #[test]
