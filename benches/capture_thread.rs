@@ -7,6 +7,11 @@
 //! to a worker), [`Batch::push`], and every 512 packets [`live::send`] to that worker's queue.
 //! Three stages are timed separately so that a regression shows where it is: dispatch alone,
 //! dispatch + copying into batches (recycled, never sent), and the whole path with the queues.
+//! The whole path is timed twice: over frames in memory walked once per pass (cold: every
+//! frame header is a cache miss, as when a capture thread reads a ring long after the kernel
+//! wrote it), and through a ring of blocks that another thread writes just ahead of the reader
+//! (as the kernel fills TPACKET_V3 blocks for a capture thread that keeps up). The goal is
+//! judged on the second; the first is reported beside it.
 //!
 //! `cargo bench --bench capture_thread [-- --runs N] [--quick]`: prints ns/packet per stage
 //! (median of N passes, after a warm-up pass) against the goal; timings are reported, never
@@ -17,8 +22,10 @@
 mod support;
 
 use std::hint::black_box;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcptap::live::{self, Batch, Dispatcher, ServerDirectory, WorkerInbox, WorkerQueue};
 use mcptap_core::decode::dlt;
@@ -153,6 +160,166 @@ fn capture(
     true
 }
 
+/// A TPACKET_V3 ring as the kernel fills it: blocks of `RING_BLOCK_BYTES`, each a frame count
+/// then frames behind headers, written by another thread (the kernel's softirq, on another
+/// core) just before the capture thread reads it.
+const RING_BLOCK_BYTES: usize = 256 * 1024;
+const RING_BLOCKS: usize = 8;
+/// How many blocks the writer may run ahead: a capture thread that keeps up reads blocks the
+/// kernel has just written (one that falls a whole ring behind drops packets instead).
+const RING_LEAD: usize = 2;
+/// Room before each frame, as for `tpacket3_hdr` and `sockaddr_ll`; frames start 16-aligned.
+const RING_FRAME_HEADER: usize = 64;
+
+struct Ring {
+    slots: Vec<Mutex<Vec<u8>>>,
+    /// Blocks written so far.
+    written: AtomicUsize,
+    /// Blocks read so far.
+    read: AtomicUsize,
+}
+
+fn wait_until(counter: &AtomicUsize, at_least: usize) {
+    let mut spins = 0u32;
+    while counter.load(Ordering::Acquire) < at_least {
+        spins += 1;
+        if spins < 1000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Frames per ring block, packed in order as [`write_ring`] packs them.
+fn ring_layout(cap: &Capture) -> Vec<usize> {
+    let mut blocks = Vec::new();
+    let (mut count, mut used) = (0, 4usize);
+    for (_, frame) in cap.frames() {
+        let end = used.next_multiple_of(16) + RING_FRAME_HEADER + frame.len();
+        if count > 0 && end > RING_BLOCK_BYTES {
+            blocks.push(count);
+            (count, used) = (0, 4);
+        }
+        used = used.next_multiple_of(16) + RING_FRAME_HEADER + frame.len();
+        count += 1;
+    }
+    if count > 0 {
+        blocks.push(count);
+    }
+    blocks
+}
+
+/// The kernel's side: writes `cap`'s frames into the ring's blocks, at most `RING_LEAD` ahead
+/// of the reader.
+fn write_ring(cap: &Capture, layout: &[usize], ring: &Ring) {
+    let mut frames = cap.frames();
+    for (block, &count) in layout.iter().enumerate() {
+        wait_until(&ring.read, (block + 1).saturating_sub(RING_LEAD));
+        let Some(slot) = ring.slots.get(block % RING_BLOCKS) else {
+            return;
+        };
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        slot.clear();
+        slot.extend_from_slice(&(count as u32).to_le_bytes());
+        for (ts, frame) in frames.by_ref().take(count) {
+            let at = slot.len().next_multiple_of(16);
+            slot.resize(at, 0);
+            slot.extend_from_slice(&ts.to_le_bytes());
+            slot.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            slot.resize(at + RING_FRAME_HEADER, 0);
+            slot.extend_from_slice(frame);
+        }
+        drop(slot);
+        ring.written.store(block + 1, Ordering::Release);
+    }
+}
+
+/// The whole path over `cap` as it arrives through a ring (see [`Ring`]): ns per packet the
+/// capture thread spent on its blocks, not counting its waits for the writer.
+#[inline(never)]
+fn ring_pass(
+    cap: &Capture,
+    dispatcher: &mut Dispatcher,
+    batches: &mut [Batch],
+    queues: &[WorkerQueue],
+) -> f64 {
+    let ring = Ring {
+        slots: (0..RING_BLOCKS)
+            .map(|_| Mutex::new(Vec::with_capacity(RING_BLOCK_BYTES)))
+            .collect(),
+        written: AtomicUsize::new(0),
+        read: AtomicUsize::new(0),
+    };
+    let layout = ring_layout(cap);
+    let mut busy = Duration::ZERO;
+    let mut packets = 0usize;
+    std::thread::scope(|scope| {
+        scope.spawn(|| write_ring(cap, &layout, &ring));
+        for block in 0..layout.len() {
+            wait_until(&ring.written, block + 1);
+            let Some(slot) = ring.slots.get(block % RING_BLOCKS) else {
+                break;
+            };
+            let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let t = Instant::now();
+            packets += read_block(&slot, dispatcher, batches, queues);
+            busy += t.elapsed();
+            drop(slot);
+            ring.read.store(block + 1, Ordering::Release);
+        }
+        let t = Instant::now();
+        for (batch, queue) in batches.iter_mut().zip(queues) {
+            if !batch.packets.is_empty() {
+                assert!(
+                    live::send(queue, batch, dlt::EN10MB),
+                    "a consumer thread stopped"
+                );
+            }
+        }
+        busy += t.elapsed();
+    });
+    assert_eq!(packets, cap.packets(), "every frame came through the ring");
+    busy.as_nanos() as f64 / packets as f64
+}
+
+/// One ring block through the capture thread's per-packet path; the packets in it.
+#[inline(always)]
+fn read_block(
+    block: &[u8],
+    dispatcher: &mut Dispatcher,
+    batches: &mut [Batch],
+    queues: &[WorkerQueue],
+) -> usize {
+    let word = |at: usize, n: usize| block.get(at..at + n);
+    let count = word(0, 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut at = 4usize;
+    for _ in 0..count {
+        at = at.next_multiple_of(16);
+        let (Some(ts), Some(len)) = (word(at, 8), word(at + 8, 4)) else {
+            return 0;
+        };
+        let ts = i64::from_le_bytes(ts.try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+        let Some(frame) = word(at + RING_FRAME_HEADER, len) else {
+            return 0;
+        };
+        at += RING_FRAME_HEADER + len;
+        let w = dispatcher.worker_of(dlt::EN10MB, frame);
+        let (Some(batch), Some(queue)) = (batches.get_mut(w), queues.get(w)) else {
+            continue;
+        };
+        batch.push(ts, frame);
+        if batch.is_full() {
+            assert!(
+                live::send(queue, batch, dlt::EN10MB),
+                "a consumer thread stopped"
+            );
+        }
+    }
+    count as usize
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -167,8 +334,9 @@ fn new_batches(workers: usize) -> Vec<Batch> {
         .collect()
 }
 
-/// Times `runs` passes of each stage over `cap` with `workers` queues; prints one line each.
-fn measure(name: &str, cap: &Capture, workers: usize, runs: usize) -> f64 {
+/// Times `runs` passes of each stage over `cap` with `workers` queues and prints one line:
+/// returns the whole path over frames in memory (cold) and through a freshly written ring.
+fn measure(name: &str, cap: &Capture, workers: usize, runs: usize) -> (f64, f64) {
     let packets = cap.packets() as f64;
     // One dispatcher for all passes, as a capture thread keeps its own: after the first pass
     // its directory knows every flow (the steady state).
@@ -184,6 +352,7 @@ fn measure(name: &str, cap: &Capture, workers: usize, runs: usize) -> f64 {
     let mut dispatch = Vec::new();
     let mut batch = Vec::new();
     let mut full = Vec::new();
+    let mut ring = Vec::new();
     let mut batches = new_batches(workers);
     for _ in 0..runs {
         let t = Instant::now();
@@ -196,26 +365,33 @@ fn measure(name: &str, cap: &Capture, workers: usize, runs: usize) -> f64 {
         let ok = full_pass(cap, &mut dispatcher, &mut sending, &queues.queues);
         full.push(ns(t));
         assert!(ok, "a consumer thread stopped");
+        ring.push(ring_pass(
+            cap,
+            &mut dispatcher,
+            &mut sending,
+            &queues.queues,
+        ));
     }
     let (received, waited) = queues.close();
     assert_eq!(
         received,
-        (cap.packets() * (runs + 1)) as u64,
+        (cap.packets() * (2 * runs + 1)) as u64,
         "every packet reached a worker queue"
     );
-    let whole = median(full);
+    let (whole, ringed) = (median(full), median(ring));
     println!(
-        "{name:<24} {:>5.0} {:>6.0} {workers:>7} {:>9} {:>10.1} {:>12.1} {:>10.1} {:>12} {:>6.0}%",
+        "{name:<24} {:>5.0} {:>6.0} {workers:>7} {:>9} {:>10.1} {:>12.1} {:>10.1} {:>10.1} {:>12} {:>6.0}%",
         cap.bytes() as f64 / (1 << 20) as f64,
         cap.bytes() as f64 / packets,
         cap.packets(),
         median(dispatch),
         median(batch),
         whole,
+        ringed,
         waited,
-        100.0 * whole / GOAL_NS_PER_PACKET
+        100.0 * ringed / GOAL_NS_PER_PACKET
     );
-    whole
+    (whole, ringed)
 }
 
 fn gateway(sessions: u64) -> Capture {
@@ -266,7 +442,7 @@ fn main() {
         "== live capture thread, per packet, without libpcap (median of {runs} passes; goal <= {GOAL_NS_PER_PACKET} ns) =="
     );
     println!(
-        "{:<24} {:>5} {:>6} {:>7} {:>9} {:>10} {:>12} {:>10} {:>12} {:>7}",
+        "{:<24} {:>5} {:>6} {:>7} {:>9} {:>10} {:>12} {:>10} {:>10} {:>12} {:>7}",
         "frames",
         "MiB",
         "avg B",
@@ -275,29 +451,43 @@ fn main() {
         "dispatch",
         "+batch copy",
         "+queues",
+        "from ring",
         "waited pkts",
         "of goal"
     );
-    let mut worst: f64 = 0.0;
+    let (mut worst_cold, mut worst_ring): (f64, f64) = (0.0, 0.0);
     for (name, cap) in [
         ("gateway-shaped", &gateway),
         ("mixed (90 % bulk bytes)", &mixed),
     ] {
         for workers in [1, 2, 4] {
-            worst = worst.max(measure(name, cap, workers, runs));
+            let (cold, ringed) = measure(name, cap, workers, runs);
+            worst_cold = worst_cold.max(cold);
+            worst_ring = worst_ring.max(ringed);
         }
     }
     println!(
-        "(ns/packet per stage, each column including the ones before it; MiB: frames walked per \
-         pass: the mixed ones and the batches they are copied into exceed the CPU caches, so \
-         each frame there costs cache misses, as in a 64 MiB capture ring)"
+        "(ns/packet per stage; dispatch, +batch copy and +queues each include the ones before, \
+         over frames in memory: MiB is what one pass walks, and the mixed ones with their \
+         batches exceed the CPU caches, so each frame there costs cache misses. from ring: the \
+         whole path again, with each frame read from a {RING_BLOCKS}-block ring of {} KiB \
+         blocks that another thread wrote at most {RING_LEAD} blocks ahead, as the kernel fills \
+         TPACKET_V3 blocks for a capture thread that keeps up; waits for the writer not \
+         counted. of goal: from ring.)",
+        RING_BLOCK_BYTES / 1024
     );
-    println!(
-        "capture thread: worst {worst:.1} ns/packet, goal <= {GOAL_NS_PER_PACKET} ns: {}",
-        if worst <= GOAL_NS_PER_PACKET {
+    let verdict = |ns: f64| {
+        if ns <= GOAL_NS_PER_PACKET {
             "met"
         } else {
             "NOT met"
         }
+    };
+    println!(
+        "capture thread: worst {worst_ring:.1} ns/packet from a freshly written ring, goal <= \
+         {GOAL_NS_PER_PACKET} ns: {}; from cold memory (frames read long after they were \
+         written) worst {worst_cold:.1} ns/packet: {}",
+        verdict(worst_ring),
+        verdict(worst_cold)
     );
 }
