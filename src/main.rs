@@ -10,7 +10,6 @@ use mcptap::config::{self, Config};
 use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
 use mcptap_core::detect::Detectors;
 use mcptap_core::limits::{LimitSettings, Limits};
-use mcptap_core::model::Event;
 use mcptap_core::model::Output;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -654,46 +653,77 @@ fn replay(
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
     let mut progress = mcptap::progress::ReplayProgress::for_inputs(files, !quiet);
-    let mut on_output = |o: &Output| {
-        let redacted;
-        let o = match (&redactor, o) {
-            (Some(r), Output::Event(ev)) => {
-                let mut ev = ev.clone();
-                r.event(&mut ev);
-                redacted = Output::Event(ev);
-                &redacted
-            }
-            _ => o,
-        };
+    // Summary, log and events file, in output order; `line` is the event's NDJSON line when
+    // another thread rendered it (`--threads 2`), else empty.
+    let mut deliver = |o: &Output, line: &[u8]| {
         summary.observe(o);
         log::log_output(o);
         if let (Output::Event(ev), None) = (o, &write_error) {
-            write_event(&mut writer, ev, &mut write_error);
+            let written = if line.is_empty() {
+                writer.write(ev)
+            } else {
+                writer.write_rendered(line)
+            };
+            if let Err(e) = written {
+                write_error = Some(e);
+            }
         }
     };
     // The split pipeline has no fleet store: a replay with one stays on one thread.
-    let result = if threads >= 3 && store.is_none() {
-        // The flow layer and the output on this thread, the session layer in shards by
-        // client on the others.
-        mcptap::sharded::replay_sharded(
+    let result = if threads == 2 && store.is_none() {
+        // Redaction and rendering on the session thread: the flow thread is the busier one.
+        let prepare = |o: &mut Output, line: &mut Vec<u8>| {
+            if let Output::Event(ev) = o {
+                if let Some(r) = &redactor {
+                    r.event(ev);
+                }
+                // On an error nothing is appended: the writer renders it again and reports it.
+                let _ = mcptap::sink::ndjson::render_line(ev, line);
+            }
+        };
+        mcptap::replay::replay_split(
             files,
             limits,
             detectors,
-            threads - 1,
             &mut progress,
-            &mut on_output,
+            Some(&prepare),
+            &mut deliver,
         )
-    } else if threads == 2 && store.is_none() {
-        mcptap::replay::replay_split(files, limits, detectors, &mut progress, &mut on_output)
     } else {
-        mcptap::replay::replay_with_fleet(
-            files,
-            limits,
-            detectors,
-            store.as_mut(),
-            &mut progress,
-            &mut on_output,
-        )
+        let mut on_output = |o: &Output| {
+            let redacted;
+            let o = match (&redactor, o) {
+                (Some(r), Output::Event(ev)) => {
+                    let mut ev = ev.clone();
+                    r.event(&mut ev);
+                    redacted = Output::Event(ev);
+                    &redacted
+                }
+                _ => o,
+            };
+            deliver(o, &[]);
+        };
+        if threads >= 3 && store.is_none() {
+            // The flow layer and the output on this thread, the session layer in shards by
+            // client on the others.
+            mcptap::sharded::replay_sharded(
+                files,
+                limits,
+                detectors,
+                threads - 1,
+                &mut progress,
+                &mut on_output,
+            )
+        } else {
+            mcptap::replay::replay_with_fleet(
+                files,
+                limits,
+                detectors,
+                store.as_mut(),
+                &mut progress,
+                &mut on_output,
+            )
+        }
     };
     progress.finish();
     if let Some(s) = &store {
@@ -800,12 +830,6 @@ fn warn_snaplen_cuts(read: &mcptap::capture::ReadSummary) {
             snaplen = cut.caplen,
             "packets cut short by the capture's snaplen: what they carried is lost (counted as gaps); capture with `tcpdump -s 0`"
         );
-    }
-}
-
-fn write_event(writer: &mut NdjsonWriter<Box<dyn Write>>, ev: &Event, err: &mut Option<io::Error>) {
-    if let Err(e) = writer.write(ev) {
-        *err = Some(e);
     }
 }
 

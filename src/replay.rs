@@ -92,18 +92,73 @@ pub fn replay_with_fleet(
     })
 }
 
+/// Output work that [`replay_split`] does on its session thread: each output is handed to it
+/// there, in order, with a buffer to append bytes to (redaction and the event's NDJSON line),
+/// so that the calling thread, which also runs the flow layer, only writes them.
+pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, &mut Vec<u8>) + Sync);
+
+/// Outputs of the session side with what [`PrepareOutput`] appended for each.
+#[derive(Default)]
+struct OutputBatch {
+    outputs: Vec<Output>,
+    bytes: Vec<u8>,
+    /// End of each output's bytes in `bytes`.
+    ends: Vec<usize>,
+}
+
+/// Keep a recycled batch's bytes only up to this size (after a run of very large events).
+const OUTPUT_BYTES_KEEP: usize = 4 << 20;
+
+impl OutputBatch {
+    fn with_capacity(outputs: usize) -> Self {
+        OutputBatch {
+            outputs: Vec::with_capacity(outputs),
+            bytes: Vec::new(),
+            ends: Vec::with_capacity(outputs),
+        }
+    }
+
+    fn prepare(&mut self, prepare: PrepareOutput<'_>) {
+        for o in &mut self.outputs {
+            prepare(o, &mut self.bytes);
+            self.ends.push(self.bytes.len());
+        }
+    }
+
+    /// Each output with its prepared bytes (empty when nothing prepared them).
+    fn deliver(&self, on_output: &mut dyn FnMut(&Output, &[u8])) {
+        let mut start = 0;
+        for (i, o) in self.outputs.iter().enumerate() {
+            let end = self.ends.get(i).copied().unwrap_or(start);
+            on_output(o, self.bytes.get(start..end).unwrap_or_default());
+            start = end;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.outputs.clear();
+        self.ends.clear();
+        self.bytes.clear();
+        if self.bytes.capacity() > OUTPUT_BYTES_KEEP {
+            self.bytes.shrink_to(OUTPUT_BYTES_KEEP);
+        }
+    }
+}
+
 /// [`replay_with_fleet`] without a store, on two threads: the calling thread reads the
 /// capture, runs the flow layer (decoding, reassembly, HTTP) and hands every output to
-/// `on_output` (events, logs); the session layer ([`Pipeline::split`]) runs on the other. Two
-/// busy threads for two cores: the flow layer and the outputs together cost about what the
-/// session layer does on gateway traffic. The outputs are those of [`replay`], in the same
-/// order, unless a memory limit is reached.
+/// `on_output` (events, logs); the session layer ([`Pipeline::split`]) runs on the other, and
+/// so does `prepare`, if given, on each output before it is handed over. Two busy threads for
+/// two cores: the flow layer and the outputs together cost about what the session layer does
+/// on gateway traffic. The outputs are those of [`replay`], in the same order, unless a memory
+/// limit is reached.
 pub fn replay_split(
     paths: &[String],
     limits: Limits,
     analysis: Analysis,
     progress: &mut ReplayProgress,
-    on_output: &mut dyn FnMut(&Output),
+    prepare: Option<PrepareOutput<'_>>,
+    on_output: &mut dyn FnMut(&Output, &[u8]),
 ) -> Result<ReplayReport, CaptureError> {
     let whole = analysis.clone();
     let (mut flows, mut sessions) = Pipeline::split(limits, analysis, std::sync::Arc::default());
@@ -111,11 +166,11 @@ pub fn replay_split(
     // Unbounded, so that neither side can wait for the other forever; what waits in it is
     // bounded all the same: the session side makes outputs only of the staged batches it was
     // given (at most the staging channel's), and the flow side takes them after every batch.
-    let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<Output>>();
+    let (out_tx, out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     // Done batches go back to be filled again: a batch is large, and allocating it anew (and
     // freeing it on the other thread) cost more than the hand-over itself.
     let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
-    let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<Vec<Output>>();
+    let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     let done = std::thread::scope(|scope| {
         let session_side = std::thread::Builder::new()
             .name("sessions".into())
@@ -123,12 +178,15 @@ pub fn replay_split(
                 for mut batch in staged_rx {
                     let mut out = spare_out_rx
                         .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                        .unwrap_or_else(|_| OutputBatch::with_capacity(SPLIT_BATCH));
                     for staged in batch.drain(..) {
-                        sessions.process(staged, &mut out);
+                        sessions.process(staged, &mut out.outputs);
                     }
                     let _ = spare_staged_tx.send(batch);
                     sessions.publish_usage();
+                    if let Some(prepare) = prepare {
+                        out.prepare(prepare);
+                    }
                     if out_tx.send(out).is_err() {
                         return; // the flow side is gone
                     }
@@ -138,11 +196,8 @@ pub fn replay_split(
         let Ok(session_side) = session_side else {
             return None;
         };
-        let mut deliver = |batch: Vec<Output>| {
-            let mut batch = batch;
-            for o in &batch {
-                on_output(o);
-            }
+        let mut deliver = |mut batch: OutputBatch| {
+            batch.deliver(on_output);
             batch.clear();
             let _ = spare_out_tx.send(batch);
         };
@@ -181,7 +236,19 @@ pub fn replay_split(
     });
     match done {
         Some(result) => result,
-        None => replay_with_fleet(paths, limits, whole, None, progress, on_output),
+        None => {
+            let mut line = Vec::new();
+            let mut on_whole = |o: &Output| match prepare {
+                Some(prepare) => {
+                    let mut o = o.clone();
+                    line.clear();
+                    prepare(&mut o, &mut line);
+                    on_output(&o, &line);
+                }
+                None => on_output(o, &[]),
+            };
+            replay_with_fleet(paths, limits, whole, None, progress, &mut on_whole)
+        }
     }
 }
 

@@ -433,6 +433,8 @@ pub fn replay_sharded(
     });
     match done {
         Some(result) => result,
-        None => crate::replay::replay_split(paths, limits, whole, progress, on_output),
+        None => crate::replay::replay_split(paths, limits, whole, progress, None, &mut |o, _| {
+            on_output(o)
+        }),
     }
 }

@@ -66,3 +66,34 @@ fn compare(name: &str, capture: &Path, golden: &Path, want: &str, threads: &str)
         );
     }
 }
+
+/// Under `--threads 2` the session thread redacts and renders the events; the bytes are one
+/// thread's, and redacted (no client address or clientInfo in the clear).
+#[test]
+fn redacted_replays_write_the_same_bytes_on_every_thread_count() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let key = dir.path().join("redact.key");
+    std::fs::write(&key, "a redaction key for the golden test").expect("key");
+    for fixture in ["mixed_era.pcap", "forwarded_client.pcap", "incident.pcap"] {
+        let replay = |threads: &str| {
+            let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
+                .args(["replay", "--threads", threads, "--redact", "client_ip"])
+                .args(["--redact", "client_info", "--redact-key-file"])
+                .arg(&key)
+                .arg(root.join("tests/fixtures").join(fixture))
+                .output()
+                .expect("run mcptap replay");
+            assert!(out.status.success(), "{fixture}: {out:?}");
+            String::from_utf8(out.stdout).expect("UTF-8 NDJSON")
+        };
+        let one = replay("1");
+        let handshakes = one.matches(r#""event":"handshake""#).count();
+        assert!(handshakes >= 2, "{fixture}: {handshakes} handshakes");
+        assert!(one.contains(r#""redacted""#), "{fixture}: {one}");
+        assert!(!one.contains(r#""client":"127."#), "{fixture}: {one}");
+        for threads in ["2", "4"] {
+            assert_eq!(replay(threads), one, "{fixture}: --threads {threads}");
+        }
+    }
+}

@@ -243,7 +243,8 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
         limits,
         Default::default(),
         &mut mcptap::progress::ReplayProgress::hidden(),
-        &mut |o| split.push(o.clone()),
+        None,
+        &mut |o, _| split.push(o.clone()),
     )
     .expect("split replay");
     let alerts = whole

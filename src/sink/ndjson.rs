@@ -11,6 +11,17 @@ pub struct NdjsonWriter<W: Write> {
     line: Vec<u8>,
 }
 
+/// Appends `value` to `line` as one NDJSON line; on an error `line` is left as it was.
+pub fn render_line<T: serde::Serialize + ?Sized>(value: &T, line: &mut Vec<u8>) -> io::Result<()> {
+    let start = line.len();
+    if let Err(e) = serde_json::to_writer(&mut *line, value) {
+        line.truncate(start);
+        return Err(e.into());
+    }
+    line.push(b'\n');
+    Ok(())
+}
+
 /// Keep the line buffer after a very large event only up to this size.
 const LINE_BUFFER_KEEP: usize = 64 << 10;
 
@@ -32,9 +43,14 @@ impl<W: Write> NdjsonWriter<W> {
         if self.line.capacity() > LINE_BUFFER_KEEP {
             self.line.shrink_to(LINE_BUFFER_KEEP);
         }
-        serde_json::to_writer(&mut self.line, value)?;
-        self.line.push(b'\n');
+        render_line(value, &mut self.line)?;
         self.out.write_all(&self.line)
+    }
+
+    /// A line [`render_line`] made (on another thread): the bytes [`NdjsonWriter::write`]
+    /// would have written.
+    pub fn write_rendered(&mut self, line: &[u8]) -> io::Result<()> {
+        self.out.write_all(line)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
