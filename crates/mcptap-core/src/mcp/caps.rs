@@ -34,57 +34,62 @@ pub fn bounded_paths(caps: &Value) -> (CapPaths, bool) {
     let mut walk = Walk::default();
     if let Value::Object(map) = caps {
         for (k, v) in map {
-            walk.visit(String::new(), k, v, 1);
+            walk.visit(k, v, 1);
         }
     }
-    let paths = walk.out.into_iter().map(String::into_boxed_str).collect();
-    (paths, walk.truncated)
+    (walk.out.into_iter().collect(), walk.truncated)
 }
 
 #[derive(Default)]
 struct Walk {
-    out: BTreeSet<String>,
+    out: BTreeSet<Box<str>>,
+    /// The path of the member being visited: one buffer for the whole walk, so a path costs
+    /// one allocation, when it is kept.
+    path: String,
     bytes: usize,
     visits: usize,
     truncated: bool,
 }
 
 impl Walk {
-    fn visit(&mut self, parent: String, key: &str, v: &Value, depth: usize) {
+    fn visit(&mut self, key: &str, v: &Value, depth: usize) {
         self.visits += 1;
         let full = self.out.len() >= MAX_PATHS || self.bytes >= MAX_PATH_BYTES;
         if full || self.visits > MAX_VISITS || key.len() > MAX_KEY_BYTES {
             self.truncated = true;
             return;
         }
-        let path = if parent.is_empty() {
-            key.to_string()
-        } else {
-            format!("{parent}.{key}")
-        };
+        let parent = self.path.len();
+        if parent > 0 {
+            self.path.push('.');
+        }
+        self.path.push_str(key);
         match v {
             Value::Bool(false) | Value::Null => {}
             Value::Object(map) => {
                 if depth < MAX_DEPTH {
                     for (k, child) in map {
-                        self.visit(path.clone(), k, child, depth + 1);
+                        self.visit(k, child, depth + 1);
                     }
                 } else if !map.is_empty() {
                     self.truncated = true;
                 }
-                self.insert(path);
+                self.insert();
             }
-            _ => self.insert(path),
+            _ => self.insert(),
         }
+        self.path.truncate(parent);
     }
 
-    fn insert(&mut self, path: String) {
-        if self.out.len() >= MAX_PATHS || self.bytes + path.len() > MAX_PATH_BYTES {
+    fn insert(&mut self) {
+        if self.out.len() >= MAX_PATHS || self.bytes + self.path.len() > MAX_PATH_BYTES {
             self.truncated = true;
             return;
         }
-        self.bytes += path.len();
-        self.out.insert(path);
+        self.bytes += self.path.len();
+        if !self.out.contains(self.path.as_str()) {
+            self.out.insert(self.path.as_str().into());
+        }
     }
 }
 

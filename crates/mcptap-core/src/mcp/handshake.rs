@@ -25,7 +25,7 @@ impl Answer<'_> {
 pub fn describe(
     ts: Timestamp,
     origin: &Origin,
-    params: &Value,
+    mut params: Value,
     answer: Answer<'_>,
 ) -> (Handshake, CapsRecord) {
     let Answer {
@@ -33,7 +33,14 @@ pub fn describe(
         error,
         status,
     } = answer;
-    let client_caps = params.get("capabilities").cloned().unwrap_or(Value::Null);
+    // The request's parameters are the caller's to give: their parts move into the event.
+    let mut take = |key: &str| params.get_mut(key).map(Value::take).unwrap_or(Value::Null);
+    let client_caps = take("capabilities");
+    let client_info = take("clientInfo");
+    let protocol_version_requested = match take("protocolVersion") {
+        Value::String(v) => Some(v),
+        _ => None,
+    };
     let server_caps = result
         .and_then(|r| r.get("capabilities"))
         .cloned()
@@ -55,15 +62,12 @@ pub fn describe(
         server: origin.server,
         host: origin.head.host.clone(),
         path: origin.head.path.clone(),
-        protocol_version_requested: params
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        protocol_version_requested,
         protocol_version: result
             .and_then(|r| r.get("protocolVersion"))
             .and_then(Value::as_str)
             .map(str::to_string),
-        client_info: params.get("clientInfo").cloned().unwrap_or(Value::Null),
+        client_info,
         server_info: result
             .and_then(|r| r.get("serverInfo"))
             .cloned()

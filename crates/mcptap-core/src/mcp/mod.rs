@@ -3299,7 +3299,7 @@ impl<D: Detector> Tracker<D> {
             }
         };
         let accepted = answer.accepted();
-        let (mut hs, record) = handshake::describe(ts, origin, &params, answer);
+        let (mut hs, record) = handshake::describe(ts, origin, params, answer);
         if record.truncated {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::CapabilityPaths,
