@@ -181,6 +181,45 @@ impl DropCounter {
 const BATCH_PACKETS: usize = 512;
 const POLL_TIMEOUT_MS: u16 = 100;
 
+/// How long part-filled batches may wait for more packets once the ring has run dry. Each
+/// hand-over wakes a worker (a futex call: microseconds on a VM), and at line rate the ring
+/// runs dry after every block the kernel retires, thousands of times a second; a full batch
+/// still goes at once. Packets wait in the kernel's block for up to `read_timeout_ms` anyway.
+const FLUSH_LINGER: Duration = Duration::from_millis(2);
+
+/// When the capture thread hands over its part-filled batches (see [`FLUSH_LINGER`]).
+#[derive(Debug, Default)]
+struct FlushTimer {
+    /// When the ring first ran dry with packets held since the last hand-over.
+    held_since: Option<Instant>,
+}
+
+/// What the capture thread does when the ring has nothing more for now.
+#[derive(Debug, PartialEq)]
+enum WhenDry {
+    /// Hand the held packets over, then wait for the ring.
+    Flush,
+    /// Wait for the ring at most this long; flush then if nothing came.
+    Linger(Duration),
+}
+
+impl FlushTimer {
+    fn dry(&mut self, holding: bool, now: Instant) -> WhenDry {
+        if !holding {
+            self.held_since = None;
+            return WhenDry::Flush;
+        }
+        let since = *self.held_since.get_or_insert(now);
+        match FLUSH_LINGER.checked_sub(now.saturating_duration_since(since)) {
+            Some(left) if !left.is_zero() => WhenDry::Linger(left),
+            _ => {
+                self.held_since = None;
+                WhenDry::Flush
+            }
+        }
+    }
+}
+
 /// A pipeline worker's queue as the capture threads see it: its sender and the gauges of
 /// what waits in it (the worker takes batches off `depth` as it receives them).
 #[derive(Debug, Clone)]
@@ -591,8 +630,10 @@ pub fn spawn(
             // pcap's received counter wraps too; only logged when the capture stops.
             let mut received = DropCounter::default();
             let mut last_stats = Instant::now();
+            let mut flush = FlushTimer::default();
             'capture: while !stop.load(Ordering::Relaxed) {
-                // Drain what the kernel has, then flush: nothing waits for the next packet.
+                // Drain what the kernel has; part-filled batches go when the ring stays dry
+                // (at most FLUSH_LINGER after it first ran dry).
                 loop {
                     match oc.cap.next_packet() {
                         Ok(p) => {
@@ -618,12 +659,21 @@ pub fn spawn(
                         }
                     }
                 }
-                for (batch, tx) in batches.iter_mut().zip(&workers) {
-                    if !batch.packets.is_empty() && !send(tx, batch, linktype) {
-                        health.failed.store(true, Ordering::SeqCst);
-                        break 'capture;
+                let holding = batches.iter().any(|b| !b.packets.is_empty());
+                let wait_ms = match flush.dry(holding, Instant::now()) {
+                    WhenDry::Flush => {
+                        for (batch, tx) in batches.iter_mut().zip(&workers) {
+                            if !batch.packets.is_empty() && !send(tx, batch, linktype) {
+                                health.failed.store(true, Ordering::SeqCst);
+                                break 'capture;
+                            }
+                        }
+                        POLL_TIMEOUT_MS
                     }
-                }
+                    WhenDry::Linger(left) => {
+                        u16::try_from(left.as_millis().max(1)).unwrap_or(POLL_TIMEOUT_MS)
+                    }
+                };
                 if last_stats.elapsed() >= Duration::from_secs(1) {
                     last_stats = Instant::now();
                     if let Ok(s) = oc.cap.stats() {
@@ -639,7 +689,7 @@ pub fn spawn(
                 }
                 // libpcap's own timeout never fires on an idle TPACKET_V3 socket, so wait here.
                 let mut fds = [PollFd::new(oc.cap.as_fd(), PollFlags::POLLIN)];
-                let _ = poll(&mut fds, POLL_TIMEOUT_MS);
+                let _ = poll(&mut fds, wait_ms);
             }
             for (mut batch, queue) in batches.into_iter().zip(&workers) {
                 if !batch.packets.is_empty() {
@@ -872,6 +922,25 @@ mod tests {
             ..Batch::default()
         });
         assert!(queue.recycled.lock().expect("pool").is_empty());
+    }
+
+    #[test]
+    fn held_packets_wait_for_more_at_most_the_linger() {
+        let mut t = FlushTimer::default();
+        let t0 = Instant::now();
+        // Nothing held: nothing to wait for.
+        assert_eq!(t.dry(false, t0), WhenDry::Flush);
+        // Held: wait for the ring, but no longer than the linger from the first dry moment.
+        assert_eq!(t.dry(true, t0), WhenDry::Linger(FLUSH_LINGER));
+        let half = FLUSH_LINGER / 2;
+        assert_eq!(t.dry(true, t0 + half), WhenDry::Linger(FLUSH_LINGER - half));
+        assert_eq!(t.dry(true, t0 + FLUSH_LINGER), WhenDry::Flush);
+        // After a flush the next held packets start a linger of their own.
+        let t1 = t0 + 3 * FLUSH_LINGER;
+        assert_eq!(t.dry(true, t1), WhenDry::Linger(FLUSH_LINGER));
+        // A full batch sent meanwhile leaves nothing held: the timer resets.
+        assert_eq!(t.dry(false, t1 + half), WhenDry::Flush);
+        assert_eq!(t.dry(true, t1 + half), WhenDry::Linger(FLUSH_LINGER));
     }
 
     #[test]
