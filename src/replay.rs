@@ -149,9 +149,9 @@ impl OutputBatch {
 /// capture, runs the flow layer (decoding, reassembly, HTTP) and hands every output to
 /// `on_output` (events, logs); the session layer ([`Pipeline::split`]) runs on the other, and
 /// so does `prepare`, if given, on each output before it is handed over. Two busy threads for
-/// two cores: the flow layer and the outputs together cost about what the session layer does
-/// on gateway traffic. The outputs are those of [`replay`], in the same order, unless a memory
-/// limit is reached.
+/// two cores: on gateway traffic the flow layer with the writing of outputs costs about what
+/// the session layer with their rendering does. The outputs are those of [`replay`], in the
+/// same order, unless a memory limit is reached.
 pub fn replay_split(
     paths: &[String],
     limits: Limits,
