@@ -642,7 +642,7 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 head.ambiguous = flag(5);
                 HttpEvent::Request {
                     exchange,
-                    head,
+                    head: Box::new(head),
                     body: gen_body(&mut r),
                 }
             }
@@ -660,7 +660,7 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                     if flag(6) {
                         head.other_media_type = r.opt_str();
                     }
-                    head
+                    Box::new(head)
                 },
             },
             2 => HttpEvent::ResponseJson {

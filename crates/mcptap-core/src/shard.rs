@@ -291,7 +291,7 @@ mod tests {
         };
         let request = |head: RequestHead| HttpEvent::Request {
             exchange: 0,
-            head,
+            head: Box::new(head),
             body: Vec::new(),
         };
         let init = http(
@@ -308,7 +308,7 @@ mod tests {
             "127.0.0.9:5000",
             HttpEvent::ResponseHead {
                 exchange: 0,
-                head: answer,
+                head: Box::new(answer),
             },
         );
         assert_eq!(router.route(&head, &mut out), Route::One(first));

@@ -275,14 +275,15 @@ pub use crate::model::HttpError;
 /// a response carries the number of the request it answers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HttpEvent {
+    /// Heads are boxed: events move through queues, and most are a few words.
     Request {
         exchange: u64,
-        head: RequestHead,
+        head: Box<RequestHead>,
         body: Vec<u8>,
     },
     ResponseHead {
         exchange: u64,
-        head: ResponseHead,
+        head: Box<ResponseHead>,
     },
     /// A complete JSON response body.
     ResponseJson {
@@ -1125,7 +1126,7 @@ impl Connection {
                 if keep {
                     out.push(HttpEvent::Request {
                         exchange,
-                        head,
+                        head: Box::new(head),
                         body: Vec::new(),
                     });
                 }
@@ -1219,7 +1220,10 @@ impl Connection {
             Sink::Discard
         };
         if mcp {
-            out.push(HttpEvent::ResponseHead { exchange, head });
+            out.push(HttpEvent::ResponseHead {
+                exchange,
+                head: Box::new(head),
+            });
         }
         let exchange = mcp.then_some(exchange);
         // A response body's state only marks that its exchange is kept.
@@ -1383,7 +1387,7 @@ impl Connection {
                     };
                     out.push(HttpEvent::Request {
                         exchange: ex,
-                        head,
+                        head: Box::new(head),
                         body,
                     });
                 }

@@ -216,7 +216,7 @@ enum HeldMessage {
     Http(HttpEvent),
     Request {
         exchange: u64,
-        head: RequestHead,
+        head: Box<RequestHead>,
         request: ClassifiedRequest,
         /// What it was charged when first held.
         cost: usize,
@@ -739,7 +739,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         let cost = 256 + body.len() + head.path.len();
-        self.route_request(ctx, ts, exchange, head, request, cost, released, out);
+        self.route_request(ctx, ts, exchange, *head, request, cost, released, out);
     }
 
     /// A classified request: held behind the lookup it needs (its session's, lineage's or
@@ -795,7 +795,7 @@ impl<D: Detector> Tracker<D> {
                 }
                 let message = HeldMessage::Request {
                     exchange,
-                    head,
+                    head: Box::new(head),
                     request,
                     cost,
                 };
@@ -1198,7 +1198,7 @@ impl<D: Detector> Tracker<D> {
                 } => {
                     // Charged again as it was first (its parsed parts outlive its body).
                     let released = Some(key);
-                    self.route_request(ctx, ts, exchange, head, request, cost, released, out)
+                    self.route_request(ctx, ts, exchange, *head, request, cost, released, out)
                 }
             }
         }
@@ -1638,9 +1638,9 @@ impl<D: Detector> Tracker<D> {
                 exchange,
                 head,
                 body,
-            } => self.on_request(ctx, ts, exchange, head, &body, out),
+            } => self.on_request(ctx, ts, exchange, *head, &body, out),
             HttpEvent::ResponseHead { exchange, head } => {
-                self.on_response_head(ctx, ts, exchange, head, out)
+                self.on_response_head(ctx, ts, exchange, *head, out)
             }
             HttpEvent::ResponseJson { exchange, body } => {
                 self.on_response_body(ctx, ts, exchange, &body, out)

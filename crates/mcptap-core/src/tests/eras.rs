@@ -68,14 +68,20 @@ impl Harness {
             c,
             HttpEvent::Request {
                 exchange: ex,
-                head,
+                head: Box::new(head),
                 body,
             },
         );
     }
 
     fn head(&mut self, c: FlowCtx, ex: u64, head: ResponseHead) {
-        self.send(c, HttpEvent::ResponseHead { exchange: ex, head });
+        self.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: ex,
+                head: Box::new(head),
+            },
+        );
     }
 
     fn json(&mut self, c: FlowCtx, ex: u64, body: Value) {
@@ -138,7 +144,7 @@ fn sse_stream(h: &mut Harness, endpoint: &str) {
         ctx(1),
         HttpEvent::Request {
             exchange: 1,
-            head: get,
+            head: Box::new(get),
             body: Vec::new(),
         },
     );
@@ -236,7 +242,7 @@ fn http_sse_endpoints_are_bounded_per_stream_and_in_length() {
         ctx(3),
         HttpEvent::Request {
             exchange: 1,
-            head: get,
+            head: Box::new(get),
             body: Vec::new(),
         },
     );
@@ -390,7 +396,7 @@ fn server_requests_never_answered_do_not_block_later_ones() {
         ctx(1),
         HttpEvent::Request {
             exchange: 1,
-            head: get,
+            head: Box::new(get),
             body: Vec::new(),
         },
     );

@@ -106,7 +106,7 @@ impl Harness {
             c,
             HttpEvent::Request {
                 exchange: ex,
-                head: post(reinit),
+                head: Box::new(post(reinit)),
                 body: body.to_string().into_bytes(),
             },
         );
@@ -114,7 +114,7 @@ impl Harness {
             c,
             HttpEvent::ResponseHead {
                 exchange: ex,
-                head: resp(200, "application/json", Some(sid)),
+                head: Box::new(resp(200, "application/json", Some(sid))),
             },
         );
         let result = json!({"jsonrpc":"2.0","id":ex,"result":{"protocolVersion":"2025-06-18","capabilities":server_caps,"serverInfo":{"name":"srv","version":"2"}}});
@@ -141,12 +141,18 @@ impl Harness {
             c,
             HttpEvent::Request {
                 exchange: ex,
-                head,
+                head: Box::new(head),
                 body: Vec::new(),
             },
         );
         let head = headers::response_head(status, None, None);
-        self.send(c, HttpEvent::ResponseHead { exchange: ex, head });
+        self.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: ex,
+                head: Box::new(head),
+            },
+        );
         self.send(
             c,
             HttpEvent::ResponseEnd {
@@ -163,7 +169,7 @@ impl Harness {
             c,
             HttpEvent::Request {
                 exchange: ex,
-                head: post(Some(sid)),
+                head: Box::new(post(Some(sid))),
                 body: body.to_string().into_bytes(),
             },
         );
@@ -171,7 +177,7 @@ impl Harness {
             c,
             HttpEvent::ResponseHead {
                 exchange: ex,
-                head: resp(200, "text/event-stream", None),
+                head: Box::new(resp(200, "text/event-stream", None)),
             },
         );
         for item in items {
@@ -213,7 +219,7 @@ fn answers_on_a_get_stream_correlate_by_id_within_the_session() {
         c,
         HttpEvent::Request {
             exchange: 1,
-            head: post(Some("s1")),
+            head: Box::new(post(Some("s1"))),
             body: body.to_string().into_bytes(),
         },
     );
@@ -223,7 +229,7 @@ fn answers_on_a_get_stream_correlate_by_id_within_the_session() {
         g,
         HttpEvent::Request {
             exchange: 0,
-            head: get,
+            head: Box::new(get),
             body: Vec::new(),
         },
     );
@@ -231,7 +237,7 @@ fn answers_on_a_get_stream_correlate_by_id_within_the_session() {
         g,
         HttpEvent::ResponseHead {
             exchange: 0,
-            head: resp(200, "text/event-stream", None),
+            head: Box::new(resp(200, "text/event-stream", None)),
         },
     );
     h.send(
@@ -266,7 +272,7 @@ fn batches_are_answered_per_id() {
         c,
         HttpEvent::Request {
             exchange: 1,
-            head: post(Some("s1")),
+            head: Box::new(post(Some("s1"))),
             body: batch.to_string().into_bytes(),
         },
     );
@@ -274,7 +280,7 @@ fn batches_are_answered_per_id() {
         c,
         HttpEvent::ResponseHead {
             exchange: 1,
-            head: resp(200, "application/json", None),
+            head: Box::new(resp(200, "application/json", None)),
         },
     );
     let answer = json!([{"jsonrpc":"2.0","id":11,"result":{}},{"jsonrpc":"2.0","id":10,"result":{"tools":[]}}]);
@@ -548,7 +554,7 @@ fn stateless_servers_log_handshakes_without_a_session() {
         c,
         HttpEvent::Request {
             exchange: 0,
-            head: post(None),
+            head: Box::new(post(None)),
             body: body.to_string().into_bytes(),
         },
     );
@@ -556,7 +562,7 @@ fn stateless_servers_log_handshakes_without_a_session() {
         c,
         HttpEvent::ResponseHead {
             exchange: 0,
-            head: resp(200, "application/json", None),
+            head: Box::new(resp(200, "application/json", None)),
         },
     );
     h.send(
@@ -604,7 +610,7 @@ fn stateless_client_labels_are_bounded_charged_and_counted() {
             stateless(i),
             HttpEvent::Request {
                 exchange: 0,
-                head: post(None),
+                head: Box::new(post(None)),
                 body: initialize.to_string().into_bytes(),
             },
         );
