@@ -739,7 +739,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         let cost = 256 + body.len() + head.path.len();
-        self.route_request(ctx, ts, exchange, *head, request, cost, released, out);
+        self.route_request(ctx, ts, exchange, head, request, cost, released, out);
     }
 
     /// A classified request: held behind the lookup it needs (its session's, lineage's or
@@ -752,7 +752,7 @@ impl<D: Detector> Tracker<D> {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        head: RequestHead,
+        head: Box<RequestHead>,
         request: ClassifiedRequest,
         cost: usize,
         released: Option<&SessionKey>,
@@ -795,13 +795,13 @@ impl<D: Detector> Tracker<D> {
                 }
                 let message = HeldMessage::Request {
                     exchange,
-                    head: Box::new(head),
+                    head,
                     request,
                     cost,
                 };
                 self.hold(&key, ctx, ts, message, cost, out);
             }
-            None => self.open_request(ctx, ts, exchange, head, request, out),
+            None => self.open_request(ctx, ts, exchange, *head, request, out),
         }
     }
 
@@ -1198,7 +1198,7 @@ impl<D: Detector> Tracker<D> {
                 } => {
                     // Charged again as it was first (its parsed parts outlive its body).
                     let released = Some(key);
-                    self.route_request(ctx, ts, exchange, *head, request, cost, released, out)
+                    self.route_request(ctx, ts, exchange, head, request, cost, released, out)
                 }
             }
         }
