@@ -6,7 +6,7 @@ use mcptap_core::decode::{self, TcpFlags};
 use nix::poll::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -422,47 +422,98 @@ pub struct DirectoryStats {
 pub struct ServerDirectory {
     configured: HashSet<EndpointKey, foldhash::fast::RandomState>,
     learned: Generations<EndpointKey, ()>,
-    pinned: Generations<FlowPairKey, SocketAddr>,
+    pinned: Generations<FlowPairKey, PinnedServer>,
 }
 
-/// An endpoint as a map key, hashed as packed integers: the derived hash of a `SocketAddr` is a
-/// dozen calls into the hasher, and the directory hashes up to three per packet. Equal keys
-/// pack equally (a v6 flow label or scope id only refines equality).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EndpointKey(SocketAddr);
+/// An endpoint packed into integers for the directory's maps: comparing and hashing it are a
+/// few integer operations on every packet, where a `SocketAddr`'s go through its variants (and
+/// a v6 flow label and scope id, which are not on the wire). `port` carries the family above
+/// its 16 port bits, so a v4 endpoint never equals a v4-mapped v6 one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct EndpointKey {
+    ip_hi: u64,
+    ip_lo: u64,
+    port: u32,
+}
+
+const V6_FAMILY: u32 = 1 << 16;
+
+impl EndpointKey {
+    #[inline]
+    fn of(addr: SocketAddr) -> Self {
+        match addr {
+            SocketAddr::V4(a) => EndpointKey {
+                ip_hi: 0,
+                ip_lo: u64::from(a.ip().to_bits()),
+                port: u32::from(a.port()),
+            },
+            SocketAddr::V6(a) => {
+                let bits = a.ip().to_bits();
+                EndpointKey {
+                    ip_hi: (bits >> 64) as u64,
+                    ip_lo: bits as u64,
+                    port: u32::from(a.port()) | V6_FAMILY,
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn is_v4(&self) -> bool {
+        self.port & V6_FAMILY == 0
+    }
+}
 
 impl Hash for EndpointKey {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        match self.0.ip() {
-            IpAddr::V4(ip) => {
-                state.write_u64((u64::from(u32::from(ip)) << 16) | u64::from(self.0.port()))
-            }
-            IpAddr::V6(ip) => {
-                state.write_u128(u128::from(ip));
-                state.write_u16(self.0.port());
-            }
+        // One word for v4. Workers are chosen from this hash: keep it as it was for
+        // `SocketAddr`s, so a server keeps its worker across versions.
+        if self.is_v4() {
+            state.write_u64((self.ip_lo << 16) | u64::from(self.port));
+        } else {
+            state.write_u128((u128::from(self.ip_hi) << 64) | u128::from(self.ip_lo));
+            state.write_u16(self.port as u16);
         }
     }
 }
 
-/// Both endpoints of a flow, the lower first, as a map key hashed like [`EndpointKey`].
+/// Both endpoints of a flow, the lower first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FlowPairKey(SocketAddr, SocketAddr);
+struct FlowPairKey(EndpointKey, EndpointKey);
 
 impl FlowPairKey {
-    fn of(a: SocketAddr, b: SocketAddr) -> Self {
+    /// The pair and whether `a` is its lower endpoint.
+    #[inline]
+    fn of(a: EndpointKey, b: EndpointKey) -> (Self, bool) {
         if a <= b {
-            FlowPairKey(a, b)
+            (FlowPairKey(a, b), true)
         } else {
-            FlowPairKey(b, a)
+            (FlowPairKey(b, a), false)
         }
     }
 }
 
 impl Hash for FlowPairKey {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        mcptap_core::pipeline::hash_endpoint_pair(self.0, self.1, state);
+        let (a, b) = (&self.0, &self.1);
+        if a.is_v4() && b.is_v4() {
+            state.write_u64((a.ip_lo << 32) | b.ip_lo);
+        } else {
+            state.write_u128((u128::from(a.ip_hi) << 64) | u128::from(a.ip_lo));
+            state.write_u128((u128::from(b.ip_hi) << 64) | u128::from(b.ip_lo));
+        }
+        state.write_u64((u64::from(a.port) << 32) | u64::from(b.port));
     }
+}
+
+/// Which endpoint of a pinned flow is its server: the pair's lower one or its upper one (a
+/// byte, where the address would take 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinnedServer {
+    Lower,
+    Upper,
 }
 
 impl Default for ServerDirectory {
@@ -494,7 +545,7 @@ impl ServerDirectory {
         pinned: usize,
     ) -> Self {
         ServerDirectory {
-            configured: configured.into_iter().map(EndpointKey).collect(),
+            configured: configured.into_iter().map(EndpointKey::of).collect(),
             learned: Generations::new(learned),
             pinned: Generations::new(pinned),
         }
@@ -502,40 +553,57 @@ impl ServerDirectory {
 
     /// The server endpoint of a segment from `src` to `dst` with `flags`.
     pub fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
+        let (src_key, dst_key) = (EndpointKey::of(src), EndpointKey::of(dst));
         if !self.configured.is_empty() {
-            if self.configured.contains(&EndpointKey(dst)) {
+            if self.configured.contains(&dst_key) {
                 return dst;
             }
-            if self.configured.contains(&EndpointKey(src)) {
+            if self.configured.contains(&src_key) {
                 return src;
             }
         }
-        let flow = FlowPairKey::of(src, dst);
+        let (flow, src_is_lower) = FlowPairKey::of(src_key, dst_key);
+        // The pin of `server`, one of `src` and `dst`.
+        let pin_of = |server_is_src: bool| {
+            if server_is_src == src_is_lower {
+                PinnedServer::Lower
+            } else {
+                PinnedServer::Upper
+            }
+        };
         if flags.syn {
-            let server = if flags.ack { src } else { dst };
-            self.learned.insert(EndpointKey(server), ());
+            let (server, server_key) = if flags.ack {
+                (src, src_key)
+            } else {
+                (dst, dst_key)
+            };
+            self.learned.insert(server_key, ());
             // A new connection on the 5-tuple: its server is decided for its lifetime.
-            self.pinned.insert(flow, server);
+            self.pinned.insert(flow, pin_of(flags.ack));
             return server;
         }
         // Once decided, a flow keeps its server (and so its worker) whatever is learned or
         // evicted later; its pin goes with the connection's end.
-        if let Some(server) = self.pinned.get(&flow) {
+        if let Some(pin) = self.pinned.get(&flow) {
             if flags.fin || flags.rst {
                 self.pinned.remove(&flow);
             }
-            return server;
+            return if (pin == PinnedServer::Lower) == src_is_lower {
+                src
+            } else {
+                dst
+            };
         }
         let server = match (
-            self.learned.get(&EndpointKey(dst)).is_some(),
-            self.learned.get(&EndpointKey(src)).is_some(),
+            self.learned.get(&dst_key).is_some(),
+            self.learned.get(&src_key).is_some(),
         ) {
             (true, false) => dst,
             (false, true) => src,
             (true, true) | (false, false) => lower_port(src, dst),
         };
         if !(flags.fin || flags.rst) {
-            self.pinned.insert(flow, server);
+            self.pinned.insert(flow, pin_of(server == src));
         }
         server
     }
@@ -556,7 +624,8 @@ pub fn worker_of_server(server: SocketAddr, workers: usize) -> usize {
     if workers <= 1 {
         return 0;
     }
-    let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(EndpointKey(server));
+    let h =
+        foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(EndpointKey::of(server));
     // The hash scaled to 0..workers (its high bits): a multiply, where `%` is a division.
     ((u128::from(h) * workers as u128) >> 64) as usize
 }
@@ -767,6 +836,29 @@ mod tests {
             one.worker_of(1, &frame(([10, 0, 0, 2], 40000), server, false, true)),
             0
         );
+    }
+
+    #[test]
+    fn packed_endpoints_keep_families_apart_and_workers_where_they_were() {
+        let v4: SocketAddr = "10.0.0.1:8080".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:8080".parse().unwrap();
+        assert_ne!(EndpointKey::of(v4), EndpointKey::of(mapped));
+        // A flow's pin answers the same endpoint from either direction, in both families.
+        let ack = TcpFlags {
+            ack: true,
+            ..TcpFlags::default()
+        };
+        let v6_client: SocketAddr = "[2001:db8::2]:40000".parse().unwrap();
+        let v6_server: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
+        let mut d = ServerDirectory::default();
+        assert_eq!(d.server_of(v6_client, v6_server, ack), v6_server);
+        assert_eq!(d.server_of(v6_server, v6_client, ack), v6_server);
+        // Workers come from the hash the directory used before it packed its keys: one
+        // word `ip << 16 | port` for v4, so an upgrade moves no server to another worker.
+        let old = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170)
+            .hash_one((0x0a00_0001u64 << 16) | 8080);
+        let expected = ((u128::from(old) * 4) >> 64) as usize;
+        assert_eq!(worker_of_server(v4, 4), expected);
     }
 
     #[test]
