@@ -2,6 +2,7 @@
 //! events also become NDJSON lines.
 
 pub mod handshake_line;
+pub mod json;
 pub mod log;
 pub mod log_writer;
 pub mod metrics;

@@ -14,9 +14,13 @@ pub struct NdjsonWriter<W: Write> {
 /// Appends `value` to `line` as one NDJSON line; on an error `line` is left as it was.
 pub fn render_line<T: serde::Serialize + ?Sized>(value: &T, line: &mut Vec<u8>) -> io::Result<()> {
     let start = line.len();
-    if let Err(e) = serde_json::to_writer(&mut *line, value) {
+    if super::json::to_vec(value, line).is_err() {
+        // What the fast writer does not handle, serde_json writes (or rejects) as always.
         line.truncate(start);
-        return Err(e.into());
+        if let Err(e) = serde_json::to_writer(&mut *line, value) {
+            line.truncate(start);
+            return Err(e.into());
+        }
     }
     line.push(b'\n');
     Ok(())

@@ -1,0 +1,711 @@
+//! Compact JSON into a byte buffer, byte for byte what `serde_json::to_writer` writes, faster
+//! on strings: serde_json looks every byte of every key and value up in its escape table, which
+//! was the largest single cost of writing the events file (a tenth of the instructions per
+//! output byte). Here runs of eight bytes with nothing to escape are skipped at once, and the
+//! buffer is a `Vec` written directly. Numbers are formatted by serde_json's own formatter, so
+//! they cannot drift. What this serializer does not handle (serde_json's raw values, keys
+//! other than strings, integers and bools) is an [`Unsupported`] error: [`to_vec`] callers fall
+//! back to serde_json, which writes or rejects it as always.
+
+use serde::ser::{self, Serialize};
+use serde_json::ser::{CompactFormatter, Formatter};
+use std::fmt;
+
+/// What [`to_vec`] could not write; the buffer then holds a partial line.
+#[derive(Debug)]
+pub struct Unsupported(String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+impl ser::Error for Unsupported {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Unsupported(msg.to_string())
+    }
+}
+
+type Result<T = ()> = std::result::Result<T, Unsupported>;
+
+/// Appends `value` as compact JSON to `out`.
+pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result {
+    value.serialize(&mut Serializer { out })
+}
+
+/// The token serde_json's `RawValue` serializes under: not handled here.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// serde_json's escapes: 0 for bytes written as they are.
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0a] = b'n';
+    table[0x0c] = b'f';
+    table[0x0d] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// Whether any byte of `word` is a control character, `"` or `\` (exact for "any": the
+/// classic has-less-than and has-zero-byte tests, bytes from 0x80 up never match).
+#[inline]
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x;
+    (below_space | zero_in(quote) | zero_in(backslash)) & HIGHS != 0
+}
+
+/// `s` as a JSON string, quotes included.
+#[inline]
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    if any_escape(bytes) {
+        return write_escaping(out, bytes);
+    }
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(bytes);
+    out.push(b'"');
+}
+
+/// Whether any byte of `bytes` needs an escape, a word at a time: the last word overlaps the
+/// one before it, or is padded with spaces when the string is shorter than a word.
+#[inline]
+fn any_escape(bytes: &[u8]) -> bool {
+    let word_at = |at: usize| {
+        let mut w = [0; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    if bytes.len() < 8 {
+        let mut padded = u64::from_le_bytes([b' '; 8]);
+        for (i, &b) in bytes.iter().enumerate() {
+            padded = (padded & !(0xff << (8 * i))) | (u64::from(b) << (8 * i));
+        }
+        return needs_escape(padded);
+    }
+    let mut at = 0;
+    while at + 8 < bytes.len() {
+        if needs_escape(word_at(at)) {
+            return true;
+        }
+        at += 8;
+    }
+    needs_escape(word_at(bytes.len() - 8))
+}
+
+/// [`write_str`] for a string with something to escape: byte by byte.
+#[cold]
+fn write_escaping(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut run_start = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let escape = ESCAPE[usize::from(byte)];
+        if escape != 0 {
+            out.extend_from_slice(&bytes[run_start..at]);
+            write_escape(out, byte, escape);
+            run_start = at + 1;
+        }
+    }
+    out.extend_from_slice(&bytes[run_start..]);
+    out.push(b'"');
+}
+
+fn write_escape(out: &mut Vec<u8>, byte: u8, escape: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    if escape == b'u' {
+        out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[usize::from(byte >> 4)],
+            HEX[usize::from(byte & 0x0f)],
+        ]);
+    } else {
+        out.extend_from_slice(&[b'\\', escape]);
+    }
+}
+
+pub struct Serializer<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+// Writing into a Vec cannot fail: the formatter's io::Result is always Ok.
+macro_rules! number {
+    ($out:expr, $method:ident, $value:expr) => {{
+        let _ = CompactFormatter.$method($out, $value);
+        Ok(())
+    }};
+}
+
+impl<'a, 'b> ser::Serializer for &'b mut Serializer<'a> {
+    type Ok = ();
+    type Error = Unsupported;
+    type SerializeSeq = Compound<'a, 'b>;
+    type SerializeTuple = Compound<'a, 'b>;
+    type SerializeTupleStruct = Compound<'a, 'b>;
+    type SerializeTupleVariant = Compound<'a, 'b>;
+    type SerializeMap = Compound<'a, 'b>;
+    type SerializeStruct = Compound<'a, 'b>;
+    type SerializeStructVariant = Compound<'a, 'b>;
+
+    fn serialize_bool(self, v: bool) -> Result {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Result {
+        number!(self.out, write_i8, v)
+    }
+    fn serialize_i16(self, v: i16) -> Result {
+        number!(self.out, write_i16, v)
+    }
+    fn serialize_i32(self, v: i32) -> Result {
+        number!(self.out, write_i32, v)
+    }
+    fn serialize_i64(self, v: i64) -> Result {
+        number!(self.out, write_i64, v)
+    }
+    fn serialize_i128(self, v: i128) -> Result {
+        number!(self.out, write_i128, v)
+    }
+    fn serialize_u8(self, v: u8) -> Result {
+        number!(self.out, write_u8, v)
+    }
+    fn serialize_u16(self, v: u16) -> Result {
+        number!(self.out, write_u16, v)
+    }
+    fn serialize_u32(self, v: u32) -> Result {
+        number!(self.out, write_u32, v)
+    }
+    fn serialize_u64(self, v: u64) -> Result {
+        number!(self.out, write_u64, v)
+    }
+    fn serialize_u128(self, v: u128) -> Result {
+        number!(self.out, write_u128, v)
+    }
+    fn serialize_f32(self, v: f32) -> Result {
+        if v.is_finite() {
+            number!(self.out, write_f32, v)
+        } else {
+            self.serialize_unit()
+        }
+    }
+    fn serialize_f64(self, v: f64) -> Result {
+        if v.is_finite() {
+            number!(self.out, write_f64, v)
+        } else {
+            self.serialize_unit()
+        }
+    }
+    fn serialize_char(self, v: char) -> Result {
+        write_str(self.out, v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result {
+        write_str(self.out, v);
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result {
+        use ser::SerializeSeq;
+        let mut seq = self.serialize_seq(Some(v.len()))?;
+        for b in v {
+            seq.serialize_element(b)?;
+        }
+        seq.end()
+    }
+    fn serialize_none(self) -> Result {
+        self.serialize_unit()
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result {
+        self.serialize_unit()
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result {
+        self.out.push(b'{');
+        write_str(self.out, variant);
+        self.out.push(b':');
+        value.serialize(&mut *self)?;
+        self.out.push(b'}');
+        Ok(())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'a, 'b>> {
+        self.out.push(b'[');
+        Ok(Compound::new(self, b"]"))
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Compound<'a, 'b>> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Compound<'a, 'b>> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'a, 'b>> {
+        self.out.push(b'{');
+        write_str(self.out, variant);
+        self.out.extend_from_slice(b":[");
+        Ok(Compound::new(self, b"]}"))
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'a, 'b>> {
+        self.out.push(b'{');
+        Ok(Compound::new(self, b"}"))
+    }
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Compound<'a, 'b>> {
+        if name == RAW_VALUE_TOKEN {
+            return Err(Unsupported("raw value".into()));
+        }
+        self.serialize_map(Some(len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'a, 'b>> {
+        self.out.push(b'{');
+        write_str(self.out, variant);
+        self.out.extend_from_slice(b":{");
+        Ok(Compound::new(self, b"}}"))
+    }
+}
+
+/// An array or object being written: a comma goes before every element but the first.
+pub struct Compound<'a, 'b> {
+    ser: &'b mut Serializer<'a>,
+    first: bool,
+    close: &'static [u8],
+}
+
+impl<'a, 'b> Compound<'a, 'b> {
+    fn new(ser: &'b mut Serializer<'a>, close: &'static [u8]) -> Self {
+        Compound {
+            ser,
+            first: true,
+            close,
+        }
+    }
+
+    fn separate(&mut self) {
+        if !std::mem::take(&mut self.first) {
+            self.ser.out.push(b',');
+        }
+    }
+
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        self.separate();
+        value.serialize(&mut *self.ser)
+    }
+
+    fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result {
+        self.separate();
+        write_str(self.ser.out, key);
+        self.ser.out.push(b':');
+        value.serialize(&mut *self.ser)
+    }
+
+    fn finish(self) -> Result {
+        self.ser.out.extend_from_slice(self.close);
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        self.element(value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTuple for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        self.element(value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleStruct for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        self.element(value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleVariant for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        self.element(value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeMap for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result {
+        self.separate();
+        key.serialize(MapKey {
+            out: &mut *self.ser.out,
+        })?;
+        self.ser.out.push(b':');
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+        value.serialize(&mut *self.ser)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeStruct for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
+        self.field(key, value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+impl ser::SerializeStructVariant for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Unsupported;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
+        self.field(key, value)
+    }
+    fn end(self) -> Result {
+        self.finish()
+    }
+}
+
+/// A map key: strings as they are, integers and bools quoted (as serde_json writes them);
+/// anything else is [`Unsupported`].
+struct MapKey<'o> {
+    out: &'o mut Vec<u8>,
+}
+
+macro_rules! quoted_number {
+    ($name:ident, $ty:ty, $method:ident) => {
+        fn $name(self, v: $ty) -> Result {
+            self.out.push(b'"');
+            let _ = CompactFormatter.$method(self.out, v);
+            self.out.push(b'"');
+            Ok(())
+        }
+    };
+}
+
+fn unsupported_key() -> Unsupported {
+    Unsupported("map key of an unsupported type".into())
+}
+
+impl ser::Serializer for MapKey<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+    type SerializeSeq = ser::Impossible<(), Unsupported>;
+    type SerializeTuple = ser::Impossible<(), Unsupported>;
+    type SerializeTupleStruct = ser::Impossible<(), Unsupported>;
+    type SerializeTupleVariant = ser::Impossible<(), Unsupported>;
+    type SerializeMap = ser::Impossible<(), Unsupported>;
+    type SerializeStruct = ser::Impossible<(), Unsupported>;
+    type SerializeStructVariant = ser::Impossible<(), Unsupported>;
+
+    fn serialize_str(self, v: &str) -> Result {
+        write_str(self.out, v);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result {
+        write_str(self.out, v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_bool(self, v: bool) -> Result {
+        self.out
+            .extend_from_slice(if v { b"\"true\"" } else { b"\"false\"" });
+        Ok(())
+    }
+    quoted_number!(serialize_i8, i8, write_i8);
+    quoted_number!(serialize_i16, i16, write_i16);
+    quoted_number!(serialize_i32, i32, write_i32);
+    quoted_number!(serialize_i64, i64, write_i64);
+    quoted_number!(serialize_i128, i128, write_i128);
+    quoted_number!(serialize_u8, u8, write_u8);
+    quoted_number!(serialize_u16, u16, write_u16);
+    quoted_number!(serialize_u32, u32, write_u32);
+    quoted_number!(serialize_u64, u64, write_u64);
+    quoted_number!(serialize_u128, u128, write_u128);
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result {
+        value.serialize(self)
+    }
+    fn serialize_f32(self, _v: f32) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_f64(self, _v: f64) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_none(self) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_unit(self) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result {
+        Err(unsupported_key())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq> {
+        Err(unsupported_key())
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple> {
+        Err(unsupported_key())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct> {
+        Err(unsupported_key())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant> {
+        Err(unsupported_key())
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap> {
+        Err(unsupported_key())
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self::SerializeStruct> {
+        Err(unsupported_key())
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant> {
+        Err(unsupported_key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn both<T: Serialize + ?Sized>(value: &T) -> (String, String) {
+        let mut fast = Vec::new();
+        to_vec(value, &mut fast).expect("supported");
+        let slow = serde_json::to_vec(value).expect("serde_json");
+        (
+            String::from_utf8(fast).expect("utf-8"),
+            String::from_utf8(slow).expect("utf-8"),
+        )
+    }
+
+    #[test]
+    fn strings_escape_as_serde_json_escapes_them() {
+        let mut all_bytes = String::new();
+        for c in (0u8..0x80).map(char::from) {
+            all_bytes.push(c);
+        }
+        let cases = [
+            String::new(),
+            "plain".into(),
+            "exactly8".into(),
+            "sixteen bytes!!!".into(),
+            "quote\" in the middle of a longer run of text".into(),
+            "tail backslash\\".into(),
+            "\u{1}\u{1f}\n\r\t\u{8}\u{c}".into(),
+            "héllo wörld — ünïcode ✓ 日本語 \u{7f}".into(),
+            all_bytes,
+            format!("{}\"{}", "a".repeat(63), "b".repeat(65)),
+        ];
+        for s in &cases {
+            let (fast, slow) = both(s.as_str());
+            assert_eq!(fast, slow, "{s:?}");
+        }
+        // Every position of every escaped byte in strings shorter than, as long as and longer
+        // than a word (the last word overlaps the one before, or is padded).
+        for escaped in ['"', '\\', '\n', '\u{0}', '\u{1f}'] {
+            for len in 0..=20 {
+                for at in 0..=len {
+                    let mut s = "x".repeat(len);
+                    s.insert(at, escaped);
+                    let (fast, slow) = both(s.as_str());
+                    assert_eq!(fast, slow, "{s:?}");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_string_escapes_as_serde_json_escapes_it(s in "\\PC*|[\\x00-\\x7f]{0,40}") {
+            let (fast, slow) = both(s.as_str());
+            proptest::prop_assert_eq!(fast, slow);
+        }
+    }
+
+    #[test]
+    fn values_and_derived_types_write_as_serde_json_writes_them() {
+        #[derive(serde::Serialize)]
+        #[serde(tag = "event", rename_all = "snake_case")]
+        enum Event {
+            Thing {
+                a: Option<u64>,
+                b: Option<f64>,
+                c: Vec<i32>,
+                d: std::collections::BTreeMap<String, serde_json::Value>,
+                e: Unit,
+                f: (u8, bool),
+                #[serde(flatten)]
+                g: std::collections::BTreeMap<u16, char>,
+            },
+        }
+        #[derive(serde::Serialize)]
+        enum Unit {
+            Only,
+        }
+        #[derive(serde::Serialize)]
+        enum Shapes {
+            New(u8),
+            Tuple(u8, u8),
+            Struct { x: f32 },
+        }
+        let value = json!({
+            "n": null, "t": true, "f": false, "i": -17, "u": 18_446_744_073_709_551_615u64,
+            "x": 1.28, "y": 5.0, "z": 1e21, "w": 0.1, "s": "a\"b", "arr": [1, "2", [], {}],
+            "nested": {"k": {"k": [null]}},
+        });
+        let (fast, slow) = both(&value);
+        assert_eq!(fast, slow);
+        let event = Event::Thing {
+            a: Some(3),
+            b: Some(f64::NAN),
+            c: vec![],
+            d: [("k\n".to_string(), value)].into_iter().collect(),
+            e: Unit::Only,
+            f: (255, false),
+            g: [(7, 'q')].into_iter().collect(),
+        };
+        let (fast, slow) = both(&event);
+        assert_eq!(fast, slow);
+        for shape in [
+            Shapes::New(1),
+            Shapes::Tuple(2, 3),
+            Shapes::Struct { x: 0.5 },
+        ] {
+            let (fast, slow) = both(&shape);
+            assert_eq!(fast, slow);
+        }
+        let (fast, slow) = both(&b"bytes"[..]);
+        assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn what_is_not_handled_is_an_error_for_the_caller_to_fall_back_on() {
+        let raw = serde_json::value::RawValue::from_string("{\"a\":1}".into()).expect("raw");
+        assert!(to_vec(&raw, &mut Vec::new()).is_err());
+        let float_keys: std::collections::BTreeMap<String, ()> = Default::default();
+        assert!(to_vec(&float_keys, &mut Vec::new()).is_ok());
+        let mut keyed_by_unit = std::collections::HashMap::new();
+        keyed_by_unit.insert((), 1);
+        assert!(to_vec(&keyed_by_unit, &mut Vec::new()).is_err());
+    }
+}
