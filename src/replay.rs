@@ -176,9 +176,15 @@ pub fn replay_split(
             .name("sessions".into())
             .spawn_scoped(scope, move || {
                 for mut batch in staged_rx {
-                    let mut out = spare_out_rx
-                        .try_recv()
-                        .unwrap_or_else(|_| OutputBatch::with_capacity(SPLIT_BATCH));
+                    // Cleared here: the outputs were made on this thread, and mimalloc frees
+                    // memory fastest on the thread that allocated it.
+                    let mut out = match spare_out_rx.try_recv() {
+                        Ok(mut spare) => {
+                            spare.clear();
+                            spare
+                        }
+                        Err(_) => OutputBatch::with_capacity(SPLIT_BATCH),
+                    };
                     for staged in batch.drain(..) {
                         sessions.process(staged, &mut out.outputs);
                     }
@@ -196,9 +202,9 @@ pub fn replay_split(
         let Ok(session_side) = session_side else {
             return None;
         };
-        let mut deliver = |mut batch: OutputBatch| {
+        let mut deliver = |batch: OutputBatch| {
             batch.deliver(on_output);
-            batch.clear();
+            // Back whole: the session side drops the outputs it made (see above).
             let _ = spare_out_tx.send(batch);
         };
         let mut session_side_gone = false;
