@@ -671,14 +671,17 @@ fn replay(
     };
     // The split pipeline has no fleet store: a replay with one stays on one thread.
     let result = if threads == 2 && store.is_none() {
-        // Redaction and rendering on the session thread: the flow thread is the busier one.
-        let prepare = |o: &mut Output, line: &mut Vec<u8>| {
+        // Redaction on the session thread, and rendering while it keeps up (see
+        // `PrepareOutput`): the thread with time to spare renders.
+        let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
             if let Output::Event(ev) = o {
                 if let Some(r) = &redactor {
                     r.event(ev);
                 }
                 // On an error nothing is appended: the writer renders it again and reports it.
-                let _ = mcptap::sink::ndjson::render_line(ev, line);
+                if let Some(line) = line {
+                    let _ = mcptap::sink::ndjson::render_line(ev, line);
+                }
             }
         };
         mcptap::replay::replay_split(

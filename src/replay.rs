@@ -93,9 +93,11 @@ pub fn replay_with_fleet(
 }
 
 /// Output work that [`replay_split`] does on its session thread: each output is handed to it
-/// there, in order, with a buffer to append bytes to (redaction and the event's NDJSON line),
-/// so that the calling thread, which also runs the flow layer, only writes them.
-pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, &mut Vec<u8>) + Sync);
+/// there, in order (redaction, say), with a buffer to append its bytes to (the event's NDJSON
+/// line) while the session thread keeps up. When staged input waits for it, the buffer is
+/// `None` and the calling thread, which runs the flow layer, renders the output itself: the
+/// rendering goes to whichever thread has time, and the bytes are the same.
+pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, Option<&mut Vec<u8>>) + Sync);
 
 /// Outputs of the session side with what [`PrepareOutput`] appended for each.
 #[derive(Default)]
@@ -118,9 +120,10 @@ impl OutputBatch {
         }
     }
 
-    fn prepare(&mut self, prepare: PrepareOutput<'_>) {
+    /// Prepares every output; `render`: with a buffer for its bytes.
+    fn prepare(&mut self, prepare: PrepareOutput<'_>, render: bool) {
         for o in &mut self.outputs {
-            prepare(o, &mut self.bytes);
+            prepare(o, render.then_some(&mut self.bytes));
             self.ends.push(self.bytes.len());
         }
     }
@@ -171,11 +174,16 @@ pub fn replay_split(
     // freeing it on the other thread) cost more than the hand-over itself.
     let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
     let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<OutputBatch>();
+    // Staged batches sent and not yet taken by the session side: while some wait, it is the
+    // slower side, and leaves the rendering of its outputs to the flow side.
+    let waiting = std::sync::atomic::AtomicUsize::new(0);
+    let waiting = &waiting;
     let done = std::thread::scope(|scope| {
         let session_side = std::thread::Builder::new()
             .name("sessions".into())
             .spawn_scoped(scope, move || {
                 for mut batch in staged_rx {
+                    waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     // Cleared here: the outputs were made on this thread, and mimalloc frees
                     // memory fastest on the thread that allocated it.
                     let mut out = match spare_out_rx.try_recv() {
@@ -191,7 +199,8 @@ pub fn replay_split(
                     let _ = spare_staged_tx.send(batch);
                     sessions.publish_usage();
                     if let Some(prepare) = prepare {
-                        out.prepare(prepare);
+                        let behind = waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;
+                        out.prepare(prepare, !behind);
                     }
                     if out_tx.send(out).is_err() {
                         return; // the flow side is gone
@@ -215,6 +224,7 @@ pub fn replay_split(
             (SPLIT_BATCH, SPLIT_BATCH_BYTES),
             &mut |flows, last| {
                 if last {
+                    waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let _ = staged_tx.send(flows.take_staged(Vec::new()));
                     return;
                 }
@@ -224,6 +234,7 @@ pub fn replay_split(
                 let spare = spare_staged_rx
                     .try_recv()
                     .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 session_side_gone = staged_tx.send(flows.take_staged(spare)).is_err();
                 while let Ok(batch) = out_rx.try_recv() {
                     deliver(batch);
@@ -248,7 +259,7 @@ pub fn replay_split(
                 Some(prepare) => {
                     let mut o = o.clone();
                     line.clear();
-                    prepare(&mut o, &mut line);
+                    prepare(&mut o, Some(&mut line));
                     on_output(&o, &line);
                 }
                 None => on_output(o, &[]),

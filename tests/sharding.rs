@@ -269,3 +269,59 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
         assert_eq!(w, s, "output {i}");
     }
 }
+
+/// The split's rendering goes to whichever thread has time: while staged input waits for the
+/// session thread, it leaves its outputs' lines to the flow thread. Here the session thread is
+/// made slow (its prepare sleeps), so both happen; the lines are the same bytes either way.
+#[test]
+fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bursts.pcap");
+    common::write_legacy_bursts(&path);
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let limits = common::bursts_limits();
+    let mut expected = Vec::new();
+    mcptap::replay::replay(&paths, limits, Default::default(), &mut |o| {
+        if let Output::Event(ev) = o {
+            mcptap::sink::ndjson::render_line(ev, &mut expected).expect("render");
+        }
+    })
+    .expect("replay");
+    // The first rendering waits long enough for the flow thread to stage the rest of the
+    // capture (a few milliseconds of work) whatever else the machine runs.
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
+        if let (Output::Event(ev), Some(line)) = (o, line) {
+            let pause = if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                std::time::Duration::from_millis(300)
+            } else {
+                std::time::Duration::from_micros(200)
+            };
+            std::thread::sleep(pause);
+            mcptap::sink::ndjson::render_line(ev, line).expect("render");
+        }
+    };
+    let (mut got, mut rendered_there, mut rendered_here) = (Vec::new(), 0, 0);
+    mcptap::replay::replay_split(
+        &paths,
+        limits,
+        Default::default(),
+        &mut mcptap::progress::ReplayProgress::hidden(),
+        Some(&prepare),
+        &mut |o, line| {
+            if let Output::Event(ev) = o {
+                if line.is_empty() {
+                    rendered_here += 1;
+                    mcptap::sink::ndjson::render_line(ev, &mut got).expect("render");
+                } else {
+                    rendered_there += 1;
+                    got.extend_from_slice(line);
+                }
+            }
+        },
+    )
+    .expect("split replay");
+    assert!(rendered_there > 0, "the session thread rendered nothing");
+    assert!(rendered_here > 0, "the flow thread rendered nothing");
+    assert!(got == expected, "the lines differ");
+}
