@@ -1,11 +1,11 @@
-//! Compact JSON into a byte buffer, byte for byte what `serde_json::to_writer` writes, faster
-//! on strings: serde_json looks every byte of every key and value up in its escape table, which
-//! was the largest single cost of writing the events file (a tenth of the instructions per
-//! output byte). Here runs of eight bytes with nothing to escape are skipped at once, and the
-//! buffer is a `Vec` written directly. Numbers are formatted by serde_json's own formatter, so
-//! they cannot drift. What this serializer does not handle (serde_json's raw values, keys
-//! other than strings, integers and bools) is an [`Unsupported`] error: [`to_vec`] callers fall
-//! back to serde_json, which writes or rejects it as always.
+//! Compact JSON into a byte buffer, byte for byte what `serde_json::to_writer` writes, with
+//! cheaper strings: serde_json looks every byte of every key and value up in its escape
+//! table and hands each run to the writer; here a string is checked a word (8 bytes) at a time
+//! and, when nothing in it needs an escape (nearly always: keys, ids, addresses, times), copied
+//! whole into the `Vec`. Numbers are formatted by serde_json's own formatter, so they cannot
+//! drift. What this serializer does not handle (serde_json's raw values, map keys other than
+//! strings, integers and bools) is an [`Unsupported`] error, on which the caller falls back to
+//! serde_json, which writes or rejects it as always.
 
 use serde::ser::{self, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
@@ -72,7 +72,7 @@ fn needs_escape(word: u64) -> bool {
 
 /// `s` as a JSON string, quotes included.
 #[inline]
-pub fn write_str(out: &mut Vec<u8>, s: &str) {
+fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     if any_escape(bytes) {
         return write_escaping(out, bytes);
