@@ -225,16 +225,22 @@ fn the_incident_on_port_64000_alerts_with_two_workers() {
     assert_eq!(stdout.matches(r#""event":"alert""#).count(), 2, "{stdout}");
 }
 
+/// The legacy bursts capture in a temporary directory (kept while the guard lives).
+fn bursts_capture() -> (tempfile::TempDir, [String; 1]) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bursts.pcap");
+    common::write_legacy_bursts(&path);
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    (dir, paths)
+}
+
 /// The split pipeline (`replay --threads 2`: the flow layer and the session layer on threads of
 /// their own) gives the outputs of one pipeline, in the same order: many interleaved
 /// connections, incidents, sessions that go idle (sweeps end them between bursts) and
 /// connections left open at the end of the capture.
 #[test]
 fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("bursts.pcap");
-    common::write_legacy_bursts(&path);
-    let paths = [path.to_str().expect("utf-8").to_string()];
+    let (_dir, paths) = bursts_capture();
     let limits = common::bursts_limits();
     let (whole, whole_report) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
     let mut split = Vec::new();
@@ -275,10 +281,7 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
 /// made slow (its prepare sleeps), so both happen; the lines are the same bytes either way.
 #[test]
 fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("bursts.pcap");
-    common::write_legacy_bursts(&path);
-    let paths = [path.to_str().expect("utf-8").to_string()];
+    let (_dir, paths) = bursts_capture();
     let limits = common::bursts_limits();
     let mut expected = Vec::new();
     mcptap::replay::replay(&paths, limits, Default::default(), &mut |o| {
