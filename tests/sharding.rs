@@ -290,13 +290,14 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
         }
     })
     .expect("replay");
-    // The first rendering waits long enough for the flow thread to stage the rest of the
-    // capture (a few milliseconds of work) whatever else the machine runs.
+    // The first rendering waits long enough for the flow thread to stage several more
+    // batches (milliseconds of work in release, a few hundred in a debug build on a busy
+    // machine), so that the session thread finds input waiting when it comes back.
     let first = std::sync::atomic::AtomicBool::new(true);
     let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
         if let (Output::Event(ev), Some(line)) = (o, line) {
             let pause = if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                std::time::Duration::from_millis(300)
+                std::time::Duration::from_millis(1500)
             } else {
                 std::time::Duration::from_micros(200)
             };
