@@ -26,7 +26,7 @@ use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -184,6 +184,18 @@ impl Stages {
         }
     }
 
+    /// Written outputs: a split worker's go back to its session thread, which made most of
+    /// them, to be freed there; `outputs` is left empty.
+    fn spent(&mut self, outputs: &mut Vec<Output>) {
+        match self {
+            Stages::Split { sessions, .. } if sessions.jobs.is_some() => {
+                // If the thread is gone, the send fails and the vector is dropped here.
+                let _ = sessions.spent.send(std::mem::take(outputs));
+            }
+            _ => outputs.clear(),
+        }
+    }
+
     /// Time passes on a quiet link: idle flows and sessions expire.
     fn advance_time(&mut self, now: Timestamp, outputs: &mut Vec<Output>) {
         match self {
@@ -235,6 +247,10 @@ struct SessionThread {
     /// bounded all the same: outputs come only of the jobs queued (at most
     /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
     outputs: Receiver<(Vec<Output>, Option<i64>)>,
+    /// Outputs the worker has written go back to be dropped on the thread that made them
+    /// (mimalloc frees fastest there) when it takes its next job; the vectors are refilled.
+    /// What waits here is one batch's outputs at most, when the link goes quiet.
+    spent: Sender<Vec<Output>>,
     /// Jobs handed over whose outputs have not come back yet.
     outstanding: usize,
     thread: Option<JoinHandle<SessionStage>>,
@@ -246,9 +262,17 @@ impl SessionThread {
     fn spawn(mut sessions: SessionStage, name: String) -> std::io::Result<SessionThread> {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<SessionJob>(SPLIT_QUEUE_BATCHES);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<(Vec<Output>, Option<i64>)>();
+        let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Output>>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             for job in jobs_rx {
+                // All that came back is dropped here; one vector is kept to fill.
                 let mut out = Vec::new();
+                while let Ok(mut spent) = spent_rx.try_recv() {
+                    spent.clear();
+                    if spent.capacity() > out.capacity() {
+                        out = spent;
+                    }
+                }
                 let mut up_to = None;
                 match job {
                     SessionJob::Steps(steps, last) => {
@@ -276,6 +300,7 @@ impl SessionThread {
         Ok(SessionThread {
             jobs: Some(jobs_tx),
             outputs: out_rx,
+            spent: spent_tx,
             outstanding: 0,
             thread: Some(thread),
             closed: None,
@@ -345,7 +370,11 @@ impl SessionThread {
                 }
             };
             self.outstanding -= 1;
-            outputs.append(&mut batch);
+            if outputs.is_empty() {
+                std::mem::swap(outputs, &mut batch);
+            } else {
+                outputs.append(&mut batch);
+            }
             up_to = last.or(up_to);
         }
         up_to
@@ -437,11 +466,13 @@ impl Worker {
             self.reported_fleet = now;
         }
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        for o in outputs.drain(..) {
-            self.metrics.observe(&o);
-            log::log_output(&o);
-            sinks.write(&o);
+        for o in outputs.iter() {
+            self.metrics.observe(o);
+            log::log_output(o);
+            sinks.write(o);
         }
+        drop(sinks);
+        self.stages.spent(outputs);
     }
 
     fn report(&mut self) {
