@@ -155,6 +155,15 @@ macro_rules! number {
     }};
 }
 
+/// The integer methods, each written by serde_json's formatter.
+macro_rules! integers {
+    ($($name:ident: $ty:ty => $method:ident),*) => {$(
+        fn $name(self, v: $ty) -> Result {
+            number!(self.out, $method, v)
+        }
+    )*};
+}
+
 impl<'a, 'b> ser::Serializer for &'b mut Serializer<'a> {
     type Ok = ();
     type Error = Unsupported;
@@ -171,36 +180,18 @@ impl<'a, 'b> ser::Serializer for &'b mut Serializer<'a> {
             .extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result {
-        number!(self.out, write_i8, v)
-    }
-    fn serialize_i16(self, v: i16) -> Result {
-        number!(self.out, write_i16, v)
-    }
-    fn serialize_i32(self, v: i32) -> Result {
-        number!(self.out, write_i32, v)
-    }
-    fn serialize_i64(self, v: i64) -> Result {
-        number!(self.out, write_i64, v)
-    }
-    fn serialize_i128(self, v: i128) -> Result {
-        number!(self.out, write_i128, v)
-    }
-    fn serialize_u8(self, v: u8) -> Result {
-        number!(self.out, write_u8, v)
-    }
-    fn serialize_u16(self, v: u16) -> Result {
-        number!(self.out, write_u16, v)
-    }
-    fn serialize_u32(self, v: u32) -> Result {
-        number!(self.out, write_u32, v)
-    }
-    fn serialize_u64(self, v: u64) -> Result {
-        number!(self.out, write_u64, v)
-    }
-    fn serialize_u128(self, v: u128) -> Result {
-        number!(self.out, write_u128, v)
-    }
+    integers!(
+        serialize_i8: i8 => write_i8,
+        serialize_i16: i16 => write_i16,
+        serialize_i32: i32 => write_i32,
+        serialize_i64: i64 => write_i64,
+        serialize_i128: i128 => write_i128,
+        serialize_u8: u8 => write_u8,
+        serialize_u16: u16 => write_u16,
+        serialize_u32: u32 => write_u32,
+        serialize_u64: u64 => write_u64,
+        serialize_u128: u128 => write_u128
+    );
     fn serialize_f32(self, v: f32) -> Result {
         if v.is_finite() {
             number!(self.out, write_f32, v)
