@@ -12,6 +12,7 @@
 
 pub mod decode;
 pub mod detect;
+pub mod flow_shard;
 pub mod http;
 pub mod jsonrpc;
 pub mod limits;

@@ -5,6 +5,7 @@
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
 use crate::detect::{Detectors, ModeTracker};
+use crate::flow_shard::{FlowPhase, FlowRound, FlowUnit, PacketAt};
 use crate::http::{BodyEnd, Connection, HttpEvent};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
@@ -378,6 +379,77 @@ const JUMP_CONFIRMATIONS: u32 = 3;
 /// How often (in packet time) idle flows and sessions are swept.
 const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 
+/// The packet clock: the latest packet time seen, never backwards, and not moved by a lone
+/// far-future timestamp; and when the last sweep was. A pipeline has one, and so does a
+/// [`crate::flow_shard::FlowDispatcher`] for the flow shards it feeds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacketClock {
+    pub(crate) now: Timestamp,
+    /// Packets in a row that jumped ahead of the clock, and the latest of their times.
+    jump_streak: (u32, Timestamp),
+    pub(crate) last_sweep: Timestamp,
+}
+
+impl Default for PacketClock {
+    fn default() -> Self {
+        PacketClock {
+            now: Timestamp(i64::MIN),
+            jump_streak: (0, Timestamp(i64::MIN)),
+            last_sweep: Timestamp(i64::MIN),
+        }
+    }
+}
+
+impl PacketClock {
+    /// Moves the clock to `ts`. A time more than `jump_ns` ahead is counted and ignored,
+    /// unless [`JUMP_CONFIRMATIONS`] packets in a row jump and agree among themselves (a real
+    /// gap in a rotated set of files, a link quiet for a while): then the clock follows.
+    #[inline]
+    pub(crate) fn observe(&mut self, ts: Timestamp, jump_ns: i64, out: &mut Vec<Output>) {
+        if ts <= self.now {
+            return;
+        }
+        // Nearly every packet: a little ahead of the clock, no jump pending.
+        if self.jump_streak.0 == 0 && ts.0.saturating_sub(self.now.0) <= jump_ns {
+            self.now = ts;
+            return;
+        }
+        self.observe_jump(ts, jump_ns, out);
+    }
+
+    #[cold]
+    fn observe_jump(&mut self, ts: Timestamp, jump: i64, out: &mut Vec<Output>) {
+        let ahead = ts.0.saturating_sub(self.now.0);
+        if self.now.0 == i64::MIN || ahead <= jump {
+            self.now = ts;
+            self.jump_streak = (0, Timestamp(i64::MIN));
+            return;
+        }
+        let (streak, latest) = self.jump_streak;
+        let agrees = streak == 0 || ts.0.abs_diff(latest.0) <= jump.unsigned_abs();
+        let streak = if agrees { streak + 1 } else { 1 };
+        let followed = streak >= JUMP_CONFIRMATIONS;
+        out.push(Output::Telemetry(Telemetry::ClockJump {
+            ahead_ns: ahead,
+            followed,
+        }));
+        if followed {
+            self.now = ts;
+            self.jump_streak = (0, Timestamp(i64::MIN));
+        } else if agrees {
+            self.jump_streak = (streak, ts.max(latest));
+        } else {
+            self.jump_streak = (streak, ts);
+        }
+    }
+
+    /// Whether a sweep is due: once per [`SWEEP_INTERVAL_NS`] of packet time.
+    #[inline]
+    pub(crate) fn sweep_due(&self) -> bool {
+        self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS
+    }
+}
+
 /// How a pipeline analyses what it reads: the detector settings and who is who.
 #[derive(Debug, Clone, Default)]
 pub struct Analysis {
@@ -404,12 +476,7 @@ pub struct Pipeline {
     next_flow_id: u64,
     tracker: Tracker<Detectors>,
     stats: PacketStats,
-    last_sweep: Timestamp,
-    /// The packet clock: the latest packet time seen, never backwards, and not moved by a
-    /// lone far-future timestamp (see [`Pipeline::observe_time`]).
-    now: Timestamp,
-    /// Packets in a row that jumped ahead of the clock, and the latest of their times.
-    jump_streak: (u32, Timestamp),
+    clock: PacketClock,
     http_events: Vec<HttpEvent>,
     /// Sum of `Flow::charged` over all flows.
     buffered: usize,
@@ -433,6 +500,8 @@ pub struct Pipeline {
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
     /// of the table: a SYN flood must not slow the pipeline down.
     eviction_queue: VecDeque<QueuedFlow>,
+    /// Flow shard: where each unit of the staged steps ends (see [`Pipeline::shard_packet`]).
+    flow_marks: Vec<(usize, FlowUnit)>,
 }
 
 impl Pipeline {
@@ -478,9 +547,7 @@ impl Pipeline {
                 t
             },
             stats: PacketStats::default(),
-            last_sweep: Timestamp(i64::MIN),
-            now: Timestamp(i64::MIN),
-            jump_streak: (0, Timestamp(i64::MIN)),
+            clock: PacketClock::default(),
             http_events: Vec::new(),
             buffered: 0,
             usage,
@@ -490,6 +557,7 @@ impl Pipeline {
             staged: None,
             staged_bytes: 0,
             eviction_queue: VecDeque::new(),
+            flow_marks: Vec::new(),
         }
     }
 
@@ -555,6 +623,28 @@ impl Pipeline {
                 published_exchange_bytes: 0,
                 slack,
             });
+        }
+        (flows, stages)
+    }
+
+    /// [`Pipeline::split_shards`] with the flow layer in `flow_shards` pipelines too (at least
+    /// one), each fed its flows' packets by a [`crate::flow_shard::FlowDispatcher`] and merged
+    /// back into one pipeline's staged steps by [`crate::flow_shard::merge_round`].
+    pub fn split_flows(
+        limits: Limits,
+        analysis: impl Into<Analysis>,
+        usage: Arc<SharedUsage>,
+        flow_shards: usize,
+        session_shards: usize,
+    ) -> (Vec<Pipeline>, Vec<SessionStage>) {
+        let analysis = analysis.into();
+        let (first, stages) =
+            Pipeline::split_shards(limits, analysis.clone(), usage.clone(), session_shards);
+        let mut flows = vec![first];
+        for _ in 1..flow_shards {
+            // Its session stage goes unused (and gives its charge back as it drops).
+            let (more, _) = Pipeline::split(limits, analysis.clone(), usage.clone());
+            flows.push(more);
         }
         (flows, stages)
     }
@@ -628,14 +718,14 @@ impl Pipeline {
 
     /// The store's answer to a [`crate::model::SharedRequest::Lookup`] of `key`.
     pub fn on_shared_state(&mut self, key: &str, record: Option<&str>, out: &mut Vec<Output>) {
-        let now = self.now;
+        let now = self.clock.now;
         self.tracker.on_shared_state(key, record, now, out);
     }
 
     /// The store refused an update of `key` (another instance changed it): `stored` is its
     /// record now.
     pub fn on_shared_conflict(&mut self, key: &str, stored: &str, out: &mut Vec<Output>) {
-        let now = self.now;
+        let now = self.clock.now;
         self.tracker.on_shared_conflict(key, stored, now, out);
     }
 
@@ -759,7 +849,7 @@ impl Pipeline {
         self.observe_time(ts, out);
         // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
         // flow stamped hours ahead would never time out.
-        let ts = ts.min(self.now);
+        let ts = ts.min(self.clock.now);
         match decode::decode(linktype, frame) {
             Decoded::Tcp(seg) => {
                 self.stats.truncated_segments += u64::from(seg.truncated);
@@ -770,53 +860,15 @@ impl Pipeline {
         self.sweep_if_due(out);
     }
 
-    /// Moves the packet clock to `ts`. A time more than `clock_jump_ns` ahead is counted and
-    /// ignored, unless [`JUMP_CONFIRMATIONS`] packets in a row jump and agree among themselves
-    /// (a real gap in a rotated set of files, a link quiet for a while): then the clock follows.
     #[inline]
     fn observe_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
-        if ts <= self.now {
-            return;
-        }
-        // Nearly every packet: a little ahead of the clock, no jump pending.
-        if self.jump_streak.0 == 0 && ts.0.saturating_sub(self.now.0) <= self.limits.clock_jump_ns {
-            self.now = ts;
-            return;
-        }
-        self.observe_jump(ts, out);
-    }
-
-    #[cold]
-    fn observe_jump(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
-        let jump = self.limits.clock_jump_ns;
-        let ahead = ts.0.saturating_sub(self.now.0);
-        if self.now.0 == i64::MIN || ahead <= jump {
-            self.now = ts;
-            self.jump_streak = (0, Timestamp(i64::MIN));
-            return;
-        }
-        let (streak, latest) = self.jump_streak;
-        let agrees = streak == 0 || ts.0.abs_diff(latest.0) <= jump.unsigned_abs();
-        let streak = if agrees { streak + 1 } else { 1 };
-        let followed = streak >= JUMP_CONFIRMATIONS;
-        out.push(Output::Telemetry(Telemetry::ClockJump {
-            ahead_ns: ahead,
-            followed,
-        }));
-        if followed {
-            self.now = ts;
-            self.jump_streak = (0, Timestamp(i64::MIN));
-        } else if agrees {
-            self.jump_streak = (streak, ts.max(latest));
-        } else {
-            self.jump_streak = (streak, ts);
-        }
+        self.clock.observe(ts, self.limits.clock_jump_ns, out);
     }
 
     /// Sweeps idle flows and sessions once per [`SWEEP_INTERVAL_NS`] of packet time.
     #[inline]
     fn sweep_if_due(&mut self, out: &mut Vec<Output>) {
-        if self.now.0.saturating_sub(self.last_sweep.0) >= SWEEP_INTERVAL_NS {
+        if self.clock.sweep_due() {
             self.sweep_now(out);
         }
     }
@@ -825,7 +877,7 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn sweep_now(&mut self, out: &mut Vec<Output>) {
-        self.last_sweep = self.now;
+        self.clock.last_sweep = self.clock.now;
         self.sweep(out);
     }
 
@@ -843,7 +895,7 @@ impl Pipeline {
             let Some(flow) = self.flows.get_mut(&key) else {
                 return;
             };
-            let now = self.now;
+            let now = self.clock.now;
             let Some(seg) = flow.releasable(now).and_then(|half| flow.take_held(half)) else {
                 return;
             };
@@ -1055,7 +1107,7 @@ impl Pipeline {
         self.observe_time(ts, out);
         // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
         // flow stamped hours ahead would never time out.
-        let ts = ts.min(self.now);
+        let ts = ts.min(self.clock.now);
         let key = FlowKey::of(client, server);
         let client_half = usize::from(client != key.0);
         let server_half = 1 - client_half;
@@ -1189,7 +1241,7 @@ impl Pipeline {
         let ctx = flow.ctx();
         let flow_id = flow.id;
         let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
-        let ts = self.now;
+        let ts = self.clock.now;
         self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         self.ask_sessions(SessionInput::FlowClosed { flow: flow.id }, out);
@@ -1268,7 +1320,16 @@ impl Pipeline {
     }
 
     fn sweep(&mut self, out: &mut Vec<Output>) {
-        let now = self.now;
+        let now = self.clock.now;
+        self.sweep_flows(None, out);
+        self.ask_sessions(SessionInput::Sweep { now }, out);
+        self.shrink_tables();
+    }
+
+    /// Idle flows go, then held segments that waited too long go on: each flow's outputs a
+    /// unit of the sweep after packet `seq` when this is a flow shard (`Some(seq)`).
+    fn sweep_flows(&mut self, seq: Option<u64>, out: &mut Vec<Output>) {
+        let now = self.clock.now;
         let timeout = self.limits.flow_idle_timeout_ns;
         let mut idle: Vec<(u64, FlowKey)> = self
             .flows
@@ -1278,8 +1339,9 @@ impl Pipeline {
             .collect();
         // Flow ids, not hash order, decide the order of outputs: replays stay deterministic.
         idle.sort_unstable();
-        for (_, key) in idle {
+        for (id, key) in idle {
             self.remove_flow(key, Removal::Idle, out);
+            self.end_unit(seq, FlowPhase::Idle, id, out);
         }
         // Segments that waited too long for the other direction go on without it.
         let mut waiting: Vec<(u64, FlowKey)> = self
@@ -1289,11 +1351,89 @@ impl Pipeline {
             .map(|f| (f.id, f.key))
             .collect();
         waiting.sort_unstable();
-        for (_, key) in waiting {
+        for (id, key) in waiting {
             self.release_held(key, out);
+            self.end_unit(seq, FlowPhase::Held, id, out);
         }
-        self.ask_sessions(SessionInput::Sweep { now }, out);
+    }
+
+    /// Flow shard: the outputs so far are one unit (`phase` of flow `flow`, at packet `seq`)
+    /// for [`crate::flow_shard::merge_round`]. A whole pipeline (`seq` is `None`) marks nothing.
+    #[inline]
+    fn end_unit(&mut self, seq: Option<u64>, phase: FlowPhase, flow: u64, out: &mut Vec<Output>) {
+        let (Some(seq), Some(staged)) = (seq, self.staged.as_mut()) else {
+            return;
+        };
+        staged.extend(out.drain(..).map(Staged::Output));
+        // Most packets stage nothing: no mark for an empty unit.
+        if self.flow_marks.last().map_or(0, |m| m.0) < staged.len() {
+            self.flow_marks
+                .push((staged.len(), FlowUnit { seq, phase, flow }));
+        }
+    }
+
+    /// Flow shard (see [`crate::flow_shard`]): packet `at.seq` of the whole input, which the
+    /// dispatcher's clock put at `at.now`. The flow it opens, if any, takes `at.seq` as its
+    /// id: ids then follow the flows' order over all shards, as one pipeline's counter does.
+    pub fn shard_packet(
+        &mut self,
+        at: PacketAt,
+        linktype: u32,
+        frame: &[u8],
+        out: &mut Vec<Output>,
+    ) {
+        self.stats.packets += 1;
+        self.stats.bytes += frame.len() as u64;
+        self.clock.now = self.clock.now.max(at.now);
+        self.next_flow_id = at.seq;
+        let ts = at.ts.min(self.clock.now);
+        match decode::decode(linktype, frame) {
+            Decoded::Tcp(seg) => {
+                self.stats.truncated_segments += u64::from(seg.truncated);
+                self.handle_segment(ts, &seg, out)
+            }
+            Decoded::Skipped(reason) => self.stats.count_skip(reason),
+        }
+        self.end_unit(Some(at.seq), FlowPhase::Packet, 0, out);
+    }
+
+    /// Flow shard: the sweep after packet `seq`, at `now`. Only the flows' part: the
+    /// dispatcher stages the sessions' sweep once for all shards.
+    pub fn shard_sweep(&mut self, seq: u64, now: Timestamp, out: &mut Vec<Output>) {
+        self.clock.now = self.clock.now.max(now);
+        self.sweep_flows(Some(seq), out);
         self.shrink_tables();
+    }
+
+    /// Flow shard: the end of the input, the flows' part (see [`Pipeline::shard_sweep`]).
+    pub fn shard_finish(&mut self, now: Timestamp, out: &mut Vec<Output>) {
+        self.clock.now = self.clock.now.max(now);
+        self.remove_all(Some(u64::MAX), out);
+    }
+
+    /// Flow shard: the steps staged since the last call, with the marks of their units.
+    pub fn take_flow_round(&mut self, spare: FlowRound) -> FlowRound {
+        let FlowRound {
+            mut staged,
+            mut marks,
+        } = spare;
+        staged.clear();
+        marks.clear();
+        std::mem::swap(&mut marks, &mut self.flow_marks);
+        FlowRound {
+            staged: self.take_staged(staged),
+            marks,
+        }
+    }
+
+    /// Every flow ends with the input, in id order.
+    fn remove_all(&mut self, seq: Option<u64>, out: &mut Vec<Output>) {
+        let mut keys: Vec<(u64, FlowKey)> = self.flows.values().map(|f| (f.id, f.key)).collect();
+        keys.sort_unstable();
+        for (id, key) in keys {
+            self.remove_flow(key, Removal::CaptureEnd, out);
+            self.end_unit(seq, FlowPhase::Idle, id, out);
+        }
     }
 
     /// Tables never shrink by themselves: a worker that once held most of the process's flows
@@ -1310,20 +1450,16 @@ impl Pipeline {
 
     /// Lets time pass without packets (live capture on a quiet link), so timeouts still fire.
     pub fn advance_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
-        if ts > self.now {
-            self.now = ts;
+        if ts > self.clock.now {
+            self.clock.now = ts;
         }
         self.sweep_if_due(out);
     }
 
     /// End of input: open streams were cut off by the end of the capture, not ended.
     pub fn finish(&mut self, out: &mut Vec<Output>) {
-        let mut keys: Vec<(u64, FlowKey)> = self.flows.values().map(|f| (f.id, f.key)).collect();
-        keys.sort_unstable();
-        for (_, key) in keys {
-            self.remove_flow(key, Removal::CaptureEnd, out);
-        }
-        let now = self.now;
+        self.remove_all(None, out);
+        let now = self.clock.now;
         self.ask_sessions(SessionInput::Finish { now }, out);
     }
 }
@@ -1378,7 +1514,7 @@ pub enum SessionInput {
 
 impl SessionInput {
     /// What the step holds while it waits, as charged to the budget.
-    fn cost(&self) -> usize {
+    pub(crate) fn cost(&self) -> usize {
         std::mem::size_of::<Staged>()
             + match self {
                 SessionInput::Http { event, .. } => crate::mcp::held_cost(event),

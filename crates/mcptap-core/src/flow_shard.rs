@@ -1,0 +1,395 @@
+//! The flow layer sharded by connection (`docs/sharding.md`, step 3): a [`FlowDispatcher`]
+//! numbers the packets, keeps the one packet clock and decides the sweeps, and sends each
+//! packet to the shard of its connection (a symmetric hash of its endpoints); each shard is a
+//! split [`Pipeline`] fed with [`Pipeline::shard_packet`]. Every shard marks where the staged
+//! steps of each packet, swept flow and ended flow end ([`FlowUnit`]); [`merge_rounds`] puts
+//! the units of all shards and the dispatcher's own back in one pipeline's order. The session
+//! layer downstream cannot tell the difference: the outputs are one pipeline's, in the same
+//! order, unless a limit is hit (each shard evicts its own flows).
+//!
+//! A flow's id is the number of the packet that opened it, so ids follow the flows' order
+//! across shards whatever their number. The threads are the adapter's.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use crate::decode;
+use crate::model::{Output, Timestamp};
+use crate::pipeline::{Limits, PacketClock, Pipeline, SessionInput, Staged};
+use crate::usage::SharedUsage;
+
+/// Where one packet stands in the whole input: its number (from 1), its own time and the
+/// packet clock after it (which a shard's flows use, as one pipeline's do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketAt {
+    pub seq: u64,
+    pub ts: Timestamp,
+    pub now: Timestamp,
+}
+
+/// What part of one pipeline's work a unit of staged steps is, in that pipeline's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FlowPhase {
+    /// The clock's telemetry as the packet arrived (a jump).
+    Clock,
+    /// The packet itself.
+    Packet,
+    /// A sweep after the packet (or the end of the input): an idle or ended flow removed.
+    Idle,
+    /// A sweep after the packet: a flow's held segments released.
+    Held,
+    /// The session layer's sweep (or end), after every flow's.
+    Sessions,
+}
+
+/// A unit of staged steps: its place in one pipeline's order is this key's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FlowUnit {
+    pub seq: u64,
+    pub phase: FlowPhase,
+    pub flow: u64,
+}
+
+/// The steps one shard (or the dispatcher) staged in a round, and where each unit ends.
+#[derive(Debug, Default)]
+pub struct FlowRound {
+    pub staged: Vec<Staged>,
+    pub marks: Vec<(usize, FlowUnit)>,
+}
+
+impl FlowRound {
+    pub fn is_empty(&self) -> bool {
+        self.staged.is_empty()
+    }
+}
+
+/// What the dispatcher decided for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatched {
+    /// The flow shard that takes the packet.
+    pub shard: usize,
+    pub at: PacketAt,
+    /// A sweep is due after this packet, as of this time: every shard sweeps its flows
+    /// ([`Pipeline::shard_sweep`] with `at.seq`).
+    pub sweep: Option<Timestamp>,
+}
+
+/// The part of one pipeline that sees every packet: the packet numbers, the clock, the
+/// sweeps, and which shard takes each packet.
+#[derive(Debug)]
+pub struct FlowDispatcher {
+    shards: usize,
+    clock: PacketClock,
+    clock_jump_ns: i64,
+    seq: u64,
+    usage: Arc<SharedUsage>,
+    /// Its own units: the clock's telemetry and the session layer's sweeps.
+    round: FlowRound,
+    out: Vec<Output>,
+}
+
+impl FlowDispatcher {
+    /// A dispatcher for `shards` flow shards (at least one) charging to `usage`, the budget
+    /// the shards share.
+    pub fn new(limits: &Limits, shards: usize, usage: Arc<SharedUsage>) -> FlowDispatcher {
+        FlowDispatcher {
+            shards: shards.max(1),
+            clock: PacketClock::default(),
+            clock_jump_ns: limits.clock_jump_ns,
+            seq: 0,
+            usage,
+            round: FlowRound::default(),
+            out: Vec::new(),
+        }
+    }
+
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The packet clock now.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now
+    }
+
+    /// Numbers the next packet, moves the clock and picks its shard. Frames that are not TCP
+    /// (or cannot be read) go to shard 0, which counts why they were skipped.
+    #[inline]
+    pub fn dispatch(&mut self, ts: Timestamp, linktype: u32, frame: &[u8]) -> Dispatched {
+        self.seq += 1;
+        let seq = self.seq;
+        self.clock.observe(ts, self.clock_jump_ns, &mut self.out);
+        if !self.out.is_empty() {
+            self.stage_outputs(seq, FlowPhase::Clock);
+        }
+        let shard = self.shard_of(linktype, frame);
+        let now = self.clock.now;
+        let sweep = if self.clock.sweep_due() {
+            self.clock.last_sweep = now;
+            self.stage(seq, SessionInput::Sweep { now });
+            Some(now)
+        } else {
+            None
+        };
+        Dispatched {
+            shard,
+            at: PacketAt { seq, ts, now },
+            sweep,
+        }
+    }
+
+    /// The shard of a frame's connection: both directions hash alike.
+    #[inline]
+    pub fn shard_of(&self, linktype: u32, frame: &[u8]) -> usize {
+        if self.shards == 1 {
+            return 0;
+        }
+        let Some(ends) = decode::tcp_endpoints(linktype, frame) else {
+            return 0;
+        };
+        let (a, b) = if ends.src <= ends.dst {
+            (ends.src, ends.dst)
+        } else {
+            (ends.dst, ends.src)
+        };
+        let mut hasher = foldhash::fast::FixedState::with_seed(0x464c_4f57_5348).build_hasher();
+        crate::pipeline::hash_endpoint_pair(a, b, &mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        // Scaled by multiplying: the high bits of the hash pick the shard.
+        ((u128::from(hash) * self.shards as u128) >> 64) as usize
+    }
+
+    /// The end of the input: every shard ends its flows ([`Pipeline::shard_finish`] with the
+    /// time returned), then the session layer ends.
+    pub fn finish(&mut self) -> Timestamp {
+        let now = self.clock.now;
+        self.stage(u64::MAX, SessionInput::Finish { now });
+        now
+    }
+
+    /// Its own units since the last call; `spare` (emptied) takes their place.
+    pub fn take_round(&mut self, spare: FlowRound) -> FlowRound {
+        let mut spare = spare;
+        spare.staged.clear();
+        spare.marks.clear();
+        std::mem::replace(&mut self.round, spare)
+    }
+
+    fn stage_outputs(&mut self, seq: u64, phase: FlowPhase) {
+        self.round
+            .staged
+            .extend(self.out.drain(..).map(Staged::Output));
+        let unit = FlowUnit {
+            seq,
+            phase,
+            flow: 0,
+        };
+        self.round.marks.push((self.round.staged.len(), unit));
+    }
+
+    /// A session-layer input of its own, charged to the budget as every staged step is.
+    fn stage(&mut self, seq: u64, input: SessionInput) {
+        self.usage.republish_flow_bytes(0, input.cost());
+        self.round.staged.push(Staged::Input(input));
+        let unit = FlowUnit {
+            seq,
+            phase: FlowPhase::Sessions,
+            flow: 0,
+        };
+        self.round.marks.push((self.round.staged.len(), unit));
+    }
+}
+
+/// Moves the steps of one round of every shard (and the dispatcher's round, among them) into
+/// `into`, unit by unit in [`FlowUnit`] order: one pipeline's order. Steps after a round's
+/// last mark (none, when every unit was marked) follow its units.
+pub fn merge_rounds(rounds: &mut [FlowRound], into: &mut Vec<Staged>) {
+    into.reserve(rounds.iter().map(|r| r.staged.len()).sum());
+    // Per round: the next mark and where its unit starts.
+    let mut next: Vec<(usize, usize)> = vec![(0, 0); rounds.len()];
+    let mut steps: Vec<std::vec::Drain<'_, Staged>> = Vec::with_capacity(rounds.len());
+    let mut marks: Vec<&[(usize, FlowUnit)]> = Vec::with_capacity(rounds.len());
+    for round in rounds.iter_mut() {
+        marks.push(&round.marks);
+        steps.push(round.staged.drain(..));
+    }
+    loop {
+        let mut best: Option<(usize, FlowUnit)> = None;
+        for (i, (mark, _)) in next.iter().enumerate() {
+            if let Some((_, unit)) = marks[i].get(*mark)
+                && best.is_none_or(|(_, b)| *unit < b)
+            {
+                best = Some((i, *unit));
+            }
+        }
+        let Some((i, _)) = best else { break };
+        let (mark, start) = next[i];
+        let end = marks[i][mark].0;
+        into.extend(steps[i].by_ref().take(end.saturating_sub(start)));
+        next[i] = (mark + 1, end.max(start));
+    }
+    for rest in steps {
+        into.extend(rest);
+    }
+    for round in rounds.iter_mut() {
+        round.marks.clear();
+    }
+}
+
+/// What the flow layer hands the session layer, whether one pipeline's flow side or the
+/// merged flow shards.
+pub trait StagedSteps {
+    /// The steps staged so far, in order; `spare` (empty) takes their place.
+    fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged>;
+    /// A copy of `input` for one more session shard, charged to the budget.
+    fn stage_copy(&mut self, input: &SessionInput) -> SessionInput;
+}
+
+impl StagedSteps for Pipeline {
+    fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
+        Pipeline::take_staged(self, spare)
+    }
+
+    fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
+        Pipeline::stage_copy(self, input)
+    }
+}
+
+/// The merged steps of flow shards, waiting for the session layer.
+#[derive(Debug)]
+pub struct MergedSteps {
+    pub steps: Vec<Staged>,
+    usage: Arc<SharedUsage>,
+}
+
+impl MergedSteps {
+    pub fn new(usage: Arc<SharedUsage>) -> MergedSteps {
+        MergedSteps {
+            steps: Vec::new(),
+            usage,
+        }
+    }
+}
+
+impl StagedSteps for MergedSteps {
+    fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
+        std::mem::replace(&mut self.steps, spare)
+    }
+
+    fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
+        self.usage.republish_flow_bytes(0, input.cost());
+        input.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Telemetry;
+
+    fn unit(seq: u64, phase: FlowPhase, flow: u64) -> FlowUnit {
+        FlowUnit { seq, phase, flow }
+    }
+
+    fn tagged(tags: &[u64]) -> Vec<Staged> {
+        tags.iter()
+            .map(|&t| {
+                Staged::Output(Output::Telemetry(Telemetry::ClockJump {
+                    ahead_ns: t,
+                    followed: false,
+                }))
+            })
+            .collect()
+    }
+
+    fn tags(steps: &[Staged]) -> Vec<u64> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Staged::Output(Output::Telemetry(Telemetry::ClockJump { ahead_ns, .. })) => {
+                    *ahead_ns
+                }
+                _ => u64::MAX,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merge_puts_units_of_all_rounds_in_pipeline_order() {
+        // Shard A: packet 1 (two steps), the sweep's idle flow 1 after packet 3, its held
+        // flow 7. Shard B: packet 2, packet 3, the sweep's idle flow 2. Dispatcher: clock
+        // telemetry before packet 3, the sessions' sweep after packet 3.
+        let mut rounds = vec![
+            FlowRound {
+                staged: tagged(&[10, 11, 40, 60]),
+                marks: vec![
+                    (2, unit(1, FlowPhase::Packet, 0)),
+                    (3, unit(3, FlowPhase::Idle, 1)),
+                    (4, unit(3, FlowPhase::Held, 7)),
+                ],
+            },
+            FlowRound {
+                staged: tagged(&[20, 30, 50]),
+                marks: vec![
+                    (1, unit(2, FlowPhase::Packet, 0)),
+                    (2, unit(3, FlowPhase::Packet, 0)),
+                    (3, unit(3, FlowPhase::Idle, 2)),
+                ],
+            },
+            FlowRound {
+                staged: tagged(&[25, 70]),
+                marks: vec![
+                    (1, unit(3, FlowPhase::Clock, 0)),
+                    (2, unit(3, FlowPhase::Sessions, 0)),
+                ],
+            },
+        ];
+        let mut merged = Vec::new();
+        merge_rounds(&mut rounds, &mut merged);
+        assert_eq!(tags(&merged), [10, 11, 20, 25, 30, 40, 50, 60, 70]);
+        assert!(
+            rounds
+                .iter()
+                .all(|r| r.staged.is_empty() && r.marks.is_empty())
+        );
+    }
+
+    #[test]
+    fn unmarked_steps_are_not_lost() {
+        let mut rounds = vec![FlowRound {
+            staged: tagged(&[1, 2, 3]),
+            marks: vec![(1, unit(5, FlowPhase::Packet, 0))],
+        }];
+        let mut merged = Vec::new();
+        merge_rounds(&mut rounds, &mut merged);
+        assert_eq!(tags(&merged), [1, 2, 3]);
+    }
+
+    #[test]
+    fn both_directions_of_a_connection_go_to_one_shard() {
+        use crate::limits::Limits;
+        let dispatcher = FlowDispatcher::new(&Limits::default(), 4, Arc::default());
+        let mut seen = [0usize; 4];
+        for port in 40000u16..40400 {
+            let there = ipv4_tcp_frame([127, 0, 0, 1], port, [127, 0, 0, 2], 8080);
+            let back = ipv4_tcp_frame([127, 0, 0, 2], 8080, [127, 0, 0, 1], port);
+            let shard = dispatcher.shard_of(decode::dlt::RAW, &there);
+            assert_eq!(shard, dispatcher.shard_of(decode::dlt::RAW, &back));
+            seen[shard] += 1;
+        }
+        // One upstream, many client ports: every shard takes a share.
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+        // Not TCP: shard 0, which counts it.
+        assert_eq!(dispatcher.shard_of(decode::dlt::RAW, &[0x45, 0, 0]), 0);
+    }
+
+    fn ipv4_tcp_frame(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
+        let mut f = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        f
+    }
+}
