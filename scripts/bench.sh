@@ -396,6 +396,14 @@ for name in "${NAMES[@]}"; do
   else
     echo "events, --threads 4 (3 session shards) vs 1: differ from line $(cmp "$WORK/events-$name.ndjson" "$WORK/events-shards-$name.ndjson" | awk '{print $NF}') of $(wc -l < "$WORK/events-$name.ndjson") (a limit was hit)"
   fi
+  # The flow layer in two shards by connection too (one session thread): again the same
+  # events unless a limit is hit.
+  "$BIN" replay "$file" --events "$WORK/events-flows-$name.ndjson" --log-level error --threads 4 --flow-threads 2 > /dev/null 2>&1
+  if cmp -s "$WORK/events-$name.ndjson" "$WORK/events-flows-$name.ndjson"; then
+    echo "events, --threads 4 --flow-threads 2 (2 flow shards) vs 1: identical"
+  else
+    echo "events, --threads 4 --flow-threads 2 (2 flow shards) vs 1: differ from line $(cmp "$WORK/events-$name.ndjson" "$WORK/events-flows-$name.ndjson" | awk '{print $NF}') of $(wc -l < "$WORK/events-$name.ndjson") (a limit was hit)"
+  fi
   if [ -n "$BASELINE" ]; then
     "$BASELINE" replay "$file" --events "$WORK/events-base-$name.ndjson" --log-level error > /dev/null 2>&1
     n_new="$(wc -l < "$WORK/events-$name.ndjson")"

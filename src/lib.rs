@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod endpoints;
 pub mod fleet;
+pub mod flow_shards;
 pub mod forensics;
 pub mod live;
 pub mod progress;

@@ -50,6 +50,8 @@ impl From<LogFormat> for config::LogFormat {
     }
 }
 
+// Parsed once per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Replay pcap/pcapng files (or `-` for standard input) as one capture, in timestamp order.
@@ -74,6 +76,12 @@ enum Command {
         /// [default: one per core].
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// With --threads 2 or more: the flow layer (TCP, HTTP, SSE) sharded by connection
+        /// over F threads of its own, this thread reading, merging and writing, and the
+        /// session layer on the other N-1-F (at least one). The same events in the same
+        /// order [default: 0 below 4 threads, else (N-1)/2].
+        #[arg(long, value_name = "F")]
+        flow_threads: Option<usize>,
         /// Replay through the daemon's worker path: N pipeline workers sharded by server
         /// endpoint, with process-wide limits, as `run` does. Events come in no fixed order
         /// across workers. For checking the live path's limits on a capture.
@@ -428,6 +436,7 @@ fn run_main() -> ExitCode {
             fail_on_alert,
             quiet,
             threads,
+            flow_threads,
             worker_threads,
             worker_whole,
             errors_decide_mode,
@@ -490,9 +499,12 @@ fn run_main() -> ExitCode {
                         events: events.as_deref(),
                         fail_on_alert,
                         quiet,
-                        threads: threads.unwrap_or_else(|| {
-                            std::thread::available_parallelism().map_or(1, |n| n.get())
-                        }),
+                        threads: ReplayThreads::of(
+                            threads.unwrap_or_else(|| {
+                                std::thread::available_parallelism().map_or(1, |n| n.get())
+                            }),
+                            flow_threads,
+                        ),
                     },
                     limits,
                     detectors,
@@ -607,8 +619,41 @@ struct ReplayTo<'a> {
     fail_on_alert: bool,
     /// No progress bar, no summary on standard error.
     quiet: bool,
-    /// Two or more: the flow and session layers on threads of their own.
-    threads: usize,
+    threads: ReplayThreads,
+}
+
+/// How a replay spreads over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplayThreads {
+    /// Everything on the calling thread.
+    One,
+    /// The session layer in `sessions` shards on threads of their own (one: a split
+    /// pipeline), and the flow layer on the calling thread (`flows` 0) or in `flows` shards
+    /// on threads of their own.
+    Split { flows: usize, sessions: usize },
+}
+
+impl ReplayThreads {
+    /// `threads` in all; `flow_threads` as given, else none below four threads and about half
+    /// of the rest from four on (the calling thread then only reads, merges and writes).
+    fn of(threads: usize, flow_threads: Option<usize>) -> ReplayThreads {
+        let threads = threads.clamp(1, config::MAX_THREADS);
+        if threads == 1 {
+            return ReplayThreads::One;
+        }
+        let flows = flow_threads
+            .unwrap_or(if threads >= 4 { (threads - 1) / 2 } else { 0 })
+            .min(config::MAX_THREADS);
+        let others = if flows == 0 {
+            threads - 1
+        } else {
+            threads - 1 - flows.min(threads - 1)
+        };
+        ReplayThreads::Split {
+            flows,
+            sessions: others.max(1),
+        }
+    }
 }
 
 fn replay(
@@ -670,7 +715,11 @@ fn replay(
         }
     };
     // The split pipeline has no fleet store: a replay with one stays on one thread.
-    let result = if threads == 2 && store.is_none() {
+    let split = match threads {
+        ReplayThreads::Split { flows, sessions } if store.is_none() => Some((flows, sessions)),
+        _ => None,
+    };
+    let result = if let Some((flows, 1)) = split {
         // Redaction on the session thread, and rendering while it keeps up (see
         // `PrepareOutput`): the thread with time to spare renders.
         let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
@@ -688,6 +737,7 @@ fn replay(
             files,
             limits,
             detectors,
+            flows,
             &mut progress,
             Some(&prepare),
             &mut deliver,
@@ -706,14 +756,14 @@ fn replay(
             };
             deliver(o, &[]);
         };
-        if threads >= 3 && store.is_none() {
-            // The flow layer and the output on this thread, the session layer in shards by
-            // client on the others.
+        if let Some((flows, sessions)) = split {
+            // The output on this thread (and the flow layer, unless it is sharded too), the
+            // session layer in shards by client on the others.
             mcptap::sharded::replay_sharded(
                 files,
                 limits,
                 detectors,
-                threads - 1,
+                (flows, sessions),
                 &mut progress,
                 &mut on_output,
             )
@@ -840,6 +890,63 @@ fn warn_snaplen_cuts(read: &mcptap::capture::ReadSummary) {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn replay_threads_spread_over_the_layers() {
+        use ReplayThreads::{One, Split};
+        assert_eq!(ReplayThreads::of(1, Some(3)), One);
+        assert_eq!(ReplayThreads::of(0, None), One);
+        assert_eq!(
+            ReplayThreads::of(2, None),
+            Split {
+                flows: 0,
+                sessions: 1
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(3, None),
+            Split {
+                flows: 0,
+                sessions: 2
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(4, None),
+            Split {
+                flows: 1,
+                sessions: 2
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(8, None),
+            Split {
+                flows: 3,
+                sessions: 4
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(3, Some(1)),
+            Split {
+                flows: 1,
+                sessions: 1
+            }
+        );
+        // The session layer keeps a thread whatever is asked.
+        assert_eq!(
+            ReplayThreads::of(2, Some(2)),
+            Split {
+                flows: 2,
+                sessions: 1
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(4, Some(0)),
+            Split {
+                flows: 0,
+                sessions: 3
+            }
+        );
+    }
 
     /// Config keys without a replay flag: they configure live capture, the metrics endpoint or
     /// the daemon, which replay has none of. Every other key, and every `[limits]` key, has one.

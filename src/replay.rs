@@ -2,11 +2,15 @@
 
 use crate::capture::{self, CaptureError, ReadSummary};
 use crate::fleet::{self, FleetStore};
+use crate::flow_shards::FlowLayer;
 use crate::progress::ReplayProgress;
 use crate::sink::summary::TimeSpan;
+use mcptap_core::flow_shard::StagedSteps;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
-use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, Staged};
+use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, SessionStage, Staged};
+use mcptap_core::usage::SharedUsage;
+use std::sync::Arc;
 
 /// What a replay produced besides the outputs themselves.
 #[derive(Debug)]
@@ -159,12 +163,18 @@ pub fn replay_split(
     paths: &[String],
     limits: Limits,
     analysis: Analysis,
+    flow_threads: usize,
     progress: &mut ReplayProgress,
     prepare: Option<PrepareOutput<'_>>,
     on_output: &mut dyn FnMut(&Output, &[u8]),
 ) -> Result<ReplayReport, CaptureError> {
     let whole = analysis.clone();
-    let (mut flows, mut sessions) = Pipeline::split(limits, analysis, std::sync::Arc::default());
+    let (flows, stages) = split_layers(limits, analysis, flow_threads, 1);
+    let Some(mut sessions) = stages.into_iter().next() else {
+        return replay_with_fleet(paths, limits, whole, None, progress, &mut |o| {
+            on_output(o, &[])
+        });
+    };
     let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
     // Unbounded, so that neither side can wait for the other forever; what waits in it is
     // bounded all the same: the session side makes outputs only of the staged batches it was
@@ -217,9 +227,9 @@ pub fn replay_split(
             let _ = spare_out_tx.send(batch);
         };
         let mut session_side_gone = false;
-        let report = read_staged(
+        let report = read_flows(
             paths,
-            &mut flows,
+            flows,
             progress,
             (SPLIT_BATCH, SPLIT_BATCH_BYTES),
             &mut |flows, last| {
@@ -269,6 +279,60 @@ pub fn replay_split(
     }
 }
 
+/// The flow side of a replay whose session layer runs elsewhere: [`read_staged`] on this
+/// thread, or [`crate::flow_shards::read_flow_sharded`] over flow shards on threads of their
+/// own. `batch` bounds what is staged before a hand-over on this thread (flow shards hand
+/// over every round).
+pub(crate) fn read_flows(
+    paths: &[String],
+    flows: FlowLayer,
+    progress: &mut ReplayProgress,
+    batch: (usize, usize),
+    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
+) -> Result<ReplayReport, CaptureError> {
+    match flows {
+        FlowLayer::Here(mut flows) => read_staged(paths, &mut flows, progress, batch, hand_over),
+        FlowLayer::Sharded {
+            shards,
+            limits,
+            usage,
+        } => crate::flow_shards::read_flow_sharded(
+            paths, shards, &limits, usage, progress, hand_over,
+        ),
+    }
+}
+
+/// The flow layer of a split replay: on the calling thread with `flow_threads` 0, else
+/// sharded by connection over that many threads; and the session layer in `session_shards`
+/// stages (see [`Pipeline::split_flows`]).
+pub(crate) fn split_layers(
+    limits: Limits,
+    analysis: Analysis,
+    flow_threads: usize,
+    session_shards: usize,
+) -> (FlowLayer, Vec<SessionStage>) {
+    let usage: Arc<SharedUsage> = Arc::default();
+    let (mut shards, stages) = Pipeline::split_flows(
+        limits,
+        analysis,
+        Arc::clone(&usage),
+        flow_threads.max(1),
+        session_shards,
+    );
+    let layer = match (flow_threads, shards.pop()) {
+        (0, Some(flows)) if shards.is_empty() => FlowLayer::Here(Box::new(flows)),
+        (_, last) => {
+            shards.extend(last);
+            FlowLayer::Sharded {
+                shards,
+                limits,
+                usage,
+            }
+        }
+    };
+    (layer, stages)
+}
+
 /// The flow thread of a replay whose session layer runs elsewhere: reads `paths` through
 /// `flows` and calls `hand_over(flows, false)` whenever `batch` (staged steps, bytes of
 /// bodies) is staged, and `hand_over(flows, true)` once at the end, after the finish. As the
@@ -278,7 +342,7 @@ pub(crate) fn read_staged(
     flows: &mut Pipeline,
     progress: &mut ReplayProgress,
     batch: (usize, usize),
-    hand_over: &mut dyn FnMut(&mut Pipeline, bool),
+    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
 ) -> Result<ReplayReport, CaptureError> {
     let mut out = Vec::new();
     let mut span = TimeSpan::default();
@@ -288,14 +352,14 @@ pub(crate) fn read_staged(
         flows.handle_packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data, &mut out);
         let (steps, bytes) = flows.stage_outputs(&mut out);
         if steps >= batch.0 || bytes >= batch.1 {
-            hand_over(flows, false);
+            hand_over(&mut *flows, false);
         }
     });
     if read.is_ok() {
         flows.finish(&mut out);
     }
     flows.stage_outputs(&mut out);
-    hand_over(flows, true);
+    hand_over(&mut *flows, true);
     read.map(|read| ReplayReport {
         read,
         stats: flows.stats().clone(),

@@ -11,15 +11,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcptap_core::detect::ModeTracker;
+use mcptap_core::flow_shard::StagedSteps;
 use mcptap_core::mcp::session::{Session, SessionKey};
 use mcptap_core::mcp::{GroupKey, ServerScope};
 use mcptap_core::model::{Output, Timestamp};
-use mcptap_core::pipeline::{Analysis, Limits, Pipeline, SessionInput, SessionStage, Staged};
+use mcptap_core::pipeline::{Analysis, Limits, SessionInput, SessionStage, Staged};
 use mcptap_core::shard::{BroadcastPart, Route, ShardRouter, broadcast_order};
 
 use crate::capture::CaptureError;
 use crate::progress::ReplayProgress;
-use crate::replay::{ReplayReport, read_staged};
+use crate::replay::{ReplayReport, read_flows, split_layers};
 
 /// A shard's promise once it is gone: it accesses nothing any more.
 const GONE: u64 = u64::MAX;
@@ -293,7 +294,7 @@ struct Dispatch {
 
 impl Dispatch {
     /// Hands the staged steps to the shards as one round.
-    fn send_round(&mut self, flows: &mut Pipeline) {
+    fn send_round(&mut self, flows: &mut dyn StagedSteps) {
         let shards = self.to_shards.len();
         let staged = flows.take_staged(Vec::new());
         let mut steps = Vec::with_capacity(staged.len());
@@ -344,15 +345,14 @@ pub fn replay_sharded(
     paths: &[String],
     limits: Limits,
     analysis: Analysis,
-    shards: usize,
+    (flow_threads, shards): (usize, usize),
     progress: &mut ReplayProgress,
     on_output: &mut dyn FnMut(&Output),
 ) -> Result<ReplayReport, CaptureError> {
     let shards = shards.max(1);
     let whole = analysis.clone();
     let router = ShardRouter::new(shards, &limits, analysis.identities.clone());
-    let (mut flows, stages) =
-        Pipeline::split_shards(limits, analysis, std::sync::Arc::default(), shards);
+    let (flows, stages) = split_layers(limits, analysis, flow_threads, shards);
     let shared = Arc::new(Progress::new(shards));
     let done = std::thread::scope(|scope| {
         let (done_tx, done_rx) = channel::<(usize, ShardDone)>();
@@ -408,9 +408,9 @@ pub fn replay_sharded(
                 results[shard].rounds.push_back(d);
             }
         };
-        let report = read_staged(
+        let report = read_flows(
             paths,
-            &mut flows,
+            flows,
             progress,
             (ROUND_STEPS, ROUND_BYTES),
             &mut |flows, last| {
@@ -433,8 +433,14 @@ pub fn replay_sharded(
     });
     match done {
         Some(result) => result,
-        None => crate::replay::replay_split(paths, limits, whole, progress, None, &mut |o, _| {
-            on_output(o)
-        }),
+        None => crate::replay::replay_split(
+            paths,
+            limits,
+            whole,
+            flow_threads,
+            progress,
+            None,
+            &mut |o, _| on_output(o),
+        ),
     }
 }

@@ -29,9 +29,16 @@ fn every_fixture_replays_to_its_golden_ndjson() {
                 golden.display()
             )
         });
-        // One thread, the flow and session layers on two, and the session layer in three
-        // shards by client: the same bytes.
-        for threads in ["1", "2", "4"] {
+        // One thread, the flow and session layers on two, the session layer in three shards
+        // by client, the flow layer in one shard of its own and then (five threads' default)
+        // in two by connection with two session shards: the same bytes.
+        for threads in [
+            &["1"][..],
+            &["2"],
+            &["4"],
+            &["3", "--flow-threads", "1"],
+            &["5"],
+        ] {
             compare(&name, &capture, &golden, &want, threads);
         }
         compared += 1;
@@ -39,9 +46,10 @@ fn every_fixture_replays_to_its_golden_ndjson() {
     assert!(compared >= 14, "compared {compared} fixtures");
 }
 
-fn compare(name: &str, capture: &Path, golden: &Path, want: &str, threads: &str) {
+fn compare(name: &str, capture: &Path, golden: &Path, want: &str, threads: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_mcptap"))
-        .args(["replay", "--threads", threads])
+        .args(["replay", "--threads"])
+        .args(threads)
         .arg(capture)
         .output()
         .expect("run mcptap replay");
@@ -58,7 +66,8 @@ fn compare(name: &str, capture: &Path, golden: &Path, want: &str, threads: &str)
             .position(|(g, w)| g != w)
             .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
         panic!(
-            "{name} (--threads {threads}): output differs from {} at line {}:\n got: {}\nwant: {}",
+            "{name} (--threads {}): output differs from {} at line {}:\n got: {}\nwant: {}",
+            threads.join(" "),
             golden.display(),
             line + 1,
             got.lines().nth(line).unwrap_or("<end>"),
@@ -92,7 +101,7 @@ fn redacted_replays_write_the_same_bytes_on_every_thread_count() {
         assert!(handshakes >= 2, "{fixture}: {handshakes} handshakes");
         assert!(one.contains(r#""redacted""#), "{fixture}: {one}");
         assert!(!one.contains(r#""client":"127."#), "{fixture}: {one}");
-        for threads in ["2", "4"] {
+        for threads in ["2", "4", "5"] {
             assert_eq!(replay(threads), one, "{fixture}: --threads {threads}");
         }
     }

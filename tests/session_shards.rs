@@ -160,15 +160,16 @@ fn sharded(path: &Path, limits: Limits, shards: usize, replicas: bool) -> Merged
     shards.merged
 }
 
-/// `path` through `shards` session shards on threads of their own, as `replay --threads`.
-fn threaded(path: &Path, limits: Limits, shards: usize) -> Vec<Output> {
+/// `path` through `shards` session shards on threads of their own, as `replay --threads`, and
+/// the flow layer on this thread (`flow_threads` 0) or sharded over threads of its own.
+fn threaded(path: &Path, limits: Limits, (flow_threads, shards): (usize, usize)) -> Vec<Output> {
     let paths = [path.to_str().expect("utf-8").to_string()];
     let mut all = Vec::new();
     mcptap::sharded::replay_sharded(
         &paths,
         limits,
         Analysis::default(),
-        shards,
+        (flow_threads, shards),
         &mut mcptap::progress::ReplayProgress::hidden(),
         &mut |o| all.push(o.clone()),
     )
@@ -191,11 +192,13 @@ fn assert_shards_agree(path: &Path, limits: Limits) -> Vec<Output> {
     for n in 1..=4 {
         let what = format!("{}: {n} shards", path.display());
         assert_same(&sharded(path, limits, n, true).outputs, &whole, &what);
-        assert_same(
-            &threaded(path, limits, n),
-            &whole,
-            &format!("{what} on threads"),
-        );
+        for flow_threads in [0, n] {
+            assert_same(
+                &threaded(path, limits, (flow_threads, n)),
+                &whole,
+                &format!("{what} on threads, {flow_threads} flow threads"),
+            );
+        }
     }
     whole
 }
@@ -282,7 +285,11 @@ fn a_capture_of_ones_own_through_session_shards() {
                 "serially",
                 sharded(path, Limits::default(), n, true).outputs,
             ),
-            ("on threads", threaded(path, Limits::default(), n)),
+            ("on threads", threaded(path, Limits::default(), (0, n))),
+            (
+                "on threads, flows sharded too",
+                threaded(path, Limits::default(), (n, n)),
+            ),
         ] {
             let same = got.iter().zip(&want).take_while(|(g, w)| g == w).count();
             assert!(
@@ -293,7 +300,7 @@ fn a_capture_of_ones_own_through_session_shards() {
         }
     }
     eprintln!(
-        "{} outputs, {} alerts; identical through 2 to 4 session shards (serially and on threads) up to output {limit_hit}",
+        "{} outputs, {} alerts; identical through 2 to 4 session shards (serially, on threads, and with 2 to 4 flow shards) up to output {limit_hit}",
         want.len(),
         alerts(&want).len()
     );

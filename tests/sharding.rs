@@ -243,16 +243,6 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
     let (_dir, paths) = bursts_capture();
     let limits = common::bursts_limits();
     let (whole, whole_report) = mcptap::replay::replay_collect(&paths, limits).expect("replay");
-    let mut split = Vec::new();
-    let split_report = mcptap::replay::replay_split(
-        &paths,
-        limits,
-        Default::default(),
-        &mut mcptap::progress::ReplayProgress::hidden(),
-        None,
-        &mut |o, _| split.push(o.clone()),
-    )
-    .expect("split replay");
     let alerts = whole
         .iter()
         .filter(|o| matches!(o, Output::Event(mcptap_core::model::Event::Alert(_))))
@@ -268,11 +258,28 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
     assert!(alerts >= 18, "{alerts} alerts");
     assert!(idle_ends >= 6, "{idle_ends} idle session ends");
     assert!(whole.len() > 1000, "{} outputs", whole.len());
-    assert_eq!(whole_report.stats, split_report.stats);
-    assert_eq!(whole_report.span, split_report.span);
-    assert_eq!(whole.len(), split.len());
-    for (i, (w, s)) in whole.iter().zip(&split).enumerate() {
-        assert_eq!(w, s, "output {i}");
+    // The flow layer on the flow thread (0), or sharded by connection over threads of its own.
+    for flow_threads in 0..=3 {
+        let mut split = Vec::new();
+        let split_report = mcptap::replay::replay_split(
+            &paths,
+            limits,
+            Default::default(),
+            flow_threads,
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            None,
+            &mut |o: &Output, _: &[u8]| split.push(o.clone()),
+        )
+        .expect("split replay");
+        assert_eq!(
+            whole_report.stats, split_report.stats,
+            "{flow_threads} flow threads"
+        );
+        assert_eq!(whole_report.span, split_report.span);
+        for (i, (w, s)) in whole.iter().zip(&split).enumerate() {
+            assert_eq!(w, s, "output {i}, {flow_threads} flow threads");
+        }
+        assert_eq!(whole.len(), split.len(), "{flow_threads} flow threads");
     }
 }
 
@@ -310,9 +317,10 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
         &paths,
         limits,
         Default::default(),
+        0,
         &mut mcptap::progress::ReplayProgress::hidden(),
         Some(&prepare),
-        &mut |o, line| {
+        &mut |o: &Output, line: &[u8]| {
             if let Output::Event(ev) = o {
                 if line.is_empty() {
                     rendered_here += 1;

@@ -178,6 +178,11 @@ pub fn long_session(sid: &str, calls: usize, answer: Answer) -> Vec<AppWrite> {
 /// idle (a sweep between bursts ends them, with [`bursts_limits`]) and connections left open
 /// at the end of the capture; written to `path`.
 pub fn write_legacy_bursts(path: &Path) {
+    legacy_bursts().write_pcap(path).expect("write");
+}
+
+/// The conversations of [`write_legacy_bursts`], simulated.
+pub fn legacy_bursts() -> Sim {
     let server = Endpoint::new([10, 0, 0, 1], 8080);
     let mut sim = Sim::new(7).with_step(200_000);
     for burst in 0u8..6 {
@@ -214,7 +219,7 @@ pub fn write_legacy_bursts(path: &Path) {
         // Longer than the idle timeouts below: the next burst's first packets sweep.
         sim.advance(20_000_000_000);
     }
-    sim.write_pcap(path).expect("write");
+    sim
 }
 
 /// Idle timeouts shorter than the gaps between the bursts of [`write_legacy_bursts`].

@@ -1,0 +1,315 @@
+//! The flow layer sharded by connection (`docs/sharding.md`, step 3): a dispatcher numbers the
+//! packets and keeps the clock, N flow shards take the packets of their connections, and their
+//! staged steps, merged round by round, feed the session layer. The outputs must be one
+//! pipeline's, in its order, whatever the number of shards and wherever the rounds end:
+//! serially here (every interleaving of rounds is one the threads may produce), and on threads
+//! through `replay --threads`'s own code.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mcptap_core::decode::{Decoded, decode};
+use mcptap_core::flow_shard::{FlowDispatcher, FlowPhase, FlowRound, merge_rounds};
+use mcptap_core::model::{EndReason, Event, Output, Telemetry, Timestamp};
+use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, Staged};
+use mcptap_core::usage::SharedUsage;
+use mcptap_testkit::Frame;
+use mcptap_testkit::sim::replay_frames;
+
+/// What a serial run through flow shards gave.
+#[derive(Default)]
+struct Sharded {
+    outputs: Vec<Output>,
+    stats: PacketStats,
+    /// Units the shards marked, per phase.
+    idle_units: usize,
+    held_units: usize,
+    /// Packets each shard took.
+    packets: Vec<u64>,
+}
+
+/// `frames` through a dispatcher, `shards` flow shards and one session stage, a round every
+/// `round` packets.
+fn flow_sharded(
+    linktype: u32,
+    frames: &[Frame],
+    limits: Limits,
+    shards: usize,
+    round: usize,
+) -> Sharded {
+    let usage: Arc<SharedUsage> = Arc::default();
+    let (mut flows, mut stages) =
+        Pipeline::split_flows(limits, Analysis::default(), Arc::clone(&usage), shards, 1);
+    assert_eq!(flows.len(), shards);
+    let mut stage = stages.pop().expect("one session stage");
+    let mut dispatcher = FlowDispatcher::new(&limits, shards, Arc::clone(&usage));
+    let mut got = Sharded {
+        packets: vec![0; shards],
+        ..Sharded::default()
+    };
+    let mut out = Vec::new();
+    let mut merged: Vec<Staged> = Vec::new();
+    let mut end_round =
+        |flows: &mut Vec<Pipeline>, dispatcher: &mut FlowDispatcher, got: &mut Sharded| {
+            let mut rounds: Vec<FlowRound> = flows
+                .iter_mut()
+                .map(|f| f.take_flow_round(FlowRound::default()))
+                .collect();
+            for r in &rounds {
+                for (_, unit) in &r.marks {
+                    got.idle_units += usize::from(unit.phase == FlowPhase::Idle);
+                    got.held_units += usize::from(unit.phase == FlowPhase::Held);
+                }
+            }
+            rounds.push(dispatcher.take_round(FlowRound::default()));
+            merge_rounds(&mut rounds, &mut merged);
+            for step in merged.drain(..) {
+                stage.process(step, &mut got.outputs);
+            }
+        };
+    for (i, f) in frames.iter().enumerate() {
+        let d = dispatcher.dispatch(Timestamp(f.ts_nanos), linktype, &f.data);
+        flows[d.shard].shard_packet(d.at, linktype, &f.data, &mut out);
+        got.packets[d.shard] += 1;
+        if let Some(now) = d.sweep {
+            for shard in &mut flows {
+                shard.shard_sweep(d.at.seq, now, &mut out);
+            }
+        }
+        assert!(out.is_empty(), "a shard left outputs unstaged");
+        if (i + 1) % round == 0 {
+            end_round(&mut flows, &mut dispatcher, &mut got);
+        }
+    }
+    let now = dispatcher.finish();
+    for shard in &mut flows {
+        shard.shard_finish(now, &mut out);
+    }
+    end_round(&mut flows, &mut dispatcher, &mut got);
+    for shard in &flows {
+        got.stats.merge(shard.stats());
+    }
+    got
+}
+
+fn assert_same(got: &[Output], want: &[Output], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "{what}, output {i}");
+    }
+    assert_eq!(got.len(), want.len(), "{what}");
+}
+
+/// One pipeline's outputs and packet counts, and the same through 1 to 4 flow shards with
+/// rounds of one packet, a few and many.
+fn assert_flow_shards_agree(
+    linktype: u32,
+    frames: &[Frame],
+    limits: Limits,
+    what: &str,
+) -> Vec<Sharded> {
+    let mut pipeline = Pipeline::new(limits);
+    let mut whole = Vec::new();
+    for f in frames {
+        pipeline.handle_packet(Timestamp(f.ts_nanos), linktype, &f.data, &mut whole);
+    }
+    pipeline.finish(&mut whole);
+    let mut runs = Vec::new();
+    for shards in 1..=4 {
+        for round in [1, 7, 4096] {
+            let got = flow_sharded(linktype, frames, limits, shards, round);
+            let what = format!("{what}: {shards} flow shards, rounds of {round}");
+            assert_same(&got.outputs, &whole, &what);
+            assert_eq!(&got.stats, pipeline.stats(), "{what}");
+            runs.push(got);
+        }
+    }
+    runs
+}
+
+fn frames_of(path: &Path) -> (u32, Vec<Frame>) {
+    let mut linktype = 0;
+    let mut frames = Vec::new();
+    mcptap::capture::read_captures(&[path.display().to_string()], &mut |pkt| {
+        linktype = pkt.linktype;
+        frames.push(Frame {
+            ts_nanos: pkt.ts_nanos,
+            data: pkt.data.to_vec(),
+        });
+    })
+    .expect("read");
+    (linktype, frames)
+}
+
+#[test]
+fn every_fixture_gives_one_pipelines_outputs_through_flow_shards() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 30, "{} fixtures", fixtures.len());
+    for f in fixtures {
+        let (linktype, frames) = frames_of(&f);
+        assert_flow_shards_agree(
+            linktype,
+            &frames,
+            Limits::default(),
+            &f.display().to_string(),
+        );
+    }
+}
+
+/// Many connections of one upstream, made hard: the server's tap 5 ms early (answers wait for
+/// their requests), requests lost (answers held until a sweep lets them go on), a lone
+/// far-future timestamp (ignored) and a gap the clock follows (every flow idles out at once,
+/// in every shard), sessions idle between bursts, connections open at the end.
+#[test]
+fn sweeps_clock_jumps_and_held_segments_come_out_in_one_pipelines_order() {
+    let sim = common::legacy_bursts();
+    let linktype = sim.linktype();
+    let mut frames: Vec<Frame> = sim.frames().to_vec();
+    // Three connections of the first burst lose their last request and end right after the
+    // answer: it waits for bytes that never come, until a sweep lets it go on ...
+    for host in [1u8, 2, 5] {
+        let client = std::net::SocketAddr::from(([10, 1, 0, host], 40000 + u16::from(host)));
+        let of_conn: Vec<(usize, bool, bool)> = frames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match decode(linktype, &f.data) {
+                Decoded::Tcp(seg) if seg.src == client || seg.dst == client => {
+                    Some((i, seg.src == client, !seg.payload.is_empty()))
+                }
+                _ => None,
+            })
+            .collect();
+        let lost = of_conn
+            .iter()
+            .rev()
+            .find(|(_, from_client, data)| *from_client && *data)
+            .map(|c| c.0)
+            .expect("a request");
+        let answer = of_conn
+            .iter()
+            .find(|(i, from_client, data)| *i > lost && !from_client && *data)
+            .map(|c| c.0)
+            .expect("an answer");
+        let gone: Vec<usize> = of_conn
+            .iter()
+            .map(|c| c.0)
+            .filter(|&i| i == lost || i > answer)
+            .collect();
+        let mut i = 0;
+        frames.retain(|_| {
+            i += 1;
+            !gone.contains(&(i - 1))
+        });
+    }
+    // ... which comes with a slow client's packets a quarter of a second apart.
+    let mut ticker = mcptap_testkit::sim::Sim::new(99).with_step(250_000_000);
+    let conn = ticker.connect(
+        mcptap_testkit::tcp::Endpoint::new([10, 9, 9, 9], 50000),
+        mcptap_testkit::tcp::Endpoint::new([10, 0, 0, 1], 8080),
+        common::long_session("ticker", 4, mcptap_testkit::mcp::Answer::Json),
+    );
+    ticker.run(vec![conn.server_closes()]);
+    frames.extend(ticker.frames().iter().cloned());
+    let mut requests = 0;
+    frames.retain_mut(|f| {
+        let Decoded::Tcp(seg) = decode(linktype, &f.data) else {
+            return true;
+        };
+        if seg.src.port() == 8080 {
+            f.ts_nanos -= 5_000_000;
+            return true;
+        }
+        if seg.payload.is_empty() {
+            return true;
+        }
+        requests += 1;
+        requests % 41 != 0
+    });
+    frames.sort_by_key(|f| f.ts_nanos);
+    let hour = 3_600_000_000_000i64;
+    let third = frames.len() / 3;
+    frames[third].ts_nanos += 10 * hour;
+    for f in &mut frames[2 * third..2 * third + 4] {
+        f.ts_nanos += hour;
+    }
+    for f in &mut frames[2 * third + 4..] {
+        f.ts_nanos += hour;
+    }
+    let limits = common::bursts_limits();
+    let whole = replay_frames(linktype, &frames, Pipeline::new(limits));
+    // What the comparison covers.
+    let jumps: Vec<bool> = whole
+        .iter()
+        .filter_map(|o| match o {
+            Output::Telemetry(Telemetry::ClockJump { followed, .. }) => Some(*followed),
+            _ => None,
+        })
+        .collect();
+    assert!(jumps.contains(&true) && jumps.contains(&false), "{jumps:?}");
+    let idle_ends = whole
+        .iter()
+        .filter(|o| matches!(o, Output::Event(Event::SessionEnd(e)) if e.reason == EndReason::Idle))
+        .count();
+    assert!(idle_ends >= 6, "{idle_ends} idle session ends");
+    let runs = assert_flow_shards_agree(linktype, &frames, limits, "bursts");
+    for run in &runs {
+        assert!(run.idle_units >= 5, "{} idle units", run.idle_units);
+        assert!(run.held_units >= 1, "{} held units", run.held_units);
+        eprintln!("{} idle, {} held", run.idle_units, run.held_units);
+    }
+    // With four shards every shard takes a share of one upstream's connections.
+    let four = runs.last().expect("runs");
+    let all: u64 = four.packets.iter().sum();
+    assert!(
+        four.packets.iter().all(|&p| p * 8 > all),
+        "{:?}",
+        four.packets
+    );
+
+    // The same on threads: `replay --threads` with the flow layer sharded, the session layer
+    // split or sharded too.
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("hard.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
+    )
+    .expect("write");
+    let paths = [path.display().to_string()];
+    for flow_threads in 1..=3 {
+        let mut got = Vec::new();
+        mcptap::replay::replay_split(
+            &paths,
+            limits,
+            Analysis::default(),
+            flow_threads,
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            None,
+            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(&got, &whole, &format!("{flow_threads} flow threads"));
+        let mut got = Vec::new();
+        mcptap::sharded::replay_sharded(
+            &paths,
+            limits,
+            Analysis::default(),
+            (flow_threads, 2),
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            &mut |o: &Output| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(
+            &got,
+            &whole,
+            &format!("{flow_threads} flow threads, 2 session shards"),
+        );
+    }
+}
