@@ -191,8 +191,10 @@ impl Line<'_> {
         let json = self.is_json();
         let o = self.name(name);
         if json {
-            let text = serde_json::to_string(v).unwrap_or_default();
-            json_string(o, &text);
+            // The value's JSON as a JSON string, escaped as it is written: no copy of it.
+            o.push(b'"');
+            let _ = serde_json::to_writer(Escaping(&mut *o), v);
+            o.push(b'"');
         } else {
             let _ = serde_json::to_writer(&mut *o, v);
         }
@@ -200,8 +202,12 @@ impl Line<'_> {
 
     /// `Option<String>` of the value's JSON: a string field (Debug-quoted in text).
     fn json_str(&mut self, name: &str, v: &impl serde::Serialize) {
-        let text = serde_json::to_string(v).unwrap_or_default();
-        self.str(name, &text);
+        if self.is_json() {
+            self.json_display(name, v);
+        } else {
+            let text = serde_json::to_string(v).unwrap_or_default();
+            self.str(name, &text);
+        }
     }
 
     fn end(self) {
@@ -214,6 +220,46 @@ impl Line<'_> {
 
 fn json_string(o: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *o, s);
+}
+
+/// Writes what it is given as the contents of a JSON string, escaped as `serde_json` escapes
+/// a string (its output is UTF-8, so multi-byte characters pass through as they are).
+struct Escaping<'a>(&'a mut Vec<u8>);
+
+impl Write for Escaping<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut start = 0;
+        for (i, &b) in buf.iter().enumerate() {
+            let escape: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0..0x20 => &[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ],
+                _ => continue,
+            };
+            self.0.extend_from_slice(&buf[start..i]);
+            self.0.extend_from_slice(escape);
+            start = i + 1;
+        }
+        self.0.extend_from_slice(&buf[start..]);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
