@@ -59,6 +59,10 @@ pub struct CaptureConfig {
     /// its own in front of its session layer, so that one busy upstream uses two cores. Not
     /// with fleet mode.
     pub split_stages: bool,
+    /// With `split_stages`: each worker's flow layer sharded by connection over this many
+    /// threads of its own (the worker's thread dispatches packets and merges the shards' work
+    /// back in order), so that one busy upstream uses more cores. 0 = none.
+    pub flow_threads: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +148,7 @@ impl Default for CaptureConfig {
             read_timeout_ms: 100,
             threads: 0,
             split_stages: true,
+            flow_threads: 0,
         }
     }
 }
@@ -203,6 +208,15 @@ impl Config {
             return Err(format!(
                 "capture.threads must be at most {MAX_THREADS} (0 = one per core; got {})",
                 self.capture.threads
+            ));
+        }
+        // Every worker gets its own flow threads: the product is bounded (with threads = 0
+        // the workers are counted when `run` starts).
+        let workers = self.capture.threads.max(1);
+        if workers.saturating_mul(self.capture.flow_threads) > MAX_THREADS {
+            return Err(format!(
+                "capture.flow_threads times capture.threads must be at most {MAX_THREADS} (got {} x {})",
+                self.capture.flow_threads, workers
             ));
         }
         if self.metrics.max_servers == 0 {

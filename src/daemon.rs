@@ -4,6 +4,7 @@
 use crate::capture::{self, ReadSummary};
 use crate::config::{CaptureConfig, Config};
 use crate::fleet::{FleetCounts, FleetStore};
+use crate::flow_shards::FlowShards;
 use crate::live::worker_of_server;
 use crate::live::{
     self, Batch, CaptureHealth, DirectoryStats, Dispatcher, ServerDirectory, WorkerInbox,
@@ -16,6 +17,7 @@ use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::{Summary, TimeSpan};
 use crate::state::{self, Snapshot, SnapshotSlots};
+use mcptap_core::flow_shard::StagedSteps;
 use mcptap_core::mcp::identity::Identities;
 use mcptap_core::mcp::snapshot::ImportReport;
 use mcptap_core::model::Output;
@@ -127,18 +129,26 @@ enum Stages {
         flows: Pipeline,
         sessions: SessionThread,
     },
+    /// The flow layer sharded by connection over threads of its own too (this thread
+    /// dispatches and merges), so that one busy upstream uses more than two cores.
+    FlowSharded {
+        flows: FlowShards,
+        sessions: SessionThread,
+    },
 }
 
 impl Stages {
     fn stats(&self) -> &PacketStats {
         match self {
             Stages::Whole(p) | Stages::Split { flows: p, .. } => p.stats(),
+            Stages::FlowSharded { flows, .. } => flows.stats(),
         }
     }
 
     fn active_flows(&self) -> usize {
         match self {
             Stages::Whole(p) | Stages::Split { flows: p, .. } => p.active_flows(),
+            Stages::FlowSharded { flows, .. } => flows.active_flows(),
         }
     }
 
@@ -147,7 +157,9 @@ impl Stages {
     fn export_state(&mut self) -> Snapshot {
         match self {
             Stages::Whole(p) => p.export_state(),
-            Stages::Split { sessions, .. } => sessions.export_state(),
+            Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
+                sessions.export_state()
+            }
         }
     }
 
@@ -159,7 +171,9 @@ impl Stages {
     ) -> ImportReport {
         match self {
             Stages::Whole(p) => p.import_state(snap, now, outputs),
-            Stages::Split { sessions, .. } => sessions.import_state(snap, now, outputs),
+            Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
+                sessions.import_state(snap, now, outputs)
+            }
         }
     }
 
@@ -181,14 +195,40 @@ impl Stages {
                 }
                 sessions.hand_over(flows, last, outputs)
             }
+            Stages::FlowSharded { flows, sessions } => {
+                for (ts, frame) in batch.iter() {
+                    flows.packet(Timestamp(ts), batch.linktype, frame);
+                }
+                // The batch's round goes now, whatever its size: its events are not held
+                // back until more packets come.
+                flows.send_round();
+                Stages::hand_over_merged(flows, sessions, false, outputs)
+            }
         }
+    }
+
+    /// Flow shards' merged rounds (`wait`: all of them) to the session thread; returns the
+    /// latest packet time of the outputs collected.
+    fn hand_over_merged(
+        flows: &mut FlowShards,
+        sessions: &mut SessionThread,
+        wait: bool,
+        outputs: &mut Vec<Output>,
+    ) -> Option<i64> {
+        let mut up_to = None;
+        flows.merge_ready(wait, &mut |steps, last| {
+            up_to = sessions.hand_over(steps, last, outputs).or(up_to);
+        });
+        sessions.collect(wait, outputs).or(up_to)
     }
 
     /// Written outputs: a split worker's go back to its session thread, which made most of
     /// them, to be freed there; `outputs` is left empty.
     fn spent(&mut self, outputs: &mut Vec<Output>) {
         match self {
-            Stages::Split { sessions, .. } if sessions.jobs.is_some() => {
+            Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. }
+                if sessions.jobs.is_some() =>
+            {
                 // If the thread is gone, the send fails and the vector is dropped here.
                 let _ = sessions.spent.send(std::mem::take(outputs));
             }
@@ -205,6 +245,11 @@ impl Stages {
                 flows.stage_outputs(outputs);
                 sessions.hand_over(flows, None, outputs);
             }
+            Stages::FlowSharded { flows, sessions } => {
+                flows.advance_time(now);
+                flows.send_round();
+                Stages::hand_over_merged(flows, sessions, false, outputs);
+            }
         }
     }
 
@@ -214,6 +259,9 @@ impl Stages {
         match self {
             Stages::Whole(_) => None,
             Stages::Split { sessions, .. } => sessions.collect(wait, outputs),
+            Stages::FlowSharded { flows, sessions } => {
+                Stages::hand_over_merged(flows, sessions, wait, outputs)
+            }
         }
     }
 
@@ -225,6 +273,12 @@ impl Stages {
                 flows.finish(outputs);
                 flows.stage_outputs(outputs);
                 sessions.hand_over(flows, None, outputs);
+                sessions.close(outputs);
+            }
+            Stages::FlowSharded { flows, sessions } => {
+                flows.finish(&mut |steps, last| {
+                    sessions.hand_over(steps, last, outputs);
+                });
                 sessions.close(outputs);
             }
         }
@@ -338,7 +392,7 @@ impl SessionThread {
     /// already), and collects what has come back.
     fn hand_over(
         &mut self,
-        flows: &mut Pipeline,
+        flows: &mut dyn StagedSteps,
         last: Option<i64>,
         outputs: &mut Vec<Output>,
     ) -> Option<i64> {
@@ -511,7 +565,10 @@ impl Worker {
                 Ok(batch) => {
                     self.queue_depth.dec();
                     let done_up_to = self.stages.packets(&batch, &mut outputs);
-                    handed_over = matches!(self.stages, Stages::Split { .. });
+                    handed_over = matches!(
+                        self.stages,
+                        Stages::Split { .. } | Stages::FlowSharded { .. }
+                    );
                     self.drain(&mut outputs);
                     if let (Some((first, _)), Some((last, _))) =
                         (batch.iter().next(), batch.iter().last())
@@ -613,6 +670,9 @@ struct WorkerPool {
     redactor: Option<Redactor>,
     /// Each worker's flow layer on a thread of its own (not with fleet mode).
     split: bool,
+    /// With `split`: each worker's flow layer sharded by connection over this many threads
+    /// (0: on the worker's own thread).
+    flow_threads: usize,
 }
 
 /// Jobs that may wait for a split worker's session thread.
@@ -636,7 +696,25 @@ impl WorkerPool {
             senders.push(queue);
             // Split stages unless fleet mode (its store answers go to a whole pipeline).
             let split = self.split && self.fleet.is_none();
-            let stages = if split {
+            let stages = if split && self.flow_threads > 0 {
+                let (shards, mut stages) = Pipeline::split_flows(
+                    self.limits,
+                    self.analysis.clone(),
+                    usage.clone(),
+                    self.flow_threads,
+                    1,
+                );
+                let sessions = stages
+                    .pop()
+                    .ok_or_else(|| "no session layer".to_string())
+                    .and_then(|s| {
+                        SessionThread::spawn(s, format!("sessions-{i}"))
+                            .map_err(|e| format!("cannot start session thread: {e}"))
+                    })?;
+                let flows =
+                    FlowShards::spawn(shards, &self.limits, usage.clone(), &format!("flows-{i}"));
+                Stages::FlowSharded { flows, sessions }
+            } else if split {
                 let (flows, sessions) =
                     Pipeline::split(self.limits, self.analysis.clone(), usage.clone());
                 let sessions = SessionThread::spawn(sessions, format!("sessions-{i}"))
@@ -720,6 +798,14 @@ fn join_workers(
     Ok((sinks.totals.clone(), stats, state))
 }
 
+/// How each worker runs: whole on its thread, split (the session layer on a thread of its
+/// own), and with its flow layer sharded over `flow_threads` threads more (with `split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerLayout {
+    pub split: bool,
+    pub flow_threads: usize,
+}
+
 /// What [`replay_through_workers`] read and what its workers saw.
 pub struct WorkerReplay {
     pub read: ReadSummary,
@@ -731,14 +817,13 @@ pub struct WorkerReplay {
 /// endpoint over `threads` pipeline workers with process-wide limits, exactly as `run` does
 /// with live traffic (the same [`Dispatcher`], knowing the configured `servers`); events (in
 /// no fixed order across workers) to `events` or standard output. For testing the live path's
-/// sharding and limits on a capture; `split`: each worker split in two threads, as `run` by
-/// default.
+/// sharding and limits on a capture; `layout`: each worker's threads, as `run`'s config says.
 pub fn replay_through_workers(
     files: &[String],
     limits: Limits,
     analysis: Analysis,
     threads: usize,
-    split: bool,
+    layout: WorkerLayout,
     servers: &[SocketAddr],
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
@@ -764,7 +849,8 @@ pub fn replay_through_workers(
         initial: Mutex::new(Vec::new()),
         fleet: None,
         redactor: None,
-        split,
+        split: layout.split,
+        flow_threads: layout.flow_threads,
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -882,6 +968,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .min(crate::config::MAX_THREADS),
         n => n,
     };
+    if n_workers.saturating_mul(cfg.capture.flow_threads) > crate::config::MAX_THREADS {
+        return Err(format!(
+            "capture.flow_threads times the workers ({n_workers}, one per core) must be at most {}",
+            crate::config::MAX_THREADS
+        ));
+    }
     let stdout = cfg
         .events
         .stdout
@@ -923,6 +1015,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         fleet: cfg.fleet.url.is_some().then(|| cfg.fleet.clone()),
         redactor: redactor.clone(),
         split: cfg.capture.split_stages,
+        flow_threads: cfg.capture.flow_threads,
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();

@@ -1,13 +1,15 @@
 //! The flow layer sharded by connection over threads (`docs/sharding.md`, step 3): the calling
-//! thread reads the capture and runs the [`FlowDispatcher`] (packet numbers, the clock, the
-//! sweeps); each flow shard (decoding, reassembly, HTTP, SSE, decompression) runs on a thread
-//! of its own and takes the packets of its connections, a round at a time; the calling thread
-//! merges each round's staged steps back into one pipeline's order ([`merge_rounds`]) and
-//! hands them to the session layer, as the flow side of a split pipeline would.
+//! thread runs the [`FlowDispatcher`] (packet numbers, the clock, the sweeps); each flow shard
+//! (decoding, reassembly, HTTP, SSE, decompression) runs on a thread of its own and takes the
+//! packets of its connections, a round at a time; the calling thread merges each round's
+//! staged steps back into one pipeline's order ([`merge_rounds`]) and hands them to the session
+//! layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed packets (a
+//! replay's, or a live worker's batches); [`read_flow_sharded`] reads capture files into it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::thread::JoinHandle;
 
 use mcptap_core::flow_shard::{
     FlowDispatcher, FlowRound, MergedSteps, PacketAt, StagedSteps, merge_rounds,
@@ -89,189 +91,92 @@ fn run_batch(
     shard.take_flow_round(spare)
 }
 
-/// A flow shard's thread: rounds in, staged rounds out (with the emptied batch, to be filled
-/// again); its packet counts at the end.
+/// What a shard hands back for one round: its staged steps, the emptied batch (to be filled
+/// again), and its counts after the round.
+struct Answer {
+    round: FlowRound,
+    batch: FlowBatch,
+    stats: PacketStats,
+    flows: usize,
+}
+
+/// A flow shard's thread: rounds in, answers out, until the rounds stop coming.
 fn run_shard(
     mut shard: Pipeline,
     batches: Receiver<FlowBatch>,
-    done: Sender<(FlowRound, FlowBatch)>,
+    done: Sender<Answer>,
     spares: Receiver<FlowRound>,
     usage: Arc<SharedUsage>,
-) -> PacketStats {
+) {
     let mut out = Vec::new();
     for mut batch in batches {
         let held = batch.frames.len();
         let spare = spares.try_recv().unwrap_or_default();
         let round = run_batch(&mut shard, &mut batch, &mut out, spare);
         usage.release_in_flight(held);
-        if done.send((round, batch)).is_err() {
+        let answer = Answer {
+            round,
+            batch,
+            stats: shard.stats().clone(),
+            flows: shard.active_flows(),
+        };
+        if done.send(answer).is_err() {
             break; // the calling thread is gone
         }
     }
-    shard.stats().clone()
 }
 
 /// A flow shard as the calling thread sees it: on a thread, or (when none could be started)
 /// run in place, which gives the same steps.
-enum Shard<'scope> {
+enum Shard {
     Thread {
-        batches: SyncSender<FlowBatch>,
-        done: Receiver<(FlowRound, FlowBatch)>,
+        /// `None` once the input ended: the thread ends after its last answer.
+        batches: Option<SyncSender<FlowBatch>>,
+        done: Receiver<Answer>,
         spares: Sender<FlowRound>,
-        thread: std::thread::ScopedJoinHandle<'scope, PacketStats>,
+        thread: Option<JoinHandle<()>>,
     },
     InPlace {
         shard: Box<Pipeline>,
-        done: VecDeque<(FlowRound, FlowBatch)>,
+        done: VecDeque<Answer>,
         spares: Vec<FlowRound>,
         out: Vec<Output>,
     },
 }
 
-/// The calling thread's side: the dispatcher, the round being filled, and the rounds whose
-/// shards have not all answered.
-struct Rounds<'scope> {
-    shards: Vec<Shard<'scope>>,
+/// The flow layer sharded by connection, each shard on a thread of its own, fed packets by
+/// the calling thread, which gets the merged steps back through [`FlowShards::merge_ready`].
+pub struct FlowShards {
+    shards: Vec<Shard>,
     dispatcher: FlowDispatcher,
     usage: Arc<SharedUsage>,
     filling: Vec<FlowBatch>,
     filled: (usize, usize),
-    /// The dispatcher's own steps of each round sent, oldest first.
-    sent: VecDeque<FlowRound>,
+    /// The latest packet time in the round being filled.
+    filling_up_to: Option<i64>,
+    /// Per round sent, oldest first: the dispatcher's own steps and the latest packet time.
+    sent: VecDeque<(FlowRound, Option<i64>)>,
     /// Per shard: rounds it answered that are not merged yet.
     answered: Vec<VecDeque<FlowRound>>,
     spare_batches: Vec<FlowBatch>,
     merged: MergedSteps,
+    /// Per shard, its latest counts (packets, open flows), and the packets' sum.
+    counts: Vec<(PacketStats, usize)>,
+    stats: PacketStats,
     /// A shard's thread is gone (it panicked): nothing more is sent; the join says why.
     broken: bool,
 }
 
-impl Rounds<'_> {
-    fn packet(&mut self, ts: Timestamp, linktype: u32, frame: &[u8]) {
-        let d = self.dispatcher.dispatch(ts, linktype, frame);
-        if let Some(batch) = self.filling.get_mut(d.shard) {
-            batch.frames.extend_from_slice(frame);
-            let end = batch.frames.len();
-            batch.commands.push(Command::Packet {
-                at: d.at,
-                linktype,
-                end,
-            });
-        }
-        if let Some(now) = d.sweep {
-            for batch in &mut self.filling {
-                batch.commands.push(Command::Sweep { seq: d.at.seq, now });
-            }
-        }
-        self.filled.0 += 1;
-        self.filled.1 += frame.len();
-    }
-
-    fn round_full(&self) -> bool {
-        self.filled.0 >= ROUND_PACKETS || self.filled.1 >= ROUND_BYTES
-    }
-
-    /// Sends every shard its part of the round (empty or not: the rounds stay aligned).
-    fn send_round(&mut self) {
-        self.filled = (0, 0);
-        let spare = FlowRound::default();
-        self.sent.push_back(self.dispatcher.take_round(spare));
-        for (i, shard) in self.shards.iter_mut().enumerate() {
-            let fresh = self.spare_batches.pop().unwrap_or_default();
-            let batch = std::mem::replace(&mut self.filling[i], fresh);
-            let held = batch.frames.len();
-            self.usage.hold_in_flight(held);
-            match shard {
-                Shard::Thread { batches, .. } => {
-                    if self.broken || batches.send(batch).is_err() {
-                        self.usage.release_in_flight(held);
-                        self.broken = true;
-                    }
-                }
-                Shard::InPlace {
-                    shard,
-                    done,
-                    spares,
-                    out,
-                } => {
-                    let mut batch = batch;
-                    let spare = spares.pop().unwrap_or_default();
-                    let round = run_batch(shard, &mut batch, out, spare);
-                    self.usage.release_in_flight(held);
-                    done.push_back((round, batch));
-                }
-            }
-        }
-    }
-
-    /// Takes the shards' answers in; with `block`, waits for them until every round sent is
-    /// merged.
-    fn take_answers(&mut self, block: bool) {
-        let want = self.sent.len();
-        for (shard, answered) in self.shards.iter_mut().zip(&mut self.answered) {
-            let mut answers = Vec::new();
-            match shard {
-                Shard::Thread { done, .. } => {
-                    answers.extend(done.try_iter());
-                    while block && answered.len() + answers.len() < want {
-                        match done.recv() {
-                            Ok(answer) => answers.push(answer),
-                            Err(_) => {
-                                // Gone: the join reports why.
-                                self.broken = true;
-                                break;
-                            }
-                        }
-                    }
-                }
-                Shard::InPlace { done, .. } => answers.extend(done.drain(..)),
-            }
-            for (round, batch) in answers {
-                answered.push_back(round);
-                self.spare_batches.push(batch);
-            }
-        }
-    }
-
-    /// Merges every round that all shards answered, and hands each to the session layer.
-    fn merge_ready(&mut self, hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool)) {
-        while !self.sent.is_empty() && self.answered.iter().all(|a| !a.is_empty()) {
-            let mut rounds: Vec<FlowRound> = self
-                .answered
-                .iter_mut()
-                .filter_map(VecDeque::pop_front)
-                .collect();
-            rounds.extend(self.sent.pop_front());
-            merge_rounds(&mut rounds, &mut self.merged.steps);
-            // The shards' emptied rounds go back to them to be filled again.
-            for (shard, round) in self.shards.iter_mut().zip(rounds) {
-                match shard {
-                    Shard::Thread { spares, .. } => {
-                        let _ = spares.send(round);
-                    }
-                    Shard::InPlace { spares, .. } => spares.push(round),
-                }
-            }
-            hand_over(&mut self.merged, false);
-        }
-    }
-}
-
-/// [`crate::replay::read_staged`] with the flow layer sharded by connection: reads `paths`,
-/// runs each packet through its connection's shard (see the module's doc) and calls
-/// `hand_over(steps, false)` with each merged round, then `hand_over(steps, true)` once, after
-/// the finish. As the whole pipeline, an input that cannot be read ends without the finish.
-pub(crate) fn read_flow_sharded(
-    paths: &[String],
-    shards: Vec<Pipeline>,
-    limits: &Limits,
-    usage: Arc<SharedUsage>,
-    progress: &mut ReplayProgress,
-    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
-) -> Result<ReplayReport, CaptureError> {
-    let count = shards.len().max(1);
-    std::thread::scope(|scope| {
-        let mut handles = Vec::with_capacity(count);
+impl FlowShards {
+    /// Starts a thread per shard (named `{name}-{i}`), or runs a shard in place when its
+    /// thread cannot start. `usage` is the budget the shards share.
+    pub fn spawn(
+        shards: Vec<Pipeline>,
+        limits: &Limits,
+        usage: Arc<SharedUsage>,
+        name: &str,
+    ) -> FlowShards {
+        let mut handles = Vec::with_capacity(shards.len());
         for (i, shard) in shards.into_iter().enumerate() {
             let (batch_tx, batch_rx) = sync_channel::<FlowBatch>(QUEUE_ROUNDS);
             let (done_tx, done_rx) = channel();
@@ -279,22 +184,21 @@ pub(crate) fn read_flow_sharded(
             // The pipeline comes back if its thread cannot start: it then runs in place.
             let slot = Arc::new(std::sync::Mutex::new(Some(shard)));
             let theirs = Arc::clone(&slot);
-            let usage = Arc::clone(&usage);
+            let their_usage = Arc::clone(&usage);
             let spawned = std::thread::Builder::new()
-                .name(format!("flows-{i}"))
-                .spawn_scoped(scope, move || {
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
                     let shard = theirs.lock().ok().and_then(|mut s| s.take());
-                    match shard {
-                        Some(shard) => run_shard(shard, batch_rx, done_tx, spare_rx, usage),
-                        None => PacketStats::default(),
+                    if let Some(shard) = shard {
+                        run_shard(shard, batch_rx, done_tx, spare_rx, their_usage);
                     }
                 });
             let handle = match spawned {
                 Ok(thread) => Shard::Thread {
-                    batches: batch_tx,
+                    batches: Some(batch_tx),
                     done: done_rx,
                     spares: spare_tx,
-                    thread,
+                    thread: Some(thread),
                 },
                 Err(_) => {
                     let shard = slot.lock().ok().and_then(|mut s| s.take());
@@ -311,62 +215,250 @@ pub(crate) fn read_flow_sharded(
             };
             handles.push(handle);
         }
-        let shards = handles.len();
-        let mut rounds = Rounds {
+        let n = handles.len();
+        FlowShards {
             shards: handles,
-            dispatcher: FlowDispatcher::new(limits, shards, Arc::clone(&usage)),
+            dispatcher: FlowDispatcher::new(limits, n, Arc::clone(&usage)),
             usage: Arc::clone(&usage),
-            filling: (0..shards).map(|_| FlowBatch::default()).collect(),
+            filling: (0..n).map(|_| FlowBatch::default()).collect(),
             filled: (0, 0),
+            filling_up_to: None,
             sent: VecDeque::new(),
-            answered: (0..shards).map(|_| VecDeque::new()).collect(),
+            answered: (0..n).map(|_| VecDeque::new()).collect(),
             spare_batches: Vec::new(),
-            merged: MergedSteps::new(Arc::clone(&usage)),
+            merged: MergedSteps::new(usage),
+            counts: vec![(PacketStats::default(), 0); n],
+            stats: PacketStats::default(),
             broken: false,
-        };
-        let mut span = TimeSpan::default();
-        let read = capture::read_captures(paths, &mut |pkt| {
-            span.see(Timestamp(pkt.ts_nanos));
-            progress.packet(pkt.data.len());
-            rounds.packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data);
-            if rounds.round_full() {
-                // At most the queue's rounds wait: a shard that falls behind makes this wait.
-                rounds.send_round();
-                rounds.take_answers(false);
-                rounds.merge_ready(hand_over);
-            }
-        });
-        if read.is_ok() {
-            let now = rounds.dispatcher.finish();
-            for batch in &mut rounds.filling {
-                batch.commands.push(Command::Finish { now });
+        }
+    }
+
+    /// One packet, into the round being filled; a full round is sent (this waits while the
+    /// shard it is for has [`QUEUE_ROUNDS`] rounds waiting).
+    pub fn packet(&mut self, ts: Timestamp, linktype: u32, frame: &[u8]) {
+        let d = self.dispatcher.dispatch(ts, linktype, frame);
+        if let Some(batch) = self.filling.get_mut(d.shard) {
+            batch.frames.extend_from_slice(frame);
+            let end = batch.frames.len();
+            batch.commands.push(Command::Packet {
+                at: d.at,
+                linktype,
+                end,
+            });
+        }
+        if let Some(now) = d.sweep {
+            self.sweep(d.at.seq, now);
+        }
+        self.filled.0 += 1;
+        self.filled.1 += frame.len();
+        self.filling_up_to = Some(ts.0);
+        if self.filled.0 >= ROUND_PACKETS || self.filled.1 >= ROUND_BYTES {
+            self.send_round();
+        }
+    }
+
+    /// Time passes without packets: idle flows and sessions expire as in one pipeline.
+    pub fn advance_time(&mut self, now: Timestamp) {
+        if let Some((seq, now)) = self.dispatcher.advance(now) {
+            self.sweep(seq, now);
+        }
+    }
+
+    fn sweep(&mut self, seq: u64, now: Timestamp) {
+        for batch in &mut self.filling {
+            batch.commands.push(Command::Sweep { seq, now });
+        }
+    }
+
+    /// Sends every shard its part of the round being filled (empty or not: the rounds stay
+    /// aligned), if anything was put in it.
+    pub fn send_round(&mut self) {
+        let dispatcher_round = self.dispatcher.take_round(FlowRound::default());
+        if self.filling.iter().all(|b| b.commands.is_empty()) && dispatcher_round.is_empty() {
+            return;
+        }
+        self.filled = (0, 0);
+        self.sent
+            .push_back((dispatcher_round, self.filling_up_to.take()));
+        for (i, shard) in self.shards.iter_mut().enumerate() {
+            let fresh = self.spare_batches.pop().unwrap_or_default();
+            let batch = std::mem::replace(&mut self.filling[i], fresh);
+            let held = batch.frames.len();
+            self.usage.hold_in_flight(held);
+            match shard {
+                Shard::Thread { batches, .. } => {
+                    let sent =
+                        !self.broken && batches.as_ref().is_some_and(|b| b.send(batch).is_ok());
+                    if !sent {
+                        self.usage.release_in_flight(held);
+                        self.broken = true;
+                    }
+                }
+                Shard::InPlace {
+                    shard,
+                    done,
+                    spares,
+                    out,
+                } => {
+                    let mut batch = batch;
+                    let spare = spares.pop().unwrap_or_default();
+                    let round = run_batch(shard, &mut batch, out, spare);
+                    self.usage.release_in_flight(held);
+                    done.push_back(Answer {
+                        round,
+                        batch,
+                        stats: shard.stats().clone(),
+                        flows: shard.active_flows(),
+                    });
+                }
             }
         }
-        rounds.send_round();
-        let mut stats = PacketStats::default();
-        let mut threads = Vec::new();
-        for shard in rounds.shards.iter_mut() {
+    }
+
+    /// Takes the shards' answers in (`wait`: until every round sent is answered), and hands
+    /// each round that every shard answered to `hand_over`, merged, with the latest packet
+    /// time it covers.
+    pub fn merge_ready(
+        &mut self,
+        wait: bool,
+        hand_over: &mut dyn FnMut(&mut dyn StagedSteps, Option<i64>),
+    ) {
+        self.take_answers(wait);
+        while !self.sent.is_empty() && self.answered.iter().all(|a| !a.is_empty()) {
+            let mut rounds: Vec<FlowRound> = self
+                .answered
+                .iter_mut()
+                .filter_map(VecDeque::pop_front)
+                .collect();
+            let (own, up_to) = self.sent.pop_front().unwrap_or_default();
+            rounds.push(own);
+            merge_rounds(&mut rounds, &mut self.merged.steps);
+            // The shards' emptied rounds go back to them to be filled again.
+            for (shard, round) in self.shards.iter_mut().zip(rounds) {
+                match shard {
+                    Shard::Thread { spares, .. } => {
+                        let _ = spares.send(round);
+                    }
+                    Shard::InPlace { spares, .. } => spares.push(round),
+                }
+            }
+            hand_over(&mut self.merged, up_to);
+        }
+    }
+
+    fn take_answers(&mut self, wait: bool) {
+        let want = self.sent.len();
+        let mut changed = false;
+        for (i, (shard, answered)) in self.shards.iter_mut().zip(&mut self.answered).enumerate() {
+            let mut answers = Vec::new();
+            match shard {
+                Shard::Thread { done, .. } => {
+                    answers.extend(done.try_iter());
+                    while wait && answered.len() + answers.len() < want {
+                        match done.recv() {
+                            Ok(answer) => answers.push(answer),
+                            Err(_) => {
+                                // Gone: the join reports why.
+                                self.broken = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                Shard::InPlace { done, .. } => answers.extend(done.drain(..)),
+            }
+            for answer in answers {
+                answered.push_back(answer.round);
+                self.spare_batches.push(answer.batch);
+                if let Some(c) = self.counts.get_mut(i) {
+                    *c = (answer.stats, answer.flows);
+                }
+                changed = true;
+            }
+        }
+        if changed {
+            let mut stats = PacketStats::default();
+            for (s, _) in &self.counts {
+                stats.merge(s);
+            }
+            self.stats = stats;
+        }
+    }
+
+    /// The end of the input: every flow ends, the session layer's finish is staged, and
+    /// every round is merged and handed over; the shards' threads are joined (a panic in one
+    /// goes on here).
+    pub fn finish(&mut self, hand_over: &mut dyn FnMut(&mut dyn StagedSteps, Option<i64>)) {
+        let now = self.dispatcher.finish();
+        for batch in &mut self.filling {
+            batch.commands.push(Command::Finish { now });
+        }
+        self.send_round();
+        self.close(hand_over);
+    }
+
+    /// No more input (and no finish: an input that could not be read): what was sent is
+    /// merged and handed over, and the threads are joined.
+    pub fn close(&mut self, hand_over: &mut dyn FnMut(&mut dyn StagedSteps, Option<i64>)) {
+        self.send_round();
+        for shard in &mut self.shards {
             if let Shard::Thread { batches, .. } = shard {
                 // Closed: the thread ends once it has answered every round.
-                let (closed, _) = sync_channel(0);
-                drop(std::mem::replace(batches, closed));
+                *batches = None;
             }
         }
-        rounds.take_answers(true);
-        rounds.merge_ready(hand_over);
-        hand_over(&mut rounds.merged, true);
-        for shard in rounds.shards {
-            match shard {
-                Shard::Thread { thread, .. } => threads.push(thread),
-                Shard::InPlace { shard, .. } => stats.merge(shard.stats()),
+        self.merge_ready(true, hand_over);
+        for shard in &mut self.shards {
+            if let Shard::Thread { thread, .. } = shard
+                && let Some(t) = thread.take()
+                && let Err(panic) = t.join()
+            {
+                std::panic::resume_unwind(panic);
             }
         }
-        for thread in threads {
-            match thread.join() {
-                Ok(s) => stats.merge(&s),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
+    }
+
+    /// The packet counts of every shard, as of their latest answers.
+    pub fn stats(&self) -> &PacketStats {
+        &self.stats
+    }
+
+    /// Flows open in every shard, as of their latest answers.
+    pub fn active_flows(&self) -> usize {
+        self.counts.iter().map(|c| c.1).sum()
+    }
+}
+
+/// [`crate::replay::read_staged`] with the flow layer sharded by connection: reads `paths`,
+/// runs each packet through its connection's shard (see the module's doc) and calls
+/// `hand_over(steps, false)` with each merged round, then `hand_over(steps, true)` once, after
+/// the finish. As the whole pipeline, an input that cannot be read ends without the finish.
+pub(crate) fn read_flow_sharded(
+    paths: &[String],
+    shards: Vec<Pipeline>,
+    limits: &Limits,
+    usage: Arc<SharedUsage>,
+    progress: &mut ReplayProgress,
+    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
+) -> Result<ReplayReport, CaptureError> {
+    let mut flows = FlowShards::spawn(shards, limits, usage, "flows");
+    let mut span = TimeSpan::default();
+    let mut each = |steps: &mut dyn StagedSteps, _: Option<i64>| hand_over(steps, false);
+    let read = capture::read_captures(paths, &mut |pkt| {
+        span.see(Timestamp(pkt.ts_nanos));
+        progress.packet(pkt.data.len());
+        let before = flows.sent.len();
+        flows.packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data);
+        if flows.sent.len() > before {
+            flows.merge_ready(false, &mut each);
         }
-        read.map(|read| ReplayReport { read, stats, span })
-    })
+    });
+    if read.is_ok() {
+        flows.finish(&mut each);
+    } else {
+        flows.close(&mut each);
+    }
+    hand_over(&mut flows.merged, true);
+    let stats = flows.stats().clone();
+    read.map(|read| ReplayReport { read, stats, span })
 }

@@ -90,6 +90,10 @@ enum Command {
         /// With --worker-threads: each worker on one thread, as `run --no-split-stages`.
         #[arg(long, hide = true)]
         worker_whole: bool,
+        /// With --worker-threads: each worker's flow layer over F threads more, as
+        /// `run --flow-threads`.
+        #[arg(long, hide = true, value_name = "F", default_value_t = 0)]
+        worker_flow_threads: usize,
         /// JSON-RPC error responses take part in content-type mode elimination (config
         /// `detect.errors_decide_mode`).
         #[arg(long)]
@@ -208,6 +212,10 @@ struct RunArgs {
     /// has a thread of its own).
     #[arg(long)]
     no_split_stages: bool,
+    /// Each worker's flow layer sharded by connection over F threads more (the worker's thread
+    /// dispatches and merges), for a busy single upstream on many cores [default: 0].
+    #[arg(long, value_name = "F")]
+    flow_threads: Option<usize>,
     /// Metrics endpoint address [default: 127.0.0.1:9917].
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
@@ -250,6 +258,9 @@ impl RunArgs {
         }
         if self.no_split_stages {
             cfg.capture.split_stages = false;
+        }
+        if let Some(f) = self.flow_threads {
+            cfg.capture.flow_threads = f;
         }
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;
@@ -439,6 +450,7 @@ fn run_main() -> ExitCode {
             flow_threads,
             worker_threads,
             worker_whole,
+            worker_flow_threads,
             errors_decide_mode,
             worker_servers,
             trusted_proxies,
@@ -515,12 +527,26 @@ fn run_main() -> ExitCode {
                     "--worker-threads must be at most {} (got {threads})",
                     config::MAX_THREADS
                 )),
+                (Ok(_), Some(threads))
+                    if threads.saturating_mul(worker_flow_threads) > config::MAX_THREADS =>
+                {
+                    fail(&format!(
+                        "--worker-flow-threads times --worker-threads must be at most {} (got {worker_flow_threads} x {threads})",
+                        config::MAX_THREADS
+                    ))
+                }
                 (Ok(limits), Some(threads)) => replay_through_workers(
                     &files,
                     events.as_deref(),
                     fail_on_alert,
                     (limits, detectors),
-                    (threads, !worker_whole),
+                    (
+                        threads,
+                        mcptap::daemon::WorkerLayout {
+                            split: !worker_whole,
+                            flow_threads: worker_flow_threads,
+                        },
+                    ),
                     &worker_servers,
                 ),
             }
@@ -843,12 +869,12 @@ fn replay_through_workers(
     events: Option<&str>,
     fail_on_alert: bool,
     (limits, detectors): (Limits, mcptap_core::pipeline::Analysis),
-    (threads, split): (usize, bool),
+    (threads, layout): (usize, mcptap::daemon::WorkerLayout),
     servers: &[std::net::SocketAddr],
 ) -> ExitCode {
     let started = Instant::now();
     match mcptap::daemon::replay_through_workers(
-        files, limits, detectors, threads, split, servers, events,
+        files, limits, detectors, threads, layout, servers, events,
     ) {
         Ok(r) => {
             for t in &r.read.truncations {
@@ -962,6 +988,7 @@ mod tests {
         "capture.read_timeout_ms",
         "capture.threads",
         "capture.split_stages",
+        "capture.flow_threads",
         "metrics.listen",
         "metrics.max_servers",
         "metrics.max_connections",

@@ -65,6 +65,11 @@ fn absurd_settings_are_refused_before_run() {
     let path = p.to_str().expect("utf8");
     let cases = [
         ("[capture]\nthreads = 100000\n", "capture.threads"),
+        ("[capture]\nflow_threads = 5000\n", "capture.flow_threads"),
+        (
+            "[capture]\nthreads = 64\nflow_threads = 64\n",
+            "capture.flow_threads",
+        ),
         (
             "[metrics]\nmax_connections = 0\n",
             "metrics.max_connections",
@@ -103,6 +108,15 @@ fn absurd_settings_are_refused_before_run() {
     assert!(e.contains("limits.max_head_bytes"), "{e}");
     let e = one_error_line(&run(&["replay", "--worker-threads", "100000", &fixture]));
     assert!(e.contains("--worker-threads must be at most 1024"), "{e}");
+    let e = one_error_line(&run(&[
+        "replay",
+        "--worker-threads",
+        "2",
+        "--worker-flow-threads",
+        "100000",
+        &fixture,
+    ]));
+    assert!(e.contains("--worker-flow-threads"), "{e}");
 }
 
 /// Seconds beyond i64 nanoseconds saturate: the lineage window stays on (it used to wrap
@@ -295,12 +309,18 @@ fn worker_path_gives_the_events_of_one_pipeline() {
 /// Live equals replay with two workers when the server's port is above its clients' (issue 11:
 /// the incident with the server on a high port and clients on 1024 gave 0 alerts with
 /// `--threads 2`). Real connections on lo: 127.0.0.2:<high> serves, 127.0.0.3:<low> connects.
+/// Again with each worker's flow layer sharded over two threads more (`--flow-threads 2`).
 #[test]
 fn live_two_workers_see_the_incident_on_a_high_server_port() {
-    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
     if !is_root() {
         return;
     }
+    incident_on_a_high_server_port(&[]);
+    incident_on_a_high_server_port(&["--flow-threads", "2"]);
+}
+
+fn incident_on_a_high_server_port(extra: &[&str]) {
+    use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
     let server = std::net::TcpListener::bind("127.0.0.2:0").expect("bind server");
     let server_port = server.local_addr().expect("addr").port();
     if server_port < 10_000 {
@@ -322,6 +342,7 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -70,6 +70,13 @@ fn flow_sharded(
             }
         };
     for (i, f) in frames.iter().enumerate() {
+        for now in quiet_times(frames, i) {
+            if let Some((seq, now)) = dispatcher.advance(now) {
+                for shard in &mut flows {
+                    shard.shard_sweep(seq, now, &mut out);
+                }
+            }
+        }
         let d = dispatcher.dispatch(Timestamp(f.ts_nanos), linktype, &f.data);
         flows[d.shard].shard_packet(d.at, linktype, &f.data, &mut out);
         got.packets[d.shard] += 1;
@@ -94,6 +101,21 @@ fn flow_sharded(
     got
 }
 
+/// A live link gone quiet: time passes without packets 1.5 s and 6 s after a packet, when the
+/// next one comes later: a sweep is due each time (held segments let go first, idle flows and
+/// sessions later, between the same two packets).
+fn quiet_times(frames: &[Frame], i: usize) -> Vec<Timestamp> {
+    let Some(before) = i.checked_sub(1).and_then(|b| frames.get(b)) else {
+        return Vec::new();
+    };
+    let gap = frames[i].ts_nanos.saturating_sub(before.ts_nanos);
+    [1_500_000_000, 6_000_000_000]
+        .into_iter()
+        .filter(|&d| d < gap)
+        .map(|d| Timestamp(before.ts_nanos + d))
+        .collect()
+}
+
 fn assert_same(got: &[Output], want: &[Output], what: &str) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g, w, "{what}, output {i}");
@@ -111,7 +133,10 @@ fn assert_flow_shards_agree(
 ) -> Vec<Sharded> {
     let mut pipeline = Pipeline::new(limits);
     let mut whole = Vec::new();
-    for f in frames {
+    for (i, f) in frames.iter().enumerate() {
+        for now in quiet_times(frames, i) {
+            pipeline.advance_time(now, &mut whole);
+        }
         pipeline.handle_packet(Timestamp(f.ts_nanos), linktype, &f.data, &mut whole);
     }
     pipeline.finish(&mut whole);

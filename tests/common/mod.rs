@@ -48,28 +48,65 @@ pub fn read_segments_observing(
 
 /// The events of `path` replayed through the daemon's worker path with `threads` workers (and
 /// `servers` configured), one NDJSON line each, sorted: workers emit in no fixed order. The
-/// workers run split (flow and session layers on two threads each, as `run` by default) and
-/// whole: both must give the same events.
+/// workers run split (flow and session layers on two threads each, as `run` by default),
+/// whole, and split with their flow layers sharded over two threads more: all must give the
+/// same events.
 pub fn events_of_workers(
     path: &str,
     threads: usize,
     servers: &[std::net::SocketAddr],
     dir: &Path,
 ) -> Vec<String> {
-    let split = worker_events(path, threads, true, servers, dir);
-    let whole = worker_events(path, threads, false, servers, dir);
+    use mcptap::daemon::WorkerLayout;
+    let split = worker_events(
+        path,
+        threads,
+        WorkerLayout {
+            split: true,
+            flow_threads: 0,
+        },
+        servers,
+        dir,
+    );
+    let whole = worker_events(
+        path,
+        threads,
+        WorkerLayout {
+            split: false,
+            flow_threads: 0,
+        },
+        servers,
+        dir,
+    );
     assert_eq!(split, whole, "split workers differ from whole ones");
+    let sharded = worker_events(
+        path,
+        threads,
+        WorkerLayout {
+            split: true,
+            flow_threads: 2,
+        },
+        servers,
+        dir,
+    );
+    assert_eq!(
+        split, sharded,
+        "workers with flow shards differ from split ones"
+    );
     split
 }
 
 fn worker_events(
     path: &str,
     threads: usize,
-    split: bool,
+    layout: mcptap::daemon::WorkerLayout,
     servers: &[std::net::SocketAddr],
     dir: &Path,
 ) -> Vec<String> {
-    let out = dir.join(format!("w{threads}-{split}.ndjson"));
+    let out = dir.join(format!(
+        "w{threads}-{}-{}.ndjson",
+        layout.split, layout.flow_threads
+    ));
     let out = out.to_str().expect("utf-8");
     let _ = std::fs::remove_file(out);
     let r = mcptap::daemon::replay_through_workers(
@@ -77,7 +114,7 @@ fn worker_events(
         mcptap_core::pipeline::Limits::default(),
         Default::default(),
         threads,
-        split,
+        layout,
         servers,
         Some(out),
     )

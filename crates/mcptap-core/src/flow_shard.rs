@@ -138,6 +138,24 @@ impl FlowDispatcher {
         }
     }
 
+    /// Time passes without packets (a quiet live link), as [`Pipeline::advance_time`]: the
+    /// clock moves, and when a sweep is due it is a step of its own, numbered as a packet
+    /// would be, so that its units follow everything before it. Every shard then sweeps its
+    /// flows ([`Pipeline::shard_sweep`] with the number returned).
+    pub fn advance(&mut self, now: Timestamp) -> Option<(u64, Timestamp)> {
+        if now > self.clock.now {
+            self.clock.now = now;
+        }
+        if !self.clock.sweep_due() {
+            return None;
+        }
+        self.seq += 1;
+        let (seq, now) = (self.seq, self.clock.now);
+        self.clock.last_sweep = now;
+        self.stage(seq, SessionInput::Sweep { now });
+        Some((seq, now))
+    }
+
     /// The shard of a frame's connection: both directions hash alike.
     #[inline]
     pub fn shard_of(&self, linktype: u32, frame: &[u8]) -> usize {
