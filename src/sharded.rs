@@ -6,8 +6,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mcptap_core::detect::ModeTracker;
@@ -281,21 +282,79 @@ const ROUND_STEPS: usize = 1024;
 const ROUND_BYTES: usize = 1 << 20;
 const QUEUE_ROUNDS: usize = 8;
 
-/// The flow thread's side of a sharded replay: routes staged inputs to the shards, round by
-/// round, and keeps each round's steps until its shards' outputs are in.
-struct Dispatch {
+/// A round sent to the shards: its steps, kept until the shards' outputs are in, and the latest
+/// packet time it covers.
+struct SentRound {
+    steps: Vec<Step>,
+    up_to: Option<i64>,
+}
+
+/// The session layer sharded by client, each shard on a thread of its own: the calling thread
+/// routes each round of staged steps to the shards ([`SessionShards::send_round`]) and takes
+/// the outputs back in one worker's order ([`SessionShards::deliver_ready`]).
+pub struct SessionShards {
     router: ShardRouter,
-    to_shards: Vec<SyncSender<ShardBatch>>,
+    /// `None` once closed: the shards end once they have answered every round.
+    to_shards: Option<Vec<SyncSender<ShardBatch>>>,
     /// Input position of the latest routed input.
     position: u64,
-    waiting_rounds: VecDeque<Vec<Step>>,
+    waiting_rounds: VecDeque<SentRound>,
+    results: Vec<ShardResults>,
+    done: Receiver<(usize, ShardDone)>,
+    threads: Vec<JoinHandle<()>>,
+    /// A shard's thread is gone (it panicked): the join at the close says why.
     shards_gone: bool,
 }
 
-impl Dispatch {
-    /// Hands the staged steps to the shards as one round.
-    fn send_round(&mut self, flows: &mut dyn StagedSteps) {
-        let shards = self.to_shards.len();
+impl SessionShards {
+    /// Starts a thread per stage (named `{name}-{i}`), the stages sharing their
+    /// server-scoped entries. Fails (with every thread started stopped again) when a thread
+    /// cannot start.
+    pub fn spawn(
+        stages: Vec<SessionStage>,
+        router: ShardRouter,
+        name: &str,
+    ) -> std::io::Result<SessionShards> {
+        let shared = Arc::new(Progress::new(stages.len()));
+        let (done_tx, done_rx) = channel::<(usize, ShardDone)>();
+        let mut to_shards: Vec<SyncSender<ShardBatch>> = Vec::new();
+        let mut threads = Vec::new();
+        let shards = stages.len();
+        for (me, mut stage) in stages.into_iter().enumerate() {
+            stage.share_server_scope(Box::new(ThreadScope {
+                progress: Arc::clone(&shared),
+                me,
+            }));
+            let (tx, rx) = sync_channel::<ShardBatch>(QUEUE_ROUNDS);
+            let done_tx = done_tx.clone();
+            let shared = Arc::clone(&shared);
+            let thread = std::thread::Builder::new()
+                .name(format!("{name}-{me}"))
+                .spawn(move || run_shard(stage, me, shared, rx, done_tx))?;
+            to_shards.push(tx);
+            threads.push(thread);
+        }
+        Ok(SessionShards {
+            router,
+            to_shards: Some(to_shards),
+            position: 0,
+            waiting_rounds: VecDeque::new(),
+            results: (0..shards).map(|_| ShardResults::default()).collect(),
+            done: done_rx,
+            threads,
+            shards_gone: false,
+        })
+    }
+
+    /// Hands the steps staged so far (of packets up to `up_to`) to the shards as one round.
+    pub fn send_round(&mut self, flows: &mut dyn StagedSteps, up_to: Option<i64>) {
+        let Some(to_shards) = &self.to_shards else {
+            return;
+        };
+        if self.shards_gone {
+            return;
+        }
+        let shards = to_shards.len();
         let staged = flows.take_staged(Vec::new());
         let mut steps = Vec::with_capacity(staged.len());
         let mut batches: Vec<Vec<(u64, SessionInput)>> = vec![Vec::new(); shards];
@@ -324,16 +383,75 @@ impl Dispatch {
             steps.push(Step::Input(route));
         }
         let end = self.position + 1;
-        for (tx, inputs) in self.to_shards.iter().zip(batches) {
+        for (tx, inputs) in to_shards.iter().zip(batches) {
             self.shards_gone |= tx.send(ShardBatch { inputs, end }).is_err();
         }
-        self.waiting_rounds.push_back(steps);
+        self.waiting_rounds.push_back(SentRound { steps, up_to });
     }
 
-    /// Closes the shards' inputs (they end once they have answered every round); the rounds
-    /// still waiting for their answers.
-    fn close(self) -> VecDeque<Vec<Step>> {
-        self.waiting_rounds
+    /// Writes every round whose shards have all answered (`wait`: every round sent), in one
+    /// worker's order; returns the latest packet time written.
+    pub fn deliver_ready(&mut self, wait: bool, on_output: &mut dyn FnMut(&Output)) -> Option<i64> {
+        let mut up_to = None;
+        loop {
+            while self.results.iter().all(|r| !r.rounds.is_empty()) {
+                let Some(round) = self.waiting_rounds.pop_front() else {
+                    return up_to;
+                };
+                deliver_round(round.steps, &mut self.results, on_output);
+                up_to = round.up_to.or(up_to);
+            }
+            if self.waiting_rounds.is_empty() {
+                return up_to;
+            }
+            let next = if wait {
+                self.wait_for_answer()
+            } else {
+                self.done.try_recv().ok()
+            };
+            let Some((shard, d)) = next else {
+                return up_to;
+            };
+            if let Some(r) = self.results.get_mut(shard) {
+                r.rounds.push_back(d);
+            }
+        }
+    }
+
+    /// The next answer of a shard. A shard whose thread ended before the close panicked: the
+    /// panic goes on here rather than the wait lasting for ever (the other shards, waiting for
+    /// input, would never end it).
+    fn wait_for_answer(&mut self) -> Option<(usize, ShardDone)> {
+        loop {
+            match self.done.recv_timeout(Duration::from_millis(100)) {
+                Ok(answer) => return Some(answer),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.to_shards.is_some() && self.threads.iter().any(|t| t.is_finished()) {
+                        self.to_shards = None;
+                        self.shards_gone = true;
+                        for t in self.threads.drain(..) {
+                            if let Err(panic) = t.join() {
+                                std::panic::resume_unwind(panic);
+                            }
+                        }
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// No more rounds: writes every one sent and joins the threads (a panic in one goes on
+    /// here).
+    pub fn close(&mut self, on_output: &mut dyn FnMut(&Output)) {
+        self.to_shards = None;
+        self.deliver_ready(true, on_output);
+        for t in self.threads.drain(..) {
+            if let Err(panic) = t.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
     }
 }
 
@@ -353,87 +471,10 @@ pub fn replay_sharded(
     let whole = analysis.clone();
     let router = ShardRouter::new(shards, &limits, analysis.identities.clone());
     let (flows, stages) = split_layers(limits, analysis, flow_threads, shards);
-    let shared = Arc::new(Progress::new(shards));
-    let done = std::thread::scope(|scope| {
-        let (done_tx, done_rx) = channel::<(usize, ShardDone)>();
-        let mut to_shards: Vec<SyncSender<ShardBatch>> = Vec::new();
-        let mut threads = Vec::new();
-        for (me, mut stage) in stages.into_iter().enumerate() {
-            stage.share_server_scope(Box::new(ThreadScope {
-                progress: Arc::clone(&shared),
-                me,
-            }));
-            let (tx, rx) = sync_channel::<ShardBatch>(QUEUE_ROUNDS);
-            let done_tx = done_tx.clone();
-            let shared = Arc::clone(&shared);
-            let thread = std::thread::Builder::new()
-                .name(format!("sessions-{me}"))
-                .spawn_scoped(scope, move || run_shard(stage, me, shared, rx, done_tx));
-            // Nothing of the input is read yet: the split pipeline can take it (below).
-            let Ok(thread) = thread else {
-                return None;
-            };
-            to_shards.push(tx);
-            threads.push(thread);
-        }
-        drop(done_tx);
-        let mut results: Vec<ShardResults> = (0..shards).map(|_| ShardResults::default()).collect();
-        let mut dispatch = Dispatch {
-            router,
-            to_shards,
-            position: 0,
-            waiting_rounds: VecDeque::new(),
-            shards_gone: false,
-        };
-        // Writes every round whose shards have all answered.
-        let mut deliver_ready = |results: &mut Vec<ShardResults>,
-                                 waiting_rounds: &mut VecDeque<Vec<Step>>,
-                                 block: bool| {
-            loop {
-                while results.iter().all(|r| !r.rounds.is_empty()) {
-                    let Some(steps) = waiting_rounds.pop_front() else {
-                        return;
-                    };
-                    deliver_round(steps, results, on_output);
-                }
-                if waiting_rounds.is_empty() {
-                    return;
-                }
-                let next = if block {
-                    done_rx.recv().ok()
-                } else {
-                    done_rx.try_recv().ok()
-                };
-                let Some((shard, d)) = next else { return };
-                results[shard].rounds.push_back(d);
-            }
-        };
-        let report = read_flows(
-            paths,
-            flows,
-            progress,
-            (ROUND_STEPS, ROUND_BYTES),
-            &mut |flows, last| {
-                if last || !dispatch.shards_gone {
-                    dispatch.send_round(flows);
-                }
-                if !last {
-                    deliver_ready(&mut results, &mut dispatch.waiting_rounds, false);
-                }
-            },
-        );
-        let mut waiting_rounds = dispatch.close();
-        deliver_ready(&mut results, &mut waiting_rounds, true);
-        for t in threads {
-            if let Err(panic) = t.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Some(report)
-    });
-    match done {
-        Some(result) => result,
-        None => crate::replay::replay_split(
+    // Nothing of the input is read yet: if the threads cannot start, the split pipeline
+    // takes it.
+    let Ok(mut sessions) = SessionShards::spawn(stages, router, "sessions") else {
+        return crate::replay::replay_split(
             paths,
             limits,
             whole,
@@ -441,6 +482,20 @@ pub fn replay_sharded(
             progress,
             None,
             &mut |o, _| on_output(o),
-        ),
-    }
+        );
+    };
+    let report = read_flows(
+        paths,
+        flows,
+        progress,
+        (ROUND_STEPS, ROUND_BYTES),
+        &mut |flows, last| {
+            sessions.send_round(flows, None);
+            if !last {
+                sessions.deliver_ready(false, on_output);
+            }
+        },
+    );
+    sessions.close(on_output);
+    report
 }
