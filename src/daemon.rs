@@ -12,6 +12,7 @@ use crate::live::{
 };
 use crate::redact::Redactor;
 use crate::server::{self, ServerState};
+use crate::sharded::SessionShards;
 use crate::sink::log;
 use crate::sink::metrics::{LabelConfig, Metrics};
 use crate::sink::ndjson::{EventFile, NdjsonWriter};
@@ -24,6 +25,7 @@ use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::Analysis;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline, SessionStage, Staged};
+use mcptap_core::shard::ShardRouter;
 use mcptap_core::usage::SharedUsage;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -135,6 +137,57 @@ enum Stages {
         flows: FlowShards,
         sessions: SessionThread,
     },
+    /// The session layer sharded by client over threads of its own (this thread routes and
+    /// merges), the flow layer here or sharded by connection.
+    Sharded {
+        flows: FlowSide,
+        sessions: SessionShards,
+    },
+}
+
+/// The flow layer in front of session shards.
+#[allow(clippy::large_enum_variant)] // one per worker
+enum FlowSide {
+    Here(Pipeline),
+    Sharded(FlowShards),
+}
+
+impl FlowSide {
+    fn stats(&self) -> &PacketStats {
+        match self {
+            FlowSide::Here(p) => p.stats(),
+            FlowSide::Sharded(f) => f.stats(),
+        }
+    }
+
+    fn active_flows(&self) -> usize {
+        match self {
+            FlowSide::Here(p) => p.active_flows(),
+            FlowSide::Sharded(f) => f.active_flows(),
+        }
+    }
+
+    /// What the flow layer has staged, to the session shards (`wait`: every round of sharded
+    /// flows; those here are staged already).
+    fn hand_over(&mut self, sessions: &mut SessionShards, wait: bool, up_to: Option<i64>) {
+        match self {
+            FlowSide::Here(p) => sessions.send_round(p, up_to),
+            FlowSide::Sharded(f) => {
+                f.send_round();
+                f.merge_ready(wait, &mut |steps, up_to| sessions.send_round(steps, up_to));
+            }
+        }
+    }
+}
+
+/// Outputs of session shards as they come, in one worker's order; the latest packet time
+/// they are of.
+fn deliver_sharded(
+    sessions: &mut SessionShards,
+    wait: bool,
+    outputs: &mut Vec<Output>,
+) -> Option<i64> {
+    sessions.deliver_ready(wait, &mut |o| outputs.push(o.clone()))
 }
 
 impl Stages {
@@ -142,6 +195,7 @@ impl Stages {
         match self {
             Stages::Whole(p) | Stages::Split { flows: p, .. } => p.stats(),
             Stages::FlowSharded { flows, .. } => flows.stats(),
+            Stages::Sharded { flows, .. } => flows.stats(),
         }
     }
 
@@ -149,6 +203,7 @@ impl Stages {
         match self {
             Stages::Whole(p) | Stages::Split { flows: p, .. } => p.active_flows(),
             Stages::FlowSharded { flows, .. } => flows.active_flows(),
+            Stages::Sharded { flows, .. } => flows.active_flows(),
         }
     }
 
@@ -160,6 +215,8 @@ impl Stages {
             Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
                 sessions.export_state()
             }
+            // Not with a snapshot file (the configuration refuses it): nothing to export.
+            Stages::Sharded { .. } => Snapshot::default(),
         }
     }
 
@@ -174,6 +231,7 @@ impl Stages {
             Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
                 sessions.import_state(snap, now, outputs)
             }
+            Stages::Sharded { .. } => ImportReport::default(),
         }
     }
 
@@ -203,6 +261,23 @@ impl Stages {
                 // back until more packets come.
                 flows.send_round();
                 Stages::hand_over_merged(flows, sessions, false, outputs)
+            }
+            Stages::Sharded { flows, sessions } => {
+                match flows {
+                    FlowSide::Here(p) => {
+                        for (ts, frame) in batch.iter() {
+                            p.handle_packet(Timestamp(ts), batch.linktype, frame, outputs);
+                            p.stage_outputs(outputs);
+                        }
+                    }
+                    FlowSide::Sharded(f) => {
+                        for (ts, frame) in batch.iter() {
+                            f.packet(Timestamp(ts), batch.linktype, frame);
+                        }
+                    }
+                }
+                flows.hand_over(sessions, false, last);
+                deliver_sharded(sessions, false, outputs)
             }
         }
     }
@@ -250,6 +325,17 @@ impl Stages {
                 flows.send_round();
                 Stages::hand_over_merged(flows, sessions, false, outputs);
             }
+            Stages::Sharded { flows, sessions } => {
+                match flows {
+                    FlowSide::Here(p) => {
+                        p.advance_time(now, outputs);
+                        p.stage_outputs(outputs);
+                    }
+                    FlowSide::Sharded(f) => f.advance_time(now),
+                }
+                flows.hand_over(sessions, false, None);
+                deliver_sharded(sessions, false, outputs);
+            }
         }
     }
 
@@ -261,6 +347,12 @@ impl Stages {
             Stages::Split { sessions, .. } => sessions.collect(wait, outputs),
             Stages::FlowSharded { flows, sessions } => {
                 Stages::hand_over_merged(flows, sessions, wait, outputs)
+            }
+            Stages::Sharded { flows, sessions } => {
+                if let FlowSide::Sharded(f) = flows {
+                    f.merge_ready(wait, &mut |steps, up_to| sessions.send_round(steps, up_to));
+                }
+                deliver_sharded(sessions, wait, outputs)
             }
         }
     }
@@ -280,6 +372,19 @@ impl Stages {
                     sessions.hand_over(steps, last, outputs);
                 });
                 sessions.close(outputs);
+            }
+            Stages::Sharded { flows, sessions } => {
+                match flows {
+                    FlowSide::Here(p) => {
+                        p.finish(outputs);
+                        p.stage_outputs(outputs);
+                        sessions.send_round(p, None);
+                    }
+                    FlowSide::Sharded(f) => {
+                        f.finish(&mut |steps, up_to| sessions.send_round(steps, up_to));
+                    }
+                }
+                sessions.close(&mut |o| outputs.push(o.clone()));
             }
         }
     }
@@ -565,10 +670,7 @@ impl Worker {
                 Ok(batch) => {
                     self.queue_depth.dec();
                     let done_up_to = self.stages.packets(&batch, &mut outputs);
-                    handed_over = matches!(
-                        self.stages,
-                        Stages::Split { .. } | Stages::FlowSharded { .. }
-                    );
+                    handed_over = !matches!(self.stages, Stages::Whole(_));
                     self.drain(&mut outputs);
                     if let (Some((first, _)), Some((last, _))) =
                         (batch.iter().next(), batch.iter().last())
@@ -673,6 +775,9 @@ struct WorkerPool {
     /// With `split`: each worker's flow layer sharded by connection over this many threads
     /// (0: on the worker's own thread).
     flow_threads: usize,
+    /// With `split`: each worker's session layer sharded by client over this many threads
+    /// (1: one session thread).
+    session_threads: usize,
 }
 
 /// Jobs that may wait for a split worker's session thread.
@@ -696,7 +801,35 @@ impl WorkerPool {
             senders.push(queue);
             // Split stages unless fleet mode (its store answers go to a whole pipeline).
             let split = self.split && self.fleet.is_none();
-            let stages = if split && self.flow_threads > 0 {
+            let stages = if split && self.session_threads > 1 && self.snapshots.is_none() {
+                let (mut shards, stages) = Pipeline::split_flows(
+                    self.limits,
+                    self.analysis.clone(),
+                    usage.clone(),
+                    self.flow_threads.max(1),
+                    self.session_threads,
+                );
+                let router = ShardRouter::new(
+                    self.session_threads,
+                    &self.limits,
+                    self.analysis.identities.clone(),
+                );
+                let sessions = SessionShards::spawn(stages, router, &format!("sessions-{i}"))
+                    .map_err(|e| format!("cannot start session thread: {e}"))?;
+                let flows = match (self.flow_threads, shards.pop()) {
+                    (0, Some(flows)) => FlowSide::Here(flows),
+                    (_, last) => {
+                        shards.extend(last);
+                        FlowSide::Sharded(FlowShards::spawn(
+                            shards,
+                            &self.limits,
+                            usage.clone(),
+                            &format!("flows-{i}"),
+                        ))
+                    }
+                };
+                Stages::Sharded { flows, sessions }
+            } else if split && self.flow_threads > 0 {
                 let (shards, mut stages) = Pipeline::split_flows(
                     self.limits,
                     self.analysis.clone(),
@@ -799,11 +932,14 @@ fn join_workers(
 }
 
 /// How each worker runs: whole on its thread, split (the session layer on a thread of its
-/// own), and with its flow layer sharded over `flow_threads` threads more (with `split`).
+/// own), with its flow layer sharded over `flow_threads` threads more and its session layer
+/// over `session_threads` (with `split`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerLayout {
     pub split: bool,
     pub flow_threads: usize,
+    /// With `split`: the session layer sharded by client over this many threads (1: one).
+    pub session_threads: usize,
 }
 
 /// What [`replay_through_workers`] read and what its workers saw.
@@ -851,6 +987,7 @@ pub fn replay_through_workers(
         redactor: None,
         split: layout.split,
         flow_threads: layout.flow_threads,
+        session_threads: layout.session_threads,
     };
     let threads = threads.max(1);
     let mut dispatcher = Dispatcher::new(ServerDirectory::new(servers.iter().copied()), threads);
@@ -968,9 +1105,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .min(crate::config::MAX_THREADS),
         n => n,
     };
-    if n_workers.saturating_mul(cfg.capture.flow_threads) > crate::config::MAX_THREADS {
+    let per_worker = cfg.capture.flow_threads + cfg.capture.session_threads;
+    if n_workers.saturating_mul(per_worker) > crate::config::MAX_THREADS {
         return Err(format!(
-            "capture.flow_threads times the workers ({n_workers}, one per core) must be at most {}",
+            "capture.flow_threads plus capture.session_threads, times the workers ({n_workers}, one per core), must be at most {}",
             crate::config::MAX_THREADS
         ));
     }
@@ -1016,6 +1154,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         redactor: redactor.clone(),
         split: cfg.capture.split_stages,
         flow_threads: cfg.capture.flow_threads,
+        session_threads: cfg.capture.session_threads,
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();

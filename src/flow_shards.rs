@@ -24,9 +24,12 @@ use crate::replay::ReplayReport;
 use crate::sink::summary::TimeSpan;
 
 /// Packets (or bytes of frames) the calling thread gives the shards per round, and rounds that
-/// may wait for a shard. What waits is charged to the memory budget, and bounded here besides.
-const ROUND_PACKETS: usize = 4096;
-const ROUND_BYTES: usize = 2 << 20;
+/// may wait for a shard. The frames on their way (at most `QUEUE_ROUNDS` + 2 rounds per shard:
+/// queued, being processed, being filled) are bounded here, outside the memory budget: charged
+/// to it, they would make the shards evict flows for bytes no eviction can free (as the live
+/// capture queues, which are bounded the same way).
+const ROUND_PACKETS: usize = 1024;
+const ROUND_BYTES: usize = 512 << 10;
 const QUEUE_ROUNDS: usize = 4;
 
 /// Where the flow layer of a split replay runs.
@@ -106,14 +109,11 @@ fn run_shard(
     batches: Receiver<FlowBatch>,
     done: Sender<Answer>,
     spares: Receiver<FlowRound>,
-    usage: Arc<SharedUsage>,
 ) {
     let mut out = Vec::new();
     for mut batch in batches {
-        let held = batch.frames.len();
         let spare = spares.try_recv().unwrap_or_default();
         let round = run_batch(&mut shard, &mut batch, &mut out, spare);
-        usage.release_in_flight(held);
         let answer = Answer {
             round,
             batch,
@@ -149,7 +149,6 @@ enum Shard {
 pub struct FlowShards {
     shards: Vec<Shard>,
     dispatcher: FlowDispatcher,
-    usage: Arc<SharedUsage>,
     filling: Vec<FlowBatch>,
     filled: (usize, usize),
     /// The latest packet time in the round being filled.
@@ -184,13 +183,12 @@ impl FlowShards {
             // The pipeline comes back if its thread cannot start: it then runs in place.
             let slot = Arc::new(std::sync::Mutex::new(Some(shard)));
             let theirs = Arc::clone(&slot);
-            let their_usage = Arc::clone(&usage);
             let spawned = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     let shard = theirs.lock().ok().and_then(|mut s| s.take());
                     if let Some(shard) = shard {
-                        run_shard(shard, batch_rx, done_tx, spare_rx, their_usage);
+                        run_shard(shard, batch_rx, done_tx, spare_rx);
                     }
                 });
             let handle = match spawned {
@@ -219,7 +217,6 @@ impl FlowShards {
         FlowShards {
             shards: handles,
             dispatcher: FlowDispatcher::new(limits, n, Arc::clone(&usage)),
-            usage: Arc::clone(&usage),
             filling: (0..n).map(|_| FlowBatch::default()).collect(),
             filled: (0, 0),
             filling_up_to: None,
@@ -283,14 +280,11 @@ impl FlowShards {
         for (i, shard) in self.shards.iter_mut().enumerate() {
             let fresh = self.spare_batches.pop().unwrap_or_default();
             let batch = std::mem::replace(&mut self.filling[i], fresh);
-            let held = batch.frames.len();
-            self.usage.hold_in_flight(held);
             match shard {
                 Shard::Thread { batches, .. } => {
                     let sent =
                         !self.broken && batches.as_ref().is_some_and(|b| b.send(batch).is_ok());
                     if !sent {
-                        self.usage.release_in_flight(held);
                         self.broken = true;
                     }
                 }
@@ -303,7 +297,6 @@ impl FlowShards {
                     let mut batch = batch;
                     let spare = spares.pop().unwrap_or_default();
                     let round = run_batch(shard, &mut batch, out, spare);
-                    self.usage.release_in_flight(held);
                     done.push_back(Answer {
                         round,
                         batch,

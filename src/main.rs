@@ -77,9 +77,10 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// With --threads 2 or more: the flow layer (TCP, HTTP, SSE) sharded by connection
-        /// over F threads of its own, this thread reading, merging and writing, and the
-        /// session layer on the other N-1-F (at least one). The same events in the same
-        /// order [default: 0 below 4 threads, else (N-1)/2].
+        /// over F threads of its own (at most N-1), this thread reading, merging and writing,
+        /// and the session layer on the other N-1-F (at least one). The same events in the
+        /// same order unless a limit is hit (each flow shard holds its share of max_flows)
+        /// [default: 0 below 4 threads, else (N-1)/2].
         #[arg(long, value_name = "F")]
         flow_threads: Option<usize>,
         /// Replay through the daemon's worker path: N pipeline workers sharded by server
@@ -94,6 +95,10 @@ enum Command {
         /// `run --flow-threads`.
         #[arg(long, hide = true, value_name = "F", default_value_t = 0)]
         worker_flow_threads: usize,
+        /// With --worker-threads: each worker's session layer over S threads, as
+        /// `run --session-threads`.
+        #[arg(long, hide = true, value_name = "S", default_value_t = 1)]
+        worker_session_threads: usize,
         /// JSON-RPC error responses take part in content-type mode elimination (config
         /// `detect.errors_decide_mode`).
         #[arg(long)]
@@ -216,6 +221,10 @@ struct RunArgs {
     /// dispatches and merges), for a busy single upstream on many cores [default: 0].
     #[arg(long, value_name = "F")]
     flow_threads: Option<usize>,
+    /// Each worker's session layer sharded by client over S threads, the events merged back
+    /// in one worker's order; not with a snapshot file yet [default: 1].
+    #[arg(long, value_name = "S")]
+    session_threads: Option<usize>,
     /// Metrics endpoint address [default: 127.0.0.1:9917].
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
@@ -261,6 +270,9 @@ impl RunArgs {
         }
         if let Some(f) = self.flow_threads {
             cfg.capture.flow_threads = f;
+        }
+        if let Some(n) = self.session_threads {
+            cfg.capture.session_threads = n;
         }
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;
@@ -451,6 +463,7 @@ fn run_main() -> ExitCode {
             worker_threads,
             worker_whole,
             worker_flow_threads,
+            worker_session_threads,
             errors_decide_mode,
             worker_servers,
             trusted_proxies,
@@ -528,10 +541,12 @@ fn run_main() -> ExitCode {
                     config::MAX_THREADS
                 )),
                 (Ok(_), Some(threads))
-                    if threads.saturating_mul(worker_flow_threads) > config::MAX_THREADS =>
+                    if threads.saturating_mul(
+                        worker_flow_threads.saturating_add(worker_session_threads),
+                    ) > config::MAX_THREADS =>
                 {
                     fail(&format!(
-                        "--worker-flow-threads times --worker-threads must be at most {} (got {worker_flow_threads} x {threads})",
+                        "--worker-flow-threads plus --worker-session-threads, times --worker-threads, must be at most {} (got ({worker_flow_threads} + {worker_session_threads}) x {threads})",
                         config::MAX_THREADS
                     ))
                 }
@@ -545,6 +560,7 @@ fn run_main() -> ExitCode {
                         mcptap::daemon::WorkerLayout {
                             split: !worker_whole,
                             flow_threads: worker_flow_threads,
+                            session_threads: worker_session_threads.max(1),
                         },
                     ),
                     &worker_servers,
@@ -667,9 +683,11 @@ impl ReplayThreads {
         if threads == 1 {
             return ReplayThreads::One;
         }
+        // Each flow shard is a pipeline with its allocator's slack charged to the budget:
+        // never more of them than the threads asked for.
         let flows = flow_threads
             .unwrap_or(if threads >= 4 { (threads - 1) / 2 } else { 0 })
-            .min(config::MAX_THREADS);
+            .min(threads - 1);
         let others = if flows == 0 {
             threads - 1
         } else {
@@ -957,9 +975,16 @@ mod tests {
                 sessions: 1
             }
         );
-        // The session layer keeps a thread whatever is asked.
+        // The session layer keeps a thread whatever is asked; flow shards are at most N-1.
         assert_eq!(
             ReplayThreads::of(2, Some(2)),
+            Split {
+                flows: 1,
+                sessions: 1
+            }
+        );
+        assert_eq!(
+            ReplayThreads::of(3, Some(40)),
             Split {
                 flows: 2,
                 sessions: 1
@@ -989,6 +1014,7 @@ mod tests {
         "capture.threads",
         "capture.split_stages",
         "capture.flow_threads",
+        "capture.session_threads",
         "metrics.listen",
         "metrics.max_servers",
         "metrics.max_connections",

@@ -71,6 +71,14 @@ fn absurd_settings_are_refused_before_run() {
             "capture.flow_threads",
         ),
         (
+            "[capture]\nsession_threads = 0\n",
+            "capture.session_threads",
+        ),
+        (
+            "[capture]\nsession_threads = 2\n[state]\nsnapshot_file = \"/tmp/x\"\n",
+            "capture.session_threads",
+        ),
+        (
             "[metrics]\nmax_connections = 0\n",
             "metrics.max_connections",
         ),
@@ -309,7 +317,8 @@ fn worker_path_gives_the_events_of_one_pipeline() {
 /// Live equals replay with two workers when the server's port is above its clients' (issue 11:
 /// the incident with the server on a high port and clients on 1024 gave 0 alerts with
 /// `--threads 2`). Real connections on lo: 127.0.0.2:<high> serves, 127.0.0.3:<low> connects.
-/// Again with each worker's flow layer sharded over two threads more (`--flow-threads 2`).
+/// Again with each worker's flow layer sharded over two threads more (`--flow-threads 2`), and
+/// its session layer over two threads by client too (`--session-threads 2`).
 #[test]
 fn live_two_workers_see_the_incident_on_a_high_server_port() {
     if !is_root() {
@@ -317,6 +326,7 @@ fn live_two_workers_see_the_incident_on_a_high_server_port() {
     }
     incident_on_a_high_server_port(&[]);
     incident_on_a_high_server_port(&["--flow-threads", "2"]);
+    incident_on_a_high_server_port(&["--flow-threads", "2", "--session-threads", "2"]);
 }
 
 fn incident_on_a_high_server_port(extra: &[&str]) {

@@ -31,13 +31,14 @@ struct Sharded {
 }
 
 /// `frames` through a dispatcher, `shards` flow shards and one session stage, a round every
-/// `round` packets.
+/// `round` packets; with `quiet`, time passes between packets far apart (see
+/// [`quiet_times`]).
 fn flow_sharded(
     linktype: u32,
     frames: &[Frame],
     limits: Limits,
-    shards: usize,
-    round: usize,
+    (shards, round): (usize, usize),
+    quiet: bool,
 ) -> Sharded {
     let usage: Arc<SharedUsage> = Arc::default();
     let (mut flows, mut stages) =
@@ -70,7 +71,7 @@ fn flow_sharded(
             }
         };
     for (i, f) in frames.iter().enumerate() {
-        for now in quiet_times(frames, i) {
+        for now in quiet_times(frames, i).into_iter().filter(|_| quiet) {
             if let Some((seq, now)) = dispatcher.advance(now) {
                 for shard in &mut flows {
                     shard.shard_sweep(seq, now, &mut out);
@@ -143,7 +144,7 @@ fn assert_flow_shards_agree(
     let mut runs = Vec::new();
     for shards in 1..=4 {
         for round in [1, 7, 4096] {
-            let got = flow_sharded(linktype, frames, limits, shards, round);
+            let got = flow_sharded(linktype, frames, limits, (shards, round), true);
             let what = format!("{what}: {shards} flow shards, rounds of {round}");
             assert_same(&got.outputs, &whole, &what);
             assert_eq!(&got.stats, pipeline.stats(), "{what}");
@@ -336,5 +337,50 @@ fn sweeps_clock_jumps_and_held_segments_come_out_in_one_pipelines_order() {
             &whole,
             &format!("{flow_threads} flow threads, 2 session shards"),
         );
+    }
+}
+
+/// A limit hit: with `max_flows` below what the bursts hold at once, each flow shard evicts
+/// within its share of the flows. Where one pipeline's outputs and the shards' then part, the
+/// shards' are still the same from one run to the next, on threads as serially: the shards'
+/// evictions depend on their own flows, not on how far the others have come.
+#[test]
+fn a_flow_limit_hit_gives_the_same_outputs_from_run_to_run() {
+    let sim = common::legacy_bursts();
+    let linktype = sim.linktype();
+    let frames = sim.frames().to_vec();
+    let mut limits = common::bursts_limits();
+    limits.max_flows = 8;
+    let whole = replay_frames(linktype, &frames, Pipeline::new(limits));
+    let evicted = |outputs: &[Output]| {
+        outputs
+            .iter()
+            .filter(|o| matches!(o, Output::Telemetry(Telemetry::FlowEvicted { .. })))
+            .count()
+    };
+    assert!(evicted(&whole) > 0, "the limit is hit");
+    let serial = flow_sharded(linktype, &frames, limits, (2, 4096), false).outputs;
+    assert!(evicted(&serial) > 0);
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bursts.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
+    )
+    .expect("write");
+    let paths = [path.display().to_string()];
+    for run in 0..3 {
+        let mut got = Vec::new();
+        mcptap::replay::replay_split(
+            &paths,
+            limits,
+            Analysis::default(),
+            2,
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            None,
+            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(&got, &serial, &format!("run {run}"));
     }
 }

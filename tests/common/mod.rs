@@ -49,8 +49,8 @@ pub fn read_segments_observing(
 /// The events of `path` replayed through the daemon's worker path with `threads` workers (and
 /// `servers` configured), one NDJSON line each, sorted: workers emit in no fixed order. The
 /// workers run split (flow and session layers on two threads each, as `run` by default),
-/// whole, and split with their flow layers sharded over two threads more: all must give the
-/// same events.
+/// whole, and split with their flow layers sharded by connection, their session layers by
+/// client, or both: all must give the same events.
 pub fn events_of_workers(
     path: &str,
     threads: usize,
@@ -58,41 +58,21 @@ pub fn events_of_workers(
     dir: &Path,
 ) -> Vec<String> {
     use mcptap::daemon::WorkerLayout;
-    let split = worker_events(
-        path,
-        threads,
-        WorkerLayout {
-            split: true,
-            flow_threads: 0,
-        },
-        servers,
-        dir,
-    );
-    let whole = worker_events(
-        path,
-        threads,
-        WorkerLayout {
-            split: false,
-            flow_threads: 0,
-        },
-        servers,
-        dir,
-    );
-    assert_eq!(split, whole, "split workers differ from whole ones");
-    let sharded = worker_events(
-        path,
-        threads,
-        WorkerLayout {
-            split: true,
-            flow_threads: 2,
-        },
-        servers,
-        dir,
-    );
-    assert_eq!(
-        split, sharded,
-        "workers with flow shards differ from split ones"
-    );
+    let layout = |split, flow_threads, session_threads| WorkerLayout {
+        split,
+        flow_threads,
+        session_threads,
+    };
+    let split = worker_events(path, threads, layout(true, 0, 1), servers, dir);
+    for other in [
+        layout(false, 0, 1),
+        layout(true, 2, 1),
+        layout(true, 0, 3),
+        layout(true, 2, 2),
+    ] {
+        let got = worker_events(path, threads, other, servers, dir);
+        assert_eq!(split, got, "workers of {other:?} differ from split ones");
+    }
     split
 }
 
@@ -104,8 +84,8 @@ fn worker_events(
     dir: &Path,
 ) -> Vec<String> {
     let out = dir.join(format!(
-        "w{threads}-{}-{}.ndjson",
-        layout.split, layout.flow_threads
+        "w{threads}-{}-{}-{}.ndjson",
+        layout.split, layout.flow_threads, layout.session_threads
     ));
     let out = out.to_str().expect("utf-8");
     let _ = std::fs::remove_file(out);

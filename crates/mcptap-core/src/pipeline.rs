@@ -502,6 +502,9 @@ pub struct Pipeline {
     eviction_queue: VecDeque<QueuedFlow>,
     /// Flow shard: where each unit of the staged steps ends (see [`Pipeline::shard_packet`]).
     flow_marks: Vec<(usize, FlowUnit)>,
+    /// Flow shard: the flows it may hold itself, its share of `max_flows` (see
+    /// [`Pipeline::split_flows`]).
+    flow_share: Option<usize>,
 }
 
 impl Pipeline {
@@ -558,6 +561,7 @@ impl Pipeline {
             staged_bytes: 0,
             eviction_queue: VecDeque::new(),
             flow_marks: Vec::new(),
+            flow_share: None,
         }
     }
 
@@ -645,6 +649,16 @@ impl Pipeline {
             // Its session stage goes unused (and gives its charge back as it drops).
             let (more, _) = Pipeline::split(limits, analysis.clone(), usage.clone());
             flows.push(more);
+        }
+        // Each shard holds its share of the flows: a count summed over shards that are at
+        // different points of the input would evict where one pipeline does not, and not
+        // the same flows from one run to the next. The connections spread evenly (a hash).
+        // The total still counts (it is a process's, over every worker's pipelines), but
+        // within one flow layer the shares fill first: shards each below their share hold
+        // fewer than `max_flows` together.
+        let share = limits.max_flows.max(1).div_ceil(flows.len());
+        for f in &mut flows {
+            f.flow_share = Some(share);
         }
         (flows, stages)
     }
@@ -1264,7 +1278,11 @@ impl Pipeline {
     /// Keeps the flow table under its cap, with room for one more flow, by evicting the least
     /// recently seen flows.
     fn make_room(&mut self, out: &mut Vec<Output>) {
-        if self.usage.flows() >= self.limits.max_flows.max(1) {
+        let full = self.usage.flows() >= self.limits.max_flows.max(1)
+            || self
+                .flow_share
+                .is_some_and(|share| self.flows.len() >= share);
+        if full {
             self.evict_oldest(FlowEvictReason::FlowLimit, out);
         }
         self.fit_budget(FLOW_OVERHEAD, out);

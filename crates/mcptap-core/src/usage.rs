@@ -60,16 +60,6 @@ impl SharedUsage {
         self.sessions.fetch_sub(n, Ordering::Relaxed);
     }
 
-    /// Bytes an adapter holds between its threads (frames on their way to a flow shard):
-    /// charged as flow data until [`SharedUsage::release_in_flight`].
-    pub fn hold_in_flight(&self, bytes: usize) {
-        self.republish_flow_bytes(0, bytes);
-    }
-
-    pub fn release_in_flight(&self, bytes: usize) {
-        self.republish_flow_bytes(bytes, 0);
-    }
-
     /// Moves a published figure from `before` to `after`.
     pub(crate) fn republish_flow_bytes(&self, before: usize, after: usize) {
         republish(&self.flow_bytes, before, after);
