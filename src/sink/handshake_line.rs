@@ -155,7 +155,10 @@ impl Line<'_> {
         let json = self.is_json();
         let o = self.name(name);
         if json {
-            json_string(o, &v.to_string());
+            // Escaped as it is formatted: no String of it.
+            o.push(b'"');
+            let _ = write!(Escaping(&mut *o), "{v}");
+            o.push(b'"');
         } else {
             let _ = write!(o, "{v}");
         }
@@ -229,31 +232,29 @@ struct Escaping<'a>(&'a mut Vec<u8>);
 impl Write for Escaping<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut start = 0;
-        for (i, &b) in buf.iter().enumerate() {
-            let escape: &[u8] = match b {
-                b'"' => b"\\\"",
-                b'\\' => b"\\\\",
-                b'\n' => b"\\n",
-                b'\r' => b"\\r",
-                b'\t' => b"\\t",
-                0x08 => b"\\b",
-                0x0c => b"\\f",
-                0..0x20 => &[
+        let o = &mut *self.0;
+        // JSON text quotes every key: escapes are frequent, so byte by byte into room made
+        // once (most writes are a few bytes: a key, a punctuation mark).
+        o.reserve(buf.len() + buf.len() / 2 + 2);
+        for &b in buf {
+            match b {
+                b'"' | b'\\' => o.extend_from_slice(&[b'\\', b]),
+                b'\n' => o.extend_from_slice(b"\\n"),
+                b'\r' => o.extend_from_slice(b"\\r"),
+                b'\t' => o.extend_from_slice(b"\\t"),
+                0x08 => o.extend_from_slice(b"\\b"),
+                0x0c => o.extend_from_slice(b"\\f"),
+                0..0x20 => o.extend_from_slice(&[
                     b'\\',
                     b'u',
                     b'0',
                     b'0',
                     HEX[usize::from(b >> 4)],
                     HEX[usize::from(b & 0xf)],
-                ],
-                _ => continue,
-            };
-            self.0.extend_from_slice(&buf[start..i]);
-            self.0.extend_from_slice(escape);
-            start = i + 1;
+                ]),
+                _ => o.push(b),
+            }
         }
-        self.0.extend_from_slice(&buf[start..]);
         Ok(buf.len())
     }
 
