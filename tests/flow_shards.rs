@@ -170,15 +170,7 @@ fn frames_of(path: &Path) -> (u32, Vec<Frame>) {
 
 #[test]
 fn every_fixture_gives_one_pipelines_outputs_through_flow_shards() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
-        .collect();
-    fixtures.sort();
-    assert!(fixtures.len() >= 30, "{} fixtures", fixtures.len());
-    for f in fixtures {
+    for f in common::fixture_pcaps() {
         let (linktype, frames) = frames_of(&f);
         assert_flow_shards_agree(
             linktype,

@@ -226,35 +226,12 @@ fn json_string(o: &mut Vec<u8>, s: &str) {
 }
 
 /// Writes what it is given as the contents of a JSON string, escaped as `serde_json` escapes
-/// a string (its output is UTF-8, so multi-byte characters pass through as they are).
+/// a string (what is written here is UTF-8: multi-byte characters pass through as they are).
 struct Escaping<'a>(&'a mut Vec<u8>);
 
 impl Write for Escaping<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let o = &mut *self.0;
-        // JSON text quotes every key: escapes are frequent, so byte by byte into room made
-        // once (most writes are a few bytes: a key, a punctuation mark).
-        o.reserve(buf.len() + buf.len() / 2 + 2);
-        for &b in buf {
-            match b {
-                b'"' | b'\\' => o.extend_from_slice(&[b'\\', b]),
-                b'\n' => o.extend_from_slice(b"\\n"),
-                b'\r' => o.extend_from_slice(b"\\r"),
-                b'\t' => o.extend_from_slice(b"\\t"),
-                0x08 => o.extend_from_slice(b"\\b"),
-                0x0c => o.extend_from_slice(b"\\f"),
-                0..0x20 => o.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[usize::from(b >> 4)],
-                    HEX[usize::from(b & 0xf)],
-                ]),
-                _ => o.push(b),
-            }
-        }
+        crate::sink::json::escape_contents(self.0, buf);
         Ok(buf.len())
     }
 

@@ -114,6 +114,13 @@ fn any_escape(bytes: &[u8]) -> bool {
 fn write_escaping(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    escape_contents(out, bytes);
+    out.push(b'"');
+}
+
+/// `bytes` (UTF-8) as the contents of a JSON string, without its quotes, escaped as serde_json
+/// escapes them.
+pub(crate) fn escape_contents(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut run_start = 0;
     for (at, &byte) in bytes.iter().enumerate() {
         let escape = ESCAPE[usize::from(byte)];
@@ -124,7 +131,6 @@ fn write_escaping(out: &mut Vec<u8>, bytes: &[u8]) {
         }
     }
     out.extend_from_slice(&bytes[run_start..]);
-    out.push(b'"');
 }
 
 fn write_escape(out: &mut Vec<u8>, byte: u8, escape: u8) {

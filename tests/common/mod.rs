@@ -13,6 +13,19 @@ use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIEN
 use mcptap_testkit::sim::Sim;
 use mcptap_testkit::tcp::{AppWrite, Endpoint};
 
+/// Every `.pcap` fixture in `tests/fixtures`, sorted (at least 30 of them).
+pub fn fixture_pcaps() -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 30, "{} fixtures", fixtures.len());
+    fixtures
+}
+
 /// What [`read_segments`] found besides the TCP segments.
 #[derive(Debug, Default, Clone)]
 pub struct ReadStats {

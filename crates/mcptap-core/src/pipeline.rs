@@ -864,6 +864,19 @@ impl Pipeline {
         // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
         // flow stamped hours ahead would never time out.
         let ts = ts.min(self.clock.now);
+        self.decode_and_handle(ts, linktype, frame, out);
+        self.sweep_if_due(out);
+    }
+
+    /// One frame down to its flow (or counted as skipped, and why).
+    #[inline]
+    fn decode_and_handle(
+        &mut self,
+        ts: Timestamp,
+        linktype: u32,
+        frame: &[u8],
+        out: &mut Vec<Output>,
+    ) {
         match decode::decode(linktype, frame) {
             Decoded::Tcp(seg) => {
                 self.stats.truncated_segments += u64::from(seg.truncated);
@@ -871,7 +884,6 @@ impl Pipeline {
             }
             Decoded::Skipped(reason) => self.stats.count_skip(reason),
         }
-        self.sweep_if_due(out);
     }
 
     #[inline]
@@ -1405,13 +1417,7 @@ impl Pipeline {
         self.clock.now = self.clock.now.max(at.now);
         self.next_flow_id = at.seq;
         let ts = at.ts.min(self.clock.now);
-        match decode::decode(linktype, frame) {
-            Decoded::Tcp(seg) => {
-                self.stats.truncated_segments += u64::from(seg.truncated);
-                self.handle_segment(ts, &seg, out)
-            }
-            Decoded::Skipped(reason) => self.stats.count_skip(reason),
-        }
+        self.decode_and_handle(ts, linktype, frame, out);
         self.end_unit(Some(at.seq), FlowPhase::Packet, 0, out);
     }
 
