@@ -3,8 +3,8 @@
 //! (decoding, reassembly, HTTP, SSE, decompression) runs on a thread of its own and takes the
 //! packets of its connections, a round at a time; the calling thread merges each round's
 //! staged steps back into one pipeline's order ([`merge_rounds`]) and hands them to the session
-//! layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed packets (a
-//! replay's, or a live worker's batches); [`read_flow_sharded`] reads capture files into it.
+//! layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed packets: a
+//! replay's (`crate::replay`), or a live worker's batches (`crate::daemon`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,11 +17,6 @@ use mcptap_core::flow_shard::{
 use mcptap_core::model::{Output, Timestamp};
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
 use mcptap_core::usage::SharedUsage;
-
-use crate::capture::{self, CaptureError};
-use crate::progress::ReplayProgress;
-use crate::replay::ReplayReport;
-use crate::sink::summary::TimeSpan;
 
 /// Packets (or bytes of frames) the calling thread gives the shards per round, and rounds that
 /// may wait for a shard. The frames on their way (at most `QUEUE_ROUNDS` + 2 rounds per shard:
@@ -231,8 +226,8 @@ impl FlowShards {
     }
 
     /// One packet, into the round being filled; a full round is sent (this waits while the
-    /// shard it is for has [`QUEUE_ROUNDS`] rounds waiting).
-    pub fn packet(&mut self, ts: Timestamp, linktype: u32, frame: &[u8]) {
+    /// shard it is for has [`QUEUE_ROUNDS`] rounds waiting). Returns whether a round went.
+    pub fn packet(&mut self, ts: Timestamp, linktype: u32, frame: &[u8]) -> bool {
         let d = self.dispatcher.dispatch(ts, linktype, frame);
         if let Some(batch) = self.filling.get_mut(d.shard) {
             batch.frames.extend_from_slice(frame);
@@ -249,9 +244,11 @@ impl FlowShards {
         self.filled.0 += 1;
         self.filled.1 += frame.len();
         self.filling_up_to = Some(ts.0);
-        if self.filled.0 >= ROUND_PACKETS || self.filled.1 >= ROUND_BYTES {
+        let full = self.filled.0 >= ROUND_PACKETS || self.filled.1 >= ROUND_BYTES;
+        if full {
             self.send_round();
         }
+        full
     }
 
     /// Time passes without packets: idle flows and sessions expire as in one pipeline.
@@ -411,6 +408,12 @@ impl FlowShards {
         }
     }
 
+    /// The merged steps not handed over yet (none once every round was, e.g. after
+    /// [`FlowShards::finish`]).
+    pub fn merged(&mut self) -> &mut MergedSteps {
+        &mut self.merged
+    }
+
     /// The packet counts of every shard, as of their latest answers.
     pub fn stats(&self) -> &PacketStats {
         &self.stats
@@ -420,38 +423,4 @@ impl FlowShards {
     pub fn active_flows(&self) -> usize {
         self.counts.iter().map(|c| c.1).sum()
     }
-}
-
-/// [`crate::replay::read_staged`] with the flow layer sharded by connection: reads `paths`,
-/// runs each packet through its connection's shard (see the module's doc) and calls
-/// `hand_over(steps, false)` with each merged round, then `hand_over(steps, true)` once, after
-/// the finish. As the whole pipeline, an input that cannot be read ends without the finish.
-pub(crate) fn read_flow_sharded(
-    paths: &[String],
-    shards: Vec<Pipeline>,
-    limits: &Limits,
-    usage: Arc<SharedUsage>,
-    progress: &mut ReplayProgress,
-    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
-) -> Result<ReplayReport, CaptureError> {
-    let mut flows = FlowShards::spawn(shards, limits, usage, "flows");
-    let mut span = TimeSpan::default();
-    let mut each = |steps: &mut dyn StagedSteps, _: Option<i64>| hand_over(steps, false);
-    let read = capture::read_captures(paths, &mut |pkt| {
-        span.see(Timestamp(pkt.ts_nanos));
-        progress.packet(pkt.data.len());
-        let before = flows.sent.len();
-        flows.packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data);
-        if flows.sent.len() > before {
-            flows.merge_ready(false, &mut each);
-        }
-    });
-    if read.is_ok() {
-        flows.finish(&mut each);
-    } else {
-        flows.close(&mut each);
-    }
-    hand_over(&mut flows.merged, true);
-    let stats = flows.stats().clone();
-    read.map(|read| ReplayReport { read, stats, span })
 }

@@ -2,7 +2,7 @@
 
 use crate::capture::{self, CaptureError, ReadSummary};
 use crate::fleet::{self, FleetStore};
-use crate::flow_shards::FlowLayer;
+use crate::flow_shards::{FlowLayer, FlowShards};
 use crate::progress::ReplayProgress;
 use crate::sink::summary::TimeSpan;
 use mcptap_core::flow_shard::StagedSteps;
@@ -280,9 +280,8 @@ pub fn replay_split(
 }
 
 /// The flow side of a replay whose session layer runs elsewhere: [`read_staged`] on this
-/// thread, or [`crate::flow_shards::read_flow_sharded`] over flow shards on threads of their
-/// own. `batch` bounds what is staged before a hand-over on this thread (flow shards hand
-/// over every round).
+/// thread, or [`read_flow_sharded`] over flow shards on threads of their own. `batch` bounds
+/// what is staged before a hand-over on this thread (flow shards hand over every round).
 pub(crate) fn read_flows(
     paths: &[String],
     flows: FlowLayer,
@@ -296,9 +295,7 @@ pub(crate) fn read_flows(
             shards,
             limits,
             usage,
-        } => crate::flow_shards::read_flow_sharded(
-            paths, shards, &limits, usage, progress, hand_over,
-        ),
+        } => read_flow_sharded(paths, shards, &limits, usage, progress, hand_over),
     }
 }
 
@@ -394,4 +391,36 @@ pub fn replay_collect_with(
     let mut all = Vec::new();
     let report = replay(paths, limits, analysis, &mut |o| all.push(o.clone()))?;
     Ok((all, report))
+}
+
+/// [`read_staged`] with the flow layer sharded by connection ([`FlowShards`]): reads `paths`,
+/// runs each packet through its connection's shard and calls
+/// `hand_over(steps, false)` with each merged round, then `hand_over(steps, true)` once, after
+/// the finish. As the whole pipeline, an input that cannot be read ends without the finish.
+fn read_flow_sharded(
+    paths: &[String],
+    shards: Vec<Pipeline>,
+    limits: &Limits,
+    usage: Arc<SharedUsage>,
+    progress: &mut ReplayProgress,
+    hand_over: &mut dyn FnMut(&mut dyn StagedSteps, bool),
+) -> Result<ReplayReport, CaptureError> {
+    let mut flows = FlowShards::spawn(shards, limits, usage, "flows");
+    let mut span = TimeSpan::default();
+    let mut each = |steps: &mut dyn StagedSteps, _: Option<i64>| hand_over(steps, false);
+    let read = capture::read_captures(paths, &mut |pkt| {
+        span.see(Timestamp(pkt.ts_nanos));
+        progress.packet(pkt.data.len());
+        if flows.packet(Timestamp(pkt.ts_nanos), pkt.linktype, pkt.data) {
+            flows.merge_ready(false, &mut each);
+        }
+    });
+    if read.is_ok() {
+        flows.finish(&mut each);
+    } else {
+        flows.close(&mut each);
+    }
+    hand_over(flows.merged(), true);
+    let stats = flows.stats().clone();
+    read.map(|read| ReplayReport { read, stats, span })
 }

@@ -14,41 +14,10 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::decode;
+pub use crate::flow_unit::{FlowPhase, FlowUnit, PacketAt};
 use crate::model::{Output, Timestamp};
 use crate::pipeline::{Limits, PacketClock, Pipeline, SessionInput, Staged};
 use crate::usage::SharedUsage;
-
-/// Where one packet stands in the whole input: its number (from 1), its own time and the
-/// packet clock after it (which a shard's flows use, as one pipeline's do).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PacketAt {
-    pub seq: u64,
-    pub ts: Timestamp,
-    pub now: Timestamp,
-}
-
-/// What part of one pipeline's work a unit of staged steps is, in that pipeline's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum FlowPhase {
-    /// The clock's telemetry as the packet arrived (a jump).
-    Clock,
-    /// The packet itself.
-    Packet,
-    /// A sweep after the packet (or the end of the input): an idle or ended flow removed.
-    Idle,
-    /// A sweep after the packet: a flow's held segments released.
-    Held,
-    /// The session layer's sweep (or end), after every flow's.
-    Sessions,
-}
-
-/// A unit of staged steps: its place in one pipeline's order is this key's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FlowUnit {
-    pub seq: u64,
-    pub phase: FlowPhase,
-    pub flow: u64,
-}
 
 /// The steps one shard (or the dispatcher) staged in a round, and where each unit ends.
 #[derive(Debug, Default)]
@@ -60,6 +29,24 @@ pub struct FlowRound {
 impl FlowRound {
     pub fn is_empty(&self) -> bool {
         self.staged.is_empty()
+    }
+}
+
+impl Pipeline {
+    /// Flow shard: the steps staged since the last call, with the marks of their units;
+    /// `spare` (emptied) is reused.
+    pub fn take_flow_round(&mut self, spare: FlowRound) -> FlowRound {
+        let FlowRound {
+            mut staged,
+            mut marks,
+        } = spare;
+        staged.clear();
+        marks.clear();
+        self.swap_flow_marks(&mut marks);
+        FlowRound {
+            staged: self.take_staged(staged),
+            marks,
+        }
     }
 }
 

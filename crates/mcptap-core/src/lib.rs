@@ -13,6 +13,7 @@
 pub mod decode;
 pub mod detect;
 pub mod flow_shard;
+pub mod flow_unit;
 pub mod http;
 pub mod jsonrpc;
 pub mod limits;

@@ -5,7 +5,7 @@
 
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
 use crate::detect::{Detectors, ModeTracker};
-use crate::flow_shard::{FlowPhase, FlowRound, FlowUnit, PacketAt};
+use crate::flow_unit::{FlowPhase, FlowUnit, PacketAt};
 use crate::http::{BodyEnd, Connection, HttpEvent};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
@@ -1435,19 +1435,9 @@ impl Pipeline {
         self.remove_all(Some(u64::MAX), out);
     }
 
-    /// Flow shard: the steps staged since the last call, with the marks of their units.
-    pub fn take_flow_round(&mut self, spare: FlowRound) -> FlowRound {
-        let FlowRound {
-            mut staged,
-            mut marks,
-        } = spare;
-        staged.clear();
-        marks.clear();
-        std::mem::swap(&mut marks, &mut self.flow_marks);
-        FlowRound {
-            staged: self.take_staged(staged),
-            marks,
-        }
+    /// Flow shard: the marks of the units staged since the last call, for `marks` (empty).
+    pub(crate) fn swap_flow_marks(&mut self, marks: &mut Vec<(usize, FlowUnit)>) {
+        std::mem::swap(marks, &mut self.flow_marks);
     }
 
     /// Every flow ends with the input, in id order.
