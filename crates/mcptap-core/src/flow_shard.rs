@@ -296,7 +296,7 @@ mod tests {
         FlowUnit { seq, phase, flow }
     }
 
-    fn tagged(tags: &[u64]) -> Vec<Staged> {
+    fn tagged(tags: &[i64]) -> Vec<Staged> {
         tags.iter()
             .map(|&t| {
                 Staged::Output(Output::Telemetry(Telemetry::ClockJump {
@@ -307,14 +307,14 @@ mod tests {
             .collect()
     }
 
-    fn tags(steps: &[Staged]) -> Vec<u64> {
+    fn tags(steps: &[Staged]) -> Vec<i64> {
         steps
             .iter()
             .map(|s| match s {
                 Staged::Output(Output::Telemetry(Telemetry::ClockJump { ahead_ns, .. })) => {
                     *ahead_ns
                 }
-                _ => u64::MAX,
+                _ => i64::MAX,
             })
             .collect()
     }

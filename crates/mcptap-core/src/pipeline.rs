@@ -633,7 +633,7 @@ impl Pipeline {
 
     /// [`Pipeline::split_shards`] with the flow layer in `flow_shards` pipelines too (at least
     /// one), each fed its flows' packets by a [`crate::flow_shard::FlowDispatcher`] and merged
-    /// back into one pipeline's staged steps by [`crate::flow_shard::merge_round`].
+    /// back into one pipeline's staged steps by [`crate::flow_shard::merge_rounds`].
     pub fn split_flows(
         limits: Limits,
         analysis: impl Into<Analysis>,
@@ -1388,7 +1388,7 @@ impl Pipeline {
     }
 
     /// Flow shard: the outputs so far are one unit (`phase` of flow `flow`, at packet `seq`)
-    /// for [`crate::flow_shard::merge_round`]. A whole pipeline (`seq` is `None`) marks nothing.
+    /// for [`crate::flow_shard::merge_rounds`]. A whole pipeline (`seq` is `None`) marks nothing.
     #[inline]
     fn end_unit(&mut self, seq: Option<u64>, phase: FlowPhase, flow: u64, out: &mut Vec<Output>) {
         let (Some(seq), Some(staged)) = (seq, self.staged.as_mut()) else {
