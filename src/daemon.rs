@@ -964,8 +964,11 @@ pub fn replay_through_workers(
     events: Option<&str>,
 ) -> Result<WorkerReplay, String> {
     let file = match events {
+        // A new file, as `replay --events` writes (`run` appends: a restart keeps the day's).
         Some(path) => Some(
-            EventFile::open(path).map_err(|e| format!("{path}: cannot open events file: {e}"))?,
+            std::fs::File::create(path)
+                .and_then(|_| EventFile::open(path))
+                .map_err(|e| format!("{path}: cannot open events file: {e}"))?,
         ),
         None => None,
     };

@@ -553,7 +553,7 @@ fn run_main() -> ExitCode {
                 (Ok(limits), Some(threads)) => replay_through_workers(
                     &files,
                     events.as_deref(),
-                    fail_on_alert,
+                    (fail_on_alert, quiet),
                     (limits, detectors),
                     (
                         threads,
@@ -885,7 +885,7 @@ fn replay(
 fn replay_through_workers(
     files: &[String],
     events: Option<&str>,
-    fail_on_alert: bool,
+    (fail_on_alert, quiet): (bool, bool),
     (limits, detectors): (Limits, mcptap_core::pipeline::Analysis),
     (threads, layout): (usize, mcptap::daemon::WorkerLayout),
     servers: &[std::net::SocketAddr],
@@ -907,7 +907,9 @@ fn replay_through_workers(
             }
             let mut summary = r.summary;
             summary.capture_bytes_skipped = r.read.skipped_bytes();
-            say!("{}", summary.render(&r.stats, started.elapsed()));
+            if !quiet {
+                say!("{}", summary.render(&r.stats, started.elapsed()));
+            }
             if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)
             } else {

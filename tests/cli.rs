@@ -781,3 +781,32 @@ fn gzipped_events_files_are_read_and_gzipped_captures_refused_clearly() {
         stderr_of(&refused)
     );
 }
+
+/// The worker path writes its events file anew, as `replay --events` does (it appended: a
+/// second run doubled the file), and `--quiet` leaves its summary out.
+#[test]
+fn worker_replay_writes_a_new_events_file_and_keeps_quiet() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let events = dir.path().join("e.ndjson");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/incident.pcap");
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let out = bin()
+            .args(["replay", "--quiet", "--worker-threads", "1", "--events"])
+            .arg(&events)
+            .arg(fixture)
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("mcptap summary"), "{stderr}");
+        lines.push(
+            std::fs::read_to_string(&events)
+                .expect("events")
+                .lines()
+                .count(),
+        );
+    }
+    assert!(lines[0] > 5, "{lines:?}");
+    assert_eq!(lines[0], lines[1]);
+}
