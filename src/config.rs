@@ -65,7 +65,7 @@ pub struct CaptureConfig {
     pub flow_threads: usize,
     /// With `split_stages`: each worker's session layer (MCP state, detection) sharded by
     /// client over this many threads, the outputs merged back in one worker's order. 1 = one
-    /// session thread. Not with `state.snapshot_file` yet.
+    /// session thread.
     pub session_threads: usize,
 }
 
@@ -230,12 +230,6 @@ impl Config {
         }
         if self.capture.session_threads == 0 {
             return Err("capture.session_threads must be at least 1".into());
-        }
-        if self.capture.session_threads > 1 && self.state.snapshot_file.is_some() {
-            return Err(
-                "capture.session_threads above 1 does not work with state.snapshot_file yet (the snapshot of sharded sessions is not built)"
-                    .into(),
-            );
         }
         if self.metrics.max_servers == 0 {
             return Err("metrics.max_servers must be at least 1".into());

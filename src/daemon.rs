@@ -215,8 +215,7 @@ impl Stages {
             Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
                 sessions.export_state()
             }
-            // Not with a snapshot file (the configuration refuses it): nothing to export.
-            Stages::Sharded { .. } => Snapshot::default(),
+            Stages::Sharded { sessions, .. } => sessions.export_state(),
         }
     }
 
@@ -231,7 +230,7 @@ impl Stages {
             Stages::Split { sessions, .. } | Stages::FlowSharded { sessions, .. } => {
                 sessions.import_state(snap, now, outputs)
             }
-            Stages::Sharded { .. } => ImportReport::default(),
+            Stages::Sharded { sessions, .. } => sessions.import_state(snap, now, outputs),
         }
     }
 
@@ -801,7 +800,7 @@ impl WorkerPool {
             senders.push(queue);
             // Split stages unless fleet mode (its store answers go to a whole pipeline).
             let split = self.split && self.fleet.is_none();
-            let stages = if split && self.session_threads > 1 && self.snapshots.is_none() {
+            let stages = if split && self.session_threads > 1 {
                 let (mut shards, stages) = Pipeline::split_flows(
                     self.limits,
                     self.analysis.clone(),

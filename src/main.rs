@@ -222,7 +222,7 @@ struct RunArgs {
     #[arg(long, value_name = "F")]
     flow_threads: Option<usize>,
     /// Each worker's session layer sharded by client over S threads, the events merged back
-    /// in one worker's order; not with a snapshot file yet [default: 1].
+    /// in one worker's order [default: 1].
     #[arg(long, value_name = "S")]
     session_threads: Option<usize>,
     /// Metrics endpoint address [default: 127.0.0.1:9917].

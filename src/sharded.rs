@@ -14,14 +14,16 @@ use std::time::Duration;
 use mcptap_core::detect::ModeTracker;
 use mcptap_core::flow_shard::StagedSteps;
 use mcptap_core::mcp::session::{Session, SessionKey};
+use mcptap_core::mcp::snapshot::ImportReport;
 use mcptap_core::mcp::{GroupKey, ServerScope};
 use mcptap_core::model::{Output, Timestamp};
 use mcptap_core::pipeline::{Analysis, Limits, SessionInput, SessionStage, Staged};
-use mcptap_core::shard::{BroadcastPart, Route, ShardRouter, broadcast_order};
+use mcptap_core::shard::{BroadcastPart, Route, ShardRouter, broadcast_order, merge_exports};
 
 use crate::capture::CaptureError;
 use crate::progress::ReplayProgress;
 use crate::replay::{ReplayReport, read_flows, split_layers};
+use crate::state::Snapshot;
 
 /// A shard's promise once it is gone: it accesses nothing any more.
 const GONE: u64 = u64::MAX;
@@ -140,6 +142,21 @@ struct ShardBatch {
     end: u64,
 }
 
+/// What a shard is given to do, in order.
+enum ShardJob {
+    Round(ShardBatch),
+    /// Its lasting state, once every round before is done.
+    Export(SyncSender<Snapshot>),
+    /// Loads its own share of a snapshot and the share every shard loads (of which only
+    /// shard 0 reports what it did and its outputs: the others load the same).
+    Import {
+        own: Box<Snapshot>,
+        every: Box<Snapshot>,
+        now: Timestamp,
+        reply: SyncSender<(ImportReport, Vec<Output>)>,
+    },
+}
+
 /// A shard's outputs of one round: where each input's end, and the marks of its broadcast
 /// inputs' units.
 #[derive(Default)]
@@ -155,14 +172,15 @@ enum Step {
     Input(Route),
 }
 
-/// Runs shard `me`: its batches in order, each input at its position.
+/// Runs shard `me`: its jobs in order, each input at its position. The stage comes back at
+/// the end (a final snapshot).
 fn run_shard(
     mut stage: SessionStage,
     me: usize,
     progress: Arc<Progress>,
-    batches: Receiver<ShardBatch>,
+    jobs: Receiver<ShardJob>,
     done: Sender<(usize, ShardDone)>,
-) {
+) -> SessionStage {
     // Whatever ends this thread, the other shards no longer wait for it.
     struct Gone(Arc<Progress>, usize);
     impl Drop for Gone {
@@ -171,7 +189,31 @@ fn run_shard(
         }
     }
     let _gone = Gone(Arc::clone(&progress), me);
-    for batch in batches {
+    for job in jobs {
+        let batch = match job {
+            ShardJob::Round(batch) => batch,
+            ShardJob::Export(reply) => {
+                let _ = reply.send(stage.export_state());
+                continue;
+            }
+            ShardJob::Import {
+                own,
+                every,
+                now,
+                reply,
+            } => {
+                let mut out = Vec::new();
+                let mut report = stage.import_state(*own, now, &mut out);
+                let mut replicas = Vec::new();
+                let copied = stage.import_state(*every, now, &mut replicas);
+                if me == 0 {
+                    out.append(&mut replicas);
+                    report = add_reports(report, copied);
+                }
+                let _ = reply.send((report, out));
+                continue;
+            }
+        };
         let mut round = ShardDone {
             outputs: Vec::with_capacity(batch.inputs.len()),
             ends: Vec::with_capacity(batch.inputs.len()),
@@ -186,8 +228,18 @@ fn run_shard(
         progress.promise(me, batch.end);
         stage.publish_usage();
         if done.send((me, round)).is_err() {
-            return; // the flow thread is gone
+            break; // the flow thread is gone
         }
+    }
+    stage
+}
+
+fn add_reports(a: ImportReport, b: ImportReport) -> ImportReport {
+    ImportReport {
+        sessions: a.sessions + b.sessions,
+        ended: a.ended + b.ended,
+        expired: a.expired + b.expired,
+        refused: a.refused + b.refused,
     }
 }
 
@@ -295,13 +347,15 @@ struct SentRound {
 pub struct SessionShards {
     router: ShardRouter,
     /// `None` once closed: the shards end once they have answered every round.
-    to_shards: Option<Vec<SyncSender<ShardBatch>>>,
+    to_shards: Option<Vec<SyncSender<ShardJob>>>,
     /// Input position of the latest routed input.
     position: u64,
     waiting_rounds: VecDeque<SentRound>,
     results: Vec<ShardResults>,
     done: Receiver<(usize, ShardDone)>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<SessionStage>>,
+    /// The shards' stages once their threads ended (for a final snapshot).
+    closed: Vec<SessionStage>,
     /// A shard's thread is gone (it panicked): the join at the close says why.
     shards_gone: bool,
 }
@@ -317,7 +371,7 @@ impl SessionShards {
     ) -> std::io::Result<SessionShards> {
         let shared = Arc::new(Progress::new(stages.len()));
         let (done_tx, done_rx) = channel::<(usize, ShardDone)>();
-        let mut to_shards: Vec<SyncSender<ShardBatch>> = Vec::new();
+        let mut to_shards: Vec<SyncSender<ShardJob>> = Vec::new();
         let mut threads = Vec::new();
         let shards = stages.len();
         for (me, mut stage) in stages.into_iter().enumerate() {
@@ -325,7 +379,7 @@ impl SessionShards {
                 progress: Arc::clone(&shared),
                 me,
             }));
-            let (tx, rx) = sync_channel::<ShardBatch>(QUEUE_ROUNDS);
+            let (tx, rx) = sync_channel::<ShardJob>(QUEUE_ROUNDS);
             let done_tx = done_tx.clone();
             let shared = Arc::clone(&shared);
             let thread = std::thread::Builder::new()
@@ -342,6 +396,7 @@ impl SessionShards {
             results: (0..shards).map(|_| ShardResults::default()).collect(),
             done: done_rx,
             threads,
+            closed: Vec::new(),
             shards_gone: false,
         })
     }
@@ -384,7 +439,9 @@ impl SessionShards {
         }
         let end = self.position + 1;
         for (tx, inputs) in to_shards.iter().zip(batches) {
-            self.shards_gone |= tx.send(ShardBatch { inputs, end }).is_err();
+            self.shards_gone |= tx
+                .send(ShardJob::Round(ShardBatch { inputs, end }))
+                .is_err();
         }
         self.waiting_rounds.push_back(SentRound { steps, up_to });
     }
@@ -430,11 +487,7 @@ impl SessionShards {
                     if self.to_shards.is_some() && self.threads.iter().any(|t| t.is_finished()) {
                         self.to_shards = None;
                         self.shards_gone = true;
-                        for t in self.threads.drain(..) {
-                            if let Err(panic) = t.join() {
-                                std::panic::resume_unwind(panic);
-                            }
-                        }
+                        self.join();
                         return None;
                     }
                 }
@@ -447,11 +500,78 @@ impl SessionShards {
     pub fn close(&mut self, on_output: &mut dyn FnMut(&Output)) {
         self.to_shards = None;
         self.deliver_ready(true, on_output);
+        self.join();
+    }
+
+    /// Joins the threads, keeping their stages (a panic in one goes on here).
+    fn join(&mut self) {
         for t in self.threads.drain(..) {
-            if let Err(panic) = t.join() {
-                std::panic::resume_unwind(panic);
+            match t.join() {
+                Ok(stage) => self.closed.push(stage),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
         }
+    }
+
+    /// The lasting state of every shard as one worker's ([`merge_exports`]), once every round
+    /// sent so far is done (each shard takes its jobs in order).
+    pub fn export_state(&mut self) -> Snapshot {
+        let parts = match &self.to_shards {
+            Some(to_shards) if !self.shards_gone => {
+                let mut replies = Vec::new();
+                for tx in to_shards {
+                    let (reply, answer) = sync_channel(1);
+                    self.shards_gone |= tx.send(ShardJob::Export(reply)).is_err();
+                    replies.push(answer);
+                }
+                let parts: Vec<Snapshot> = replies.iter().filter_map(|r| r.recv().ok()).collect();
+                if parts.len() == replies.len() {
+                    parts
+                } else {
+                    // A shard is gone (it panicked): the join says why.
+                    self.to_shards = None;
+                    self.shards_gone = true;
+                    self.join();
+                    return Snapshot::default();
+                }
+            }
+            _ => self.closed.iter().map(SessionStage::export_state).collect(),
+        };
+        merge_exports(parts)
+    }
+
+    /// Loads a snapshot at time `now`: each record into the shard its requests go to
+    /// ([`ShardRouter::split_snapshot`]). Call it before the first round.
+    pub fn import_state(
+        &mut self,
+        snap: Snapshot,
+        now: Timestamp,
+        outputs: &mut Vec<Output>,
+    ) -> ImportReport {
+        let Some(to_shards) = &self.to_shards else {
+            return ImportReport::default();
+        };
+        let shares = self.router.split_snapshot(snap, outputs);
+        let mut replies = Vec::new();
+        for (tx, own) in to_shards.iter().zip(shares.own) {
+            let (reply, answer) = sync_channel(1);
+            let job = ShardJob::Import {
+                own: Box::new(own),
+                every: Box::new(shares.every.clone()),
+                now,
+                reply,
+            };
+            self.shards_gone |= tx.send(job).is_err();
+            replies.push(answer);
+        }
+        let mut report = ImportReport::default();
+        for answer in replies {
+            if let Ok((r, mut out)) = answer.recv() {
+                report = add_reports(report, r);
+                outputs.append(&mut out);
+            }
+        }
+        report
     }
 }
 
@@ -484,6 +604,17 @@ pub fn replay_sharded(
             &mut |o, _| on_output(o),
         );
     };
+    run_shards(paths, flows, &mut sessions, progress, on_output)
+}
+
+/// Reads `paths` through `flows` into `sessions` and closes them.
+fn run_shards(
+    paths: &[String],
+    flows: crate::flow_shards::FlowLayer,
+    sessions: &mut SessionShards,
+    progress: &mut ReplayProgress,
+    on_output: &mut dyn FnMut(&Output),
+) -> Result<ReplayReport, CaptureError> {
     let report = read_flows(
         paths,
         flows,
@@ -498,4 +629,36 @@ pub fn replay_sharded(
     );
     sessions.close(on_output);
     report
+}
+
+/// What loading a snapshot did, and its outputs.
+pub type Loaded = (ImportReport, Vec<Output>);
+
+/// [`replay_sharded`] as `run` with a snapshot file sees its input: `initial` loaded at its
+/// time before the first packet (what the load did, and its outputs, are returned with the
+/// snapshot of the end). Fails only when the shards' threads cannot start.
+pub fn replay_sharded_from(
+    paths: &[String],
+    limits: Limits,
+    analysis: Analysis,
+    (flow_threads, shards): (usize, usize),
+    initial: Option<(Snapshot, Timestamp)>,
+    on_output: &mut dyn FnMut(&Output),
+) -> std::io::Result<(Result<ReplayReport, CaptureError>, Loaded, Snapshot)> {
+    let shards = shards.max(1);
+    let router = ShardRouter::new(shards, &limits, analysis.identities.clone());
+    let (flows, stages) = split_layers(limits, analysis, flow_threads, shards);
+    let mut sessions = SessionShards::spawn(stages, router, "sessions")?;
+    let mut loaded = (ImportReport::default(), Vec::new());
+    if let Some((snap, now)) = initial {
+        loaded.0 = sessions.import_state(snap, now, &mut loaded.1);
+    }
+    let report = run_shards(
+        paths,
+        flows,
+        &mut sessions,
+        &mut ReplayProgress::hidden(),
+        on_output,
+    );
+    Ok((report, loaded, sessions.export_state()))
 }

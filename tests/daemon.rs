@@ -75,10 +75,6 @@ fn absurd_settings_are_refused_before_run() {
             "capture.session_threads",
         ),
         (
-            "[capture]\nsession_threads = 2\n[state]\nsnapshot_file = \"/tmp/x\"\n",
-            "capture.session_threads",
-        ),
-        (
             "[metrics]\nmax_connections = 0\n",
             "metrics.max_connections",
         ),
@@ -543,7 +539,11 @@ fn socket2_free_connect(
     s
 }
 
-fn start_daemon(filter: &str, snapshot: &std::path::Path) -> (std::process::Child, u16) {
+fn start_daemon_with(
+    filter: &str,
+    snapshot: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, u16) {
     let port = free_port();
     let child = bin()
         .args([
@@ -560,6 +560,7 @@ fn start_daemon(filter: &str, snapshot: &std::path::Path) -> (std::process::Chil
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -589,14 +590,32 @@ fn stop_daemon(child: std::process::Child) -> (String, String) {
 /// re-initialize still raises both alerts, from the snapshot file.
 #[test]
 fn a_restart_between_the_handshakes_keeps_the_baseline_through_the_snapshot() {
+    restart_between_the_handshakes(&[], &[], "127.0.0.4");
+}
+
+/// The same with session shards: three before the restart, two after (the snapshot's
+/// records go to the shards their requests go to).
+#[test]
+fn a_restart_of_session_shards_keeps_the_baseline_through_the_snapshot() {
+    restart_between_the_handshakes(
+        &["--session-threads", "3"],
+        &["--session-threads", "2"],
+        "127.0.0.6",
+    );
+}
+
+fn restart_between_the_handshakes(before: &[&str], after: &[&str], server_ip: &str) {
     use mcptap_testkit::mcp::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
     if !is_root() {
         return;
     }
-    let server = std::net::TcpListener::bind("127.0.0.4:0").expect("bind server");
+    let server = std::net::TcpListener::bind(format!("{server_ip}:0")).expect("bind server");
     let server_port = server.local_addr().expect("addr").port();
-    let filter = format!("tcp and host 127.0.0.4 and port {server_port}");
-    let dir = std::env::temp_dir().join(format!("mcptap-snapshot-{}", std::process::id()));
+    let filter = format!("tcp and host {server_ip} and port {server_port}");
+    let dir = std::env::temp_dir().join(format!(
+        "mcptap-snapshot-{}-{server_ip}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("dir");
     let snapshot = dir.join("state.json");
     let _ = std::fs::remove_file(&snapshot);
@@ -613,14 +632,14 @@ fn a_restart_between_the_handshakes_keeps_the_baseline_through_the_snapshot() {
         .delete();
     let second = talk.take_writes();
 
-    let (a, _) = start_daemon(&filter, &snapshot);
+    let (a, _) = start_daemon_with(&filter, &snapshot, before);
     play_connection(&server, "127.0.0.5:0".parse().expect("addr"), first);
     let (out_a, err_a) = stop_daemon(a);
     assert!(!out_a.contains(r#""event":"alert""#), "{out_a}");
     let text = std::fs::read_to_string(&snapshot).unwrap_or_else(|e| panic!("{e}: {err_a}"));
     assert!(text.contains("restart-s1"), "{text}");
 
-    let (b, port_b) = start_daemon(&filter, &snapshot);
+    let (b, port_b) = start_daemon_with(&filter, &snapshot, after);
     play_connection(&server, "127.0.0.5:0".parse().expect("addr"), second);
     let metrics = http_get(port_b, "/metrics").expect("metrics");
     assert!(

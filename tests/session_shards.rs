@@ -432,3 +432,237 @@ fn a_servers_tools_and_discover_result_are_shared_by_the_shards() {
     let alone = sharded(&path, Limits::default(), 4, false);
     assert!(mismatches(&alone.outputs) < 8);
 }
+
+/// A capture in two parts, as `run` sees it across a restart: the first part's sessions
+/// (streamed, one ended by DELETE per client of a second kind) and a stateless server whose
+/// tools stream; then, after the restart, the narrowed re-`initialize`s on the same sessions,
+/// new sessions of the clients whose sessions ended, and a stateless answer in plain JSON.
+fn restart_captures(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Timestamp) {
+    use kit::{Answer, Conversation, FULL_CLIENT_CAPS, NARROWED_CLIENT_CAPS};
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let stateless = Endpoint::new([10, 0, 0, 2], 8080);
+    let who = Client {
+        host: "mcp.internal:8080",
+        name: "agent",
+        version: "1.0",
+    };
+    let stateless_call = |sse: bool, id: u64| {
+        let call = kit::tools_call_request(id, "search", "{}");
+        vec![
+            AppWrite::client(who.post(&call, None)),
+            AppWrite::server(modern::answer(sse, &kit::tool_result(id, "found"))),
+        ]
+    };
+    let mut sim = Sim::new(13).with_step(300_000);
+    let mut reinit: Vec<Conversation> = Vec::new();
+    let mut conns = Vec::new();
+    for i in 0..16u8 {
+        let mut talk = Conversation::new(&format!("s-{i}"));
+        talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+            .initialized()
+            .tools_call("one", Answer::Sse);
+        conns.push(sim.connect(client(i), server, talk.take_writes()));
+        reinit.push(talk);
+    }
+    for i in 16..24u8 {
+        let mut talk = Conversation::new(&format!("p-{i}"));
+        talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+            .initialized()
+            .tools_call("one", Answer::Sse)
+            .delete();
+        conns.push(
+            sim.connect(client(i), server, talk.take_writes())
+                .server_closes(),
+        );
+    }
+    for i in 24..32u8 {
+        let init = kit::initialize_request(1, FULL_CLIENT_CAPS, who.name, who.version);
+        let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
+        let mut writes = vec![
+            AppWrite::client(who.post(&init, None)),
+            AppWrite::server(modern::answer(false, &result)),
+        ];
+        writes.extend(stateless_call(true, 2));
+        conns.push(sim.connect(client(i), stateless, writes).server_closes());
+    }
+    sim.run(conns);
+    let cut = sim.frames().len();
+    let restart_at = Timestamp(sim.now());
+    sim.advance(2_000_000_000);
+    let mut conns = Vec::new();
+    for (i, talk) in (0..16u8).zip(&mut reinit) {
+        talk.reinitialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Sse)
+            .initialized()
+            .tools_call("two", Answer::Json)
+            .delete();
+        let again = Endpoint::new([10, 2, i / 50, i % 50], 50000 + u16::from(i));
+        conns.push(
+            sim.connect(again, server, talk.take_writes())
+                .server_closes(),
+        );
+    }
+    for i in 16..24u8 {
+        let mut talk = Conversation::new(&format!("q-{i}"));
+        talk.initialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Json)
+            .initialized()
+            .tools_call("two", Answer::Json);
+        let again = Endpoint::new([10, 2, i / 50, i % 50], 50000 + u16::from(i));
+        conns.push(
+            sim.connect(again, server, talk.take_writes())
+                .server_closes(),
+        );
+    }
+    for i in 24..32u8 {
+        // Half of them handshake again, narrowed: against the lineage's first handshake.
+        let mut writes = Vec::new();
+        if i % 2 == 0 {
+            let init = kit::initialize_request(3, NARROWED_CLIENT_CAPS, who.name, who.version);
+            let result = kit::initialize_result(3, r#"{"streaming":false}"#, "stateless");
+            writes.push(AppWrite::client(who.post(&init, None)));
+            writes.push(AppWrite::server(modern::answer(false, &result)));
+        }
+        writes.extend(stateless_call(false, 4));
+        let again = Endpoint::new([10, 2, i / 50, i % 50], 50000 + u16::from(i));
+        conns.push(sim.connect(again, stateless, writes).server_closes());
+    }
+    sim.run(conns);
+    let (before, after) = sim.frames().split_at(cut);
+    let first = dir.join("before.pcap");
+    let second = dir.join("after.pcap");
+    std::fs::write(&first, mcptap_testkit::pcap_bytes(sim.linktype(), before)).expect("write");
+    std::fs::write(&second, mcptap_testkit::pcap_bytes(sim.linktype(), after)).expect("write");
+    (first, second, restart_at)
+}
+
+type Snapshot = mcptap::state::Snapshot;
+
+/// One pipeline over `path`, loading `initial` first: its outputs, what it loaded, and the
+/// snapshot of the end.
+fn whole_from(
+    path: &Path,
+    initial: Option<(Snapshot, Timestamp)>,
+) -> (
+    Vec<Output>,
+    mcptap_core::mcp::snapshot::ImportReport,
+    Snapshot,
+) {
+    let mut pipeline = Pipeline::new(Limits::default());
+    let mut out = Vec::new();
+    let mut loaded = Default::default();
+    if let Some((snap, now)) = initial {
+        loaded = pipeline.import_state(snap, now, &mut Vec::new());
+    }
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    mcptap::capture::read_captures(&paths, &mut |p| {
+        pipeline.handle_packet(Timestamp(p.ts_nanos), p.linktype, p.data, &mut out)
+    })
+    .expect("read");
+    pipeline.finish(&mut out);
+    let state = pipeline.export_state();
+    (out, loaded, state)
+}
+
+/// The same through `shards` session shards on threads (the import's own outputs, telemetry
+/// in shard order, left out).
+fn sharded_from(
+    path: &Path,
+    shards: usize,
+    initial: Option<(Snapshot, Timestamp)>,
+) -> (
+    Vec<Output>,
+    mcptap_core::mcp::snapshot::ImportReport,
+    Snapshot,
+) {
+    let paths = [path.to_str().expect("utf-8").to_string()];
+    let mut out = Vec::new();
+    let (report, (loaded, _), state) = mcptap::sharded::replay_sharded_from(
+        &paths,
+        Limits::default(),
+        Analysis::default(),
+        (0, shards),
+        initial,
+        &mut |o| out.push(o.clone()),
+    )
+    .expect("threads");
+    report.expect("read");
+    (out, loaded, state)
+}
+
+/// A snapshot as comparable text: entries in key order, ended sessions' records sorted.
+fn snapshot_text(snap: &Snapshot) -> (String, Vec<String>) {
+    let sessions = serde_json::to_string(&snap.sessions).expect("json");
+    let mut ended: Vec<String> = snap
+        .ended
+        .iter()
+        .map(|e| serde_json::to_string(e).expect("json"))
+        .collect();
+    ended.sort();
+    (sessions, ended)
+}
+
+/// `run` with session shards keeps its state across a restart as one worker does: a
+/// snapshot written by N shards (or one worker) and loaded by M shards (or one worker) gives
+/// the second part one worker's events, in its order, and the same snapshot at the end. The
+/// incident's re-`initialize` on the same session alerts against the baseline from before the
+/// restart, a client's next session names its predecessor, and a stateless endpoint's mode
+/// is known to every shard.
+#[test]
+fn a_snapshot_of_session_shards_continues_in_any_shard_count() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (first, second, restart_at) = restart_captures(dir.path());
+    let (_, _, state) = whole_from(&first, None);
+    assert!(state.sessions.len() >= 24, "{}", state.sessions.len());
+    let (want, want_loaded, want_end) = whole_from(&second, Some((state.clone(), restart_at)));
+    let kinds = alerts(&want);
+    assert!(
+        kinds.iter().filter(|k| k.contains("Narrowing")).count() >= 16,
+        "{kinds:?}"
+    );
+    assert!(kinds.iter().any(|k| k.contains("Divergence")), "{kinds:?}");
+    let predecessors = want
+        .iter()
+        .filter(|o| {
+            matches!(o, Output::Event(Event::Handshake(h)) if h.predecessor_session_id.is_some())
+        })
+        .count();
+    assert_eq!(predecessors, 8, "each q- session names its p- predecessor");
+    let lineage_diffs = want
+        .iter()
+        .filter(|o| {
+            matches!(o, Output::Event(Event::Handshake(h)) if h.session_id.is_none() && h.diff.is_some())
+        })
+        .count();
+    assert_eq!(
+        lineage_diffs, 4,
+        "each stateless re-initialize against its first"
+    );
+    for (before, after) in [(0, 3), (3, 2), (2, 4), (4, 1), (3, 0)] {
+        let what = format!("{before} shards, then {after}");
+        let snap = match before {
+            0 => state.clone(),
+            n => {
+                let (_, _, s) = sharded_from(&first, n, None);
+                assert_eq!(
+                    snapshot_text(&s),
+                    snapshot_text(&state),
+                    "{what}: first export"
+                );
+                s
+            }
+        };
+        let (got, loaded, end) = match after {
+            0 => whole_from(&second, Some((snap, restart_at))),
+            n => sharded_from(&second, n, Some((snap, restart_at))),
+        };
+        assert_eq!(loaded, want_loaded, "{what}: loaded");
+        assert_same(&got, &want, &what);
+        assert_eq!(snapshot_text(&end), snapshot_text(&want_end), "{what}: end");
+    }
+    // A snapshot of an older version says no routes: sessions go by their ids, lineages by
+    // their clients' addresses, ended sessions' records to every shard.
+    let mut old = state.clone();
+    old.sessions.iter_mut().for_each(|e| e.route = None);
+    old.ended.iter_mut().for_each(|e| e.route = None);
+    let (got, _, _) = sharded_from(&second, 3, Some((old, restart_at)));
+    assert_same(&got, &want, "a snapshot without routes, 3 shards");
+}

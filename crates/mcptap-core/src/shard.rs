@@ -10,10 +10,12 @@ use std::ops::Range;
 
 use foldhash::HashMap;
 
-use crate::http::HttpEvent;
+use crate::http::{HttpEvent, RequestHead};
 use crate::mcp::GroupKey;
 use crate::mcp::headers;
-use crate::mcp::identity::Identities;
+use crate::mcp::identity::{Identities, route_bucket};
+use crate::mcp::session::{Scope, scope_of};
+use crate::mcp::snapshot::StateSnapshot;
 use crate::model::{Limit, Output, Telemetry};
 use crate::pipeline::{Limits, SessionInput};
 
@@ -59,6 +61,11 @@ const EXCHANGE_SLACK: usize = 4;
 fn shard_of(shards: usize, what: impl Hash) -> usize {
     let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one(what);
     (hash % shards.max(1) as u64) as usize
+}
+
+/// The shard of a route bucket ([`route_bucket`]): each shard takes a run of buckets.
+pub fn shard_of_bucket(shards: usize, bucket: u16) -> usize {
+    (usize::from(bucket) * shards.max(1)) >> 16
 }
 
 impl ShardRouter {
@@ -107,13 +114,15 @@ impl ShardRouter {
                         .sessions
                         .get(&(ctx.server, Box::from(sid)))
                         .map(|&s| s as usize)
-                        .unwrap_or_else(|| shard_of(self.shards, (ctx.server, sid))),
+                        .unwrap_or_else(|| {
+                            shard_of_bucket(self.shards, route_bucket(ctx.server, sid))
+                        }),
                     None => {
                         let proxied = self.proxied.get(&ctx.flow).copied();
                         let client =
                             self.identities
                                 .client_identity_via(ctx.client.ip(), proxied, head);
-                        shard_of(self.shards, (ctx.server, client))
+                        shard_of_bucket(self.shards, route_bucket(ctx.server, &client))
                     }
                 };
                 let latest = self.exchanges.entry(ctx.flow).or_default();
@@ -150,6 +159,58 @@ impl ShardRouter {
             _ => shard_of(self.shards, ctx.flow),
         };
         Route::One(shard)
+    }
+
+    /// Where the records of a snapshot go when it is loaded into the shards, as
+    /// [`SnapshotShares`]; the router learns the loaded sessions' shards, so that their
+    /// requests follow them. A record that does not say its route (a snapshot of an older
+    /// version) goes where one without a learned route would: a session by its id, a lineage
+    /// by its client's address, an ended session's record to every shard.
+    pub fn split_snapshot<D>(
+        &mut self,
+        snap: StateSnapshot<D>,
+        out: &mut Vec<Output>,
+    ) -> SnapshotShares<D> {
+        let mut own: Vec<StateSnapshot<D>> =
+            (0..self.shards).map(|_| StateSnapshot::default()).collect();
+        let mut every = StateSnapshot::default();
+        for e in snap.sessions {
+            let scope = scope_of(&(e.server, e.key.clone()));
+            let bucket = match scope {
+                Scope::Server | Scope::Endpoint => {
+                    every.sessions.push(e);
+                    continue;
+                }
+                Scope::Session => e.route.unwrap_or_else(|| route_bucket(e.server, &e.key)),
+                Scope::Lineage => e.route.unwrap_or_else(|| {
+                    let client = self.identities.client_identity_via(
+                        e.client.ip(),
+                        None,
+                        &RequestHead::default(),
+                    );
+                    route_bucket(e.server, &client)
+                }),
+            };
+            let shard = shard_of_bucket(self.shards, bucket);
+            if scope == Scope::Session
+                && shard != shard_of_bucket(self.shards, route_bucket(e.server, &e.key))
+            {
+                self.learn_session(e.server, &e.key, shard, out);
+            }
+            if let Some(share) = own.get_mut(shard) {
+                share.sessions.push(e);
+            }
+        }
+        for e in snap.ended {
+            match e
+                .route
+                .and_then(|b| own.get_mut(shard_of_bucket(self.shards, b)))
+            {
+                Some(share) => share.ended.push(e),
+                None => every.ended.push(e),
+            }
+        }
+        SnapshotShares { own, every }
     }
 
     fn exchange(&self, flow: u64, exchange: u64) -> usize {
@@ -193,6 +254,50 @@ impl ShardRouter {
             }));
         }
     }
+}
+
+/// A snapshot split over session shards ([`ShardRouter::split_snapshot`]): each shard's own
+/// records, and those every shard loads (server-scoped entries, which each shard keeps a
+/// replica of, and ended sessions' records that do not say their route).
+#[derive(Debug)]
+pub struct SnapshotShares<D> {
+    pub own: Vec<StateSnapshot<D>>,
+    pub every: StateSnapshot<D>,
+}
+
+/// The shards' exports as one worker's: each entry once, in key order (a server-scoped
+/// entry's replicas, and an entry two shards hold, by the one seen last), ended sessions'
+/// records once, oldest first.
+pub fn merge_exports<D>(parts: Vec<StateSnapshot<D>>) -> StateSnapshot<D> {
+    let mut merged = StateSnapshot::default();
+    for part in parts {
+        merged.sessions.extend(part.sessions);
+        merged.ended.extend(part.ended);
+    }
+    // The latest first within a key, so that dedup keeps it.
+    merged.sessions.sort_by(|a, b| {
+        (a.server, &a.key)
+            .cmp(&(b.server, &b.key))
+            .then((b.last_seen_ns, b.requests).cmp(&(a.last_seen_ns, a.requests)))
+    });
+    merged
+        .sessions
+        .dedup_by(|later, first| later.server == first.server && later.key == first.key);
+    merged.ended.sort_by(|a, b| {
+        (a.ts_ns, a.server, &a.lineage_id, &a.session_id).cmp(&(
+            b.ts_ns,
+            b.server,
+            &b.lineage_id,
+            &b.session_id,
+        ))
+    });
+    merged.ended.dedup_by(|b, a| {
+        a.ts_ns == b.ts_ns
+            && a.server == b.server
+            && a.lineage_id == b.lineage_id
+            && a.session_id == b.session_id
+    });
+    merged
 }
 
 /// One shard's outputs of an input every shard took: their index range in the shard's

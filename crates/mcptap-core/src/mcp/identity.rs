@@ -250,6 +250,16 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
     inner.parse::<IpAddr>().ok().map(canonical)
 }
 
+/// The route bucket of a client of `server` (its client identity) or of a session (its id):
+/// session shards take buckets, not hashes, so that a snapshot can say where each record
+/// belongs whatever the shard count of the run that loads it; 16 bits, so that it is no
+/// stand-in for a redacted address.
+pub fn route_bucket(server: SocketAddr, key: &str) -> u16 {
+    use std::hash::BuildHasher;
+    let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one((server, key));
+    (hash >> 48) as u16
+}
+
 /// The stable short name of a lineage: 16 hex digits of SHA-256 over its parts, so that every
 /// gateway host of a fleet names a lineage alike.
 pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &str) -> String {

@@ -31,6 +31,8 @@ pub struct Ended {
     pub ts: Timestamp,
     pub session_id: String,
     pub baseline: Option<CapsRecord>,
+    /// The ended session's route bucket (see `Session::route`).
+    pub route: Option<u16>,
 }
 
 impl From<super::snapshot::EndedEntry> for Ended {
@@ -39,6 +41,7 @@ impl From<super::snapshot::EndedEntry> for Ended {
             ts: Timestamp(e.ts_ns),
             session_id: e.session_id,
             baseline: e.baseline,
+            route: e.route,
         }
     }
 }
@@ -285,6 +288,7 @@ mod tests {
             ts: Timestamp(ts),
             session_id: sid.to_string(),
             baseline: None,
+            route: None,
         }
     }
 

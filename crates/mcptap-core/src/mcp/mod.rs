@@ -192,6 +192,8 @@ struct ClassifiedRequest {
     client_answers: Vec<(Id, Option<i64>)>,
     /// Set for requests without a session and for `initialize`.
     lineage_id: Option<Box<str>>,
+    /// The client's route bucket, with `lineage_id`.
+    route: Option<u16>,
 }
 
 /// Most sessions indexed by fleet key; beyond, a conflict on an unindexed one is not merged
@@ -392,6 +394,7 @@ struct Concluded<'a> {
     client: SocketAddr,
     era: Era,
     lineage_id: Option<&'a str>,
+    route: Option<u16>,
     session_id: Option<&'a str>,
     method: &'a str,
     tool: Option<&'a str>,
@@ -565,6 +568,7 @@ impl<D: Detector> Tracker<D> {
                 ts_ns: ended.ts.0,
                 session_id: ended.session_id.clone(),
                 baseline: ended.baseline.clone(),
+                route: ended.route,
             });
         }
         snap
@@ -676,6 +680,15 @@ impl<D: Detector> Tracker<D> {
         }
         self.sessions.insert(key.clone(), Session::new(client, ts));
         self.recharge(key, ts, out);
+    }
+
+    /// Gives entry `key` its route bucket, if it has none yet.
+    fn route_entry(&mut self, key: &SessionKey, route: Option<u16>) {
+        if let Some(s) = self.sessions.get_mut(key)
+            && s.route.is_none()
+        {
+            s.route = route;
+        }
     }
 
     /// The era state of entry `key`, allocated on first use.
@@ -1352,6 +1365,7 @@ impl<D: Detector> Tracker<D> {
                 ts_ns: e.ts.0,
                 session_id: e.session_id.clone(),
                 baseline: e.baseline.clone(),
+                route: e.route,
             });
         if entry.is_none() && ended.is_none() {
             return None;
@@ -1448,6 +1462,7 @@ impl<D: Detector> Tracker<D> {
         self.make_room(now, out);
         let mut s = Session::new(e.client, last_seen);
         s.lineage_id = e.lineage_id;
+        s.route = e.route;
         s.era = e.era;
         s.protocol_version = e.protocol_version;
         s.handshakes = e.handshakes;
@@ -1573,6 +1588,7 @@ impl<D: Detector> Tracker<D> {
                 ts_ns: e.ts.0,
                 session_id: e.session_id.clone(),
                 baseline: e.baseline.clone(),
+                route: e.route,
             });
         if entry.is_none() && ended.is_none() {
             return;
@@ -1953,6 +1969,7 @@ impl<D: Detector> Tracker<D> {
     /// The lineage of a request from `ctx` with `head`: `name` is the client's clientInfo
     /// (name, version) if the request names it. Legacy requests that name no client take the
     /// label of their client's latest `initialize`; `remember`: this one is an initialize.
+    /// With it, the client's route bucket.
     fn lineage_of(
         &mut self,
         ctx: FlowCtx,
@@ -1960,7 +1977,7 @@ impl<D: Detector> Tracker<D> {
         name: Option<(&str, Option<&str>)>,
         legacy: bool,
         out: &mut Vec<Output>,
-    ) -> Box<str> {
+    ) -> (Box<str>, u16) {
         let server_ident = self.identities.server_identity(ctx.server, head);
         let proxied = self.proxied.get(&ctx.flow).copied();
         let client_ident = self
@@ -1988,9 +2005,14 @@ impl<D: Detector> Tracker<D> {
             }
             self.publish_lineage_bytes();
         }
-        self.identities
+        let lineage_id = self
+            .identities
             .lineage_id(&server_ident, &client_ident, &label)
-            .into_boxed_str()
+            .into_boxed_str();
+        (
+            lineage_id,
+            identity::route_bucket(ctx.server, &client_ident),
+        )
     }
 
     fn on_request(
@@ -2086,7 +2108,7 @@ impl<D: Detector> Tracker<D> {
             .find(|r| r.method == "initialize")
             .and_then(|r| r.init_params.as_deref())
             .and_then(init_client_name);
-        let lineage_id = if session_id.is_none() || init_name.is_some() {
+        let lineage = if session_id.is_none() || init_name.is_some() {
             let name = match (declaration, &init_name) {
                 (Some(d), _) if d.client_name.is_some() => d
                     .client_name
@@ -2101,12 +2123,14 @@ impl<D: Detector> Tracker<D> {
             // A session's requests: its lineage, looked up with the session.
             None
         };
+        let (lineage_id, route) = lineage.unzip();
         Some(ClassifiedRequest {
             session_id,
             era,
             requests,
             client_answers,
             lineage_id,
+            route,
         })
     }
 
@@ -2126,6 +2150,7 @@ impl<D: Detector> Tracker<D> {
             mut requests,
             client_answers,
             mut lineage_id,
+            mut route,
         } = request;
         for r in &requests {
             out.push(Output::Telemetry(Telemetry::Request {
@@ -2189,6 +2214,9 @@ impl<D: Detector> Tracker<D> {
                 if lineage_id.is_none() {
                     lineage_id = s.lineage_id.clone();
                 }
+                if route.is_none() {
+                    route = s.route;
+                }
                 s.requests += requests.len() as u64;
                 if era == Era::HttpSse {
                     s.era = Era::HttpSse;
@@ -2246,6 +2274,7 @@ impl<D: Detector> Tracker<D> {
             stream: Default::default(),
             era,
             lineage_id,
+            route,
             ends_session: false,
             server_answers,
             charged: 0,
@@ -2281,6 +2310,8 @@ impl<D: Detector> Tracker<D> {
         out: &mut Vec<Output>,
     ) {
         self.ensure(key, ctx.client, ts, true, out);
+        // Its requests name it: a router that has not learned it routes them by the id.
+        self.route_entry(key, Some(identity::route_bucket(key.0, &key.1)));
     }
 
     fn on_response_head(
@@ -2486,6 +2517,9 @@ impl<D: Detector> Tracker<D> {
         self.sse_endpoints.insert(binding, Box::from(sid.as_str()));
         let key = (ctx.server, sid.clone());
         self.ensure(&key, ctx.client, ts, false, out);
+        // Its POSTs name it in the query alone: they go where the stream's client goes.
+        let route = self.transactions.get(here).and_then(|ex| ex.route);
+        self.route_entry(&key, route);
         if let Some(s) = self.sessions.get_mut(&key) {
             s.era = Era::HttpSse;
         }
@@ -2638,6 +2672,7 @@ impl<D: Detector> Tracker<D> {
         let origin = (method == "initialize").then(|| ex.origin());
         let sid = ex.session_id.clone();
         let lineage_id = ex.lineage_id.clone();
+        let route = ex.route;
         let header_pv = headers::request_protocol_version(&ex.head).map(str::to_string);
         let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), header_pv);
         let still_open =
@@ -2699,6 +2734,7 @@ impl<D: Detector> Tracker<D> {
             client,
             era,
             lineage_id: lineage_id.as_deref(),
+            route,
             session_id: sid.as_deref(),
             method: &method,
             tool: tool.as_deref(),
@@ -2723,6 +2759,7 @@ impl<D: Detector> Tracker<D> {
             self.hold_input(
                 ctx.server,
                 lid,
+                route,
                 &method,
                 tool.as_deref(),
                 ts,
@@ -2811,6 +2848,7 @@ impl<D: Detector> Tracker<D> {
         &mut self,
         server: SocketAddr,
         lineage_id: &str,
+        route: Option<u16>,
         method: &str,
         tool: Option<&str>,
         ts: Timestamp,
@@ -2820,6 +2858,7 @@ impl<D: Detector> Tracker<D> {
         let key = session::lineage_key(server, lineage_id);
         let client = exchange.client;
         self.ensure(&key, client, ts, false, out);
+        self.route_entry(&key, route);
         let deadline = Timestamp(ts.0.saturating_add(self.limits.lineage_window_ns));
         let Some(ext) = self.ext_mut(&key) else {
             out.push(Output::Event(Event::Exchange(exchange)));
@@ -2869,6 +2908,7 @@ impl<D: Detector> Tracker<D> {
             && let Some(key) = &lineage_key
         {
             self.ensure(key, c.client, c.ts, false, out);
+            self.route_entry(key, c.route);
             if let Some(decl) = c.facts.and_then(|f| f.declaration.as_ref()) {
                 self.declaration(c, key, decl, &alert_ctx, out, alerts);
             }
@@ -3332,6 +3372,7 @@ impl<D: Detector> Tracker<D> {
         };
         let scope = session::scope_of(&key);
         self.ensure(&key, origin.client, ts, false, out);
+        self.route_entry(&key, origin.route);
         let reinit = match scope {
             Scope::Session if origin.era == Era::HttpSse => {
                 self.sessions.get(&key).is_some_and(|s| s.handshakes > 0)
@@ -3446,6 +3487,7 @@ impl<D: Detector> Tracker<D> {
             ts,
             session_id: key.1.clone(),
             baseline: s.baseline.clone(),
+            route: s.route,
         };
         self.touch_shared(&session::lineage_key(key.0, &lineage_key.lineage_id));
         self.remember_record(lineage_key, record, out);
@@ -3678,6 +3720,7 @@ impl<D: Detector> Tracker<D> {
                     client: ex.client,
                     era: ex.era,
                     lineage_id: ex.lineage_id.as_deref(),
+                    route: ex.route,
                     session_id: ex.session_id.as_deref(),
                     method: &r.method,
                     tool: r.tool.as_deref(),
@@ -3775,6 +3818,7 @@ fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::Sessio
         detection: s.detection.clone(),
         era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
         shared_version: s.shared_version,
+        route: s.route,
     }
 }
 

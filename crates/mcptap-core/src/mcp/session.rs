@@ -147,6 +147,9 @@ pub struct Session<D> {
     pub client: SocketAddr,
     /// The client lineage (see `identity::lineage_id`), once a handshake or declaration named it.
     pub lineage_id: Option<Box<str>>,
+    /// The route bucket of its client, or of its id (`identity::route_bucket`): where session
+    /// shards keep it, so that a snapshot loads it into the shard its requests go to.
+    pub route: Option<u16>,
     pub era: Era,
     /// The protocol version the latest accepted handshake negotiated.
     pub protocol_version: Option<Box<str>>,
@@ -194,6 +197,7 @@ impl<D: Clone> Session<D> {
             charged: 0,
             client: self.client,
             lineage_id: self.lineage_id.clone(),
+            route: self.route,
             era: self.era,
             protocol_version: self.protocol_version.clone(),
             last_seen: self.last_seen,
@@ -446,6 +450,7 @@ impl<D: Default> Session<D> {
             charged: 0,
             client,
             lineage_id: None,
+            route: None,
             era: Era::Legacy,
             protocol_version: None,
             last_seen: ts,

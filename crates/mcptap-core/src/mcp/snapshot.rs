@@ -76,6 +76,9 @@ pub struct SessionEntry<D> {
     /// Fleet mode: the version of this record in the shared store (0: never stored).
     #[serde(default)]
     pub shared_version: u64,
+    /// Where session shards keep it (`Session::route`); absent from older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<u16>,
 }
 
 /// What of [`EraState`] outlives a restart (not failures or waiting MRTR results: those are
@@ -141,6 +144,9 @@ pub struct EndedEntry {
     pub ts_ns: i64,
     pub session_id: String,
     pub baseline: Option<CapsRecord>,
+    /// Where session shards keep it (its session's route); absent from older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<u16>,
 }
 
 /// A lineage's record in the fleet store: its entry (modern declarations, a stateless

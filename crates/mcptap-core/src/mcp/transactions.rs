@@ -160,6 +160,8 @@ pub struct ExchangeState {
     pub era: crate::model::Era,
     /// The lineage of the exchange's client (without a session id, or from its session).
     pub lineage_id: Option<Box<str>>,
+    /// The route bucket of the exchange's client (with its lineage) or of its session.
+    pub route: Option<u16>,
     /// A 404 on a named session: the session ends once this exchange is reported.
     pub ends_session: bool,
     /// Client answers to server requests this POST carried, reported with its status.
@@ -178,6 +180,7 @@ pub struct Origin {
     pub session_id: Option<String>,
     pub era: crate::model::Era,
     pub lineage_id: Option<Box<str>>,
+    pub route: Option<u16>,
 }
 
 impl ExchangeState {
@@ -233,6 +236,7 @@ impl ExchangeState {
             session_id: self.session_id.clone(),
             era: self.era,
             lineage_id: self.lineage_id.clone(),
+            route: self.route,
         }
     }
 }
@@ -344,6 +348,7 @@ mod tests {
             stream: StreamContent::default(),
             era: crate::model::Era::Legacy,
             lineage_id: None,
+            route: None,
             ends_session: false,
             server_answers: Vec::new(),
             charged: 0,
