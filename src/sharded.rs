@@ -535,7 +535,11 @@ impl SessionShards {
                     return Snapshot::default();
                 }
             }
-            _ => self.closed.iter().map(SessionStage::export_state).collect(),
+            _ => {
+                // Closed, or a shard is gone (it panicked: the join says why).
+                self.join();
+                self.closed.iter().map(SessionStage::export_state).collect()
+            }
         };
         merge_exports(parts)
     }
