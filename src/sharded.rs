@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use mcptap_core::detect::ModeTracker;
 use mcptap_core::flow_shard::StagedSteps;
-use mcptap_core::mcp::session::{Session, SessionKey};
-use mcptap_core::mcp::snapshot::ImportReport;
+use mcptap_core::mcp::session::{Scope, Session, SessionKey, scope_of};
+use mcptap_core::mcp::snapshot::{ImportReport, SessionEntry};
 use mcptap_core::mcp::{GroupKey, ServerScope};
 use mcptap_core::model::{Output, Timestamp};
 use mcptap_core::pipeline::{Analysis, Limits, SessionInput, SessionStage, Staged};
@@ -147,8 +147,9 @@ enum ShardJob {
     Round(ShardBatch),
     /// Its lasting state, once every round before is done.
     Export(SyncSender<Snapshot>),
-    /// Loads its own share of a snapshot and the share every shard loads (of which only
-    /// shard 0 reports what it did and its outputs: the others load the same).
+    /// Loads its own share of a snapshot and what every shard loads (of which only shard 0
+    /// reports what it did and its outputs: the others load the same); shard 0 alone loads
+    /// the server-scoped entries, and hands them out to the others through the scope.
     Import {
         own: Box<Snapshot>,
         every: Box<Snapshot>,
@@ -207,6 +208,7 @@ fn run_shard(
                 let mut replicas = Vec::new();
                 let copied = stage.import_state(*every, now, &mut replicas);
                 if me == 0 {
+                    stage.publish_server_entries();
                     out.append(&mut replicas);
                     report = add_reports(report, copied);
                 }
@@ -358,6 +360,8 @@ pub struct SessionShards {
     closed: Vec<SessionStage>,
     /// A shard's thread is gone (it panicked): the join at the close says why.
     shards_gone: bool,
+    /// The shards' progress and the server-scoped entries they handed out.
+    progress: Arc<Progress>,
 }
 
 impl SessionShards {
@@ -398,6 +402,7 @@ impl SessionShards {
             threads,
             closed: Vec::new(),
             shards_gone: false,
+            progress: shared,
         })
     }
 
@@ -503,8 +508,10 @@ impl SessionShards {
         self.join();
     }
 
-    /// Joins the threads, keeping their stages (a panic in one goes on here).
+    /// Joins the threads, keeping their stages (a panic in one goes on here). Their job
+    /// queues close first, or a live shard would wait for jobs for ever.
     fn join(&mut self) {
+        self.to_shards = None;
         for t in self.threads.drain(..) {
             match t.join() {
                 Ok(stage) => self.closed.push(stage),
@@ -541,7 +548,14 @@ impl SessionShards {
                 self.closed.iter().map(SessionStage::export_state).collect()
             }
         };
-        merge_exports(parts)
+        let published = self
+            .progress
+            .lock()
+            .latest
+            .iter()
+            .map(|(key, (_, entry))| SessionEntry::of(key, entry))
+            .collect();
+        merge_exports(parts, published)
     }
 
     /// Loads a snapshot at time `now`: each record into the shard its requests go to
@@ -555,13 +569,31 @@ impl SessionShards {
         let Some(to_shards) = &self.to_shards else {
             return ImportReport::default();
         };
-        let shares = self.router.split_snapshot(snap, outputs);
+        let shares = self.router.split_snapshot(snap, now, outputs);
+        // Server-scoped entries go to shard 0, which hands them out: a copy in every shard
+        // would be charged to the budget once per shard.
+        let mut first = shares.every;
+        let mut others = Snapshot {
+            ended: first.ended.clone(),
+            ..Snapshot::default()
+        };
+        others.sessions = first
+            .sessions
+            .iter()
+            .filter(|e| scope_of(&(e.server, e.key.clone())) == Scope::Lineage)
+            .cloned()
+            .collect();
         let mut replies = Vec::new();
-        for (tx, own) in to_shards.iter().zip(shares.own) {
+        for (i, (tx, own)) in to_shards.iter().zip(shares.own).enumerate() {
             let (reply, answer) = sync_channel(1);
+            let every = if i == 0 {
+                std::mem::take(&mut first)
+            } else {
+                others.clone()
+            };
             let job = ShardJob::Import {
                 own: Box::new(own),
-                every: Box::new(shares.every.clone()),
+                every: Box::new(every),
                 now,
                 reply,
             };

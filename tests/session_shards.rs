@@ -475,6 +475,18 @@ fn restart_captures(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Time
                 .server_closes(),
         );
     }
+    for i in 32..36u8 {
+        // Picked up midstream, then re-initialized (so of a lineage) and ended: its record
+        // belongs with its client's lineage, not where its id sent its requests.
+        let mut talk = Conversation::new(&format!("m-{i}"));
+        talk.tools_call("midstream", Answer::Json)
+            .reinitialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+            .delete();
+        conns.push(
+            sim.connect(client(i), server, talk.take_writes())
+                .server_closes(),
+        );
+    }
     for i in 24..32u8 {
         let init = kit::initialize_request(1, FULL_CLIENT_CAPS, who.name, who.version);
         let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
@@ -501,7 +513,7 @@ fn restart_captures(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Time
                 .server_closes(),
         );
     }
-    for i in 16..24u8 {
+    for i in (16..24u8).chain(32..36) {
         let mut talk = Conversation::new(&format!("q-{i}"));
         talk.initialize(NARROWED_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Json)
             .initialized()
@@ -625,7 +637,10 @@ fn a_snapshot_of_session_shards_continues_in_any_shard_count() {
             matches!(o, Output::Event(Event::Handshake(h)) if h.predecessor_session_id.is_some())
         })
         .count();
-    assert_eq!(predecessors, 8, "each q- session names its p- predecessor");
+    assert_eq!(
+        predecessors, 12,
+        "each q- session names its p- or m- predecessor"
+    );
     let lineage_diffs = want
         .iter()
         .filter(|o| {

@@ -1575,6 +1575,12 @@ impl SessionStage {
         }
     }
 
+    /// Sharded: hands out every server-scoped entry this stage holds (after a snapshot's
+    /// load into this one shard).
+    pub fn publish_server_entries(&mut self) {
+        self.tracker.publish_server_entries();
+    }
+
     /// Makes this stage one shard of a session layer sharded by client (see
     /// [`crate::mcp::ServerScope`]).
     pub fn share_server_scope(&mut self, scope: Box<dyn crate::mcp::ServerScope<ModeTracker>>) {

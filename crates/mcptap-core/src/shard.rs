@@ -10,13 +10,13 @@ use std::ops::Range;
 
 use foldhash::HashMap;
 
-use crate::http::{HttpEvent, RequestHead};
+use crate::http::HttpEvent;
 use crate::mcp::GroupKey;
 use crate::mcp::headers;
-use crate::mcp::identity::{Identities, route_bucket};
-use crate::mcp::session::{Scope, scope_of};
-use crate::mcp::snapshot::StateSnapshot;
-use crate::model::{Limit, Output, Telemetry};
+use crate::mcp::identity::Identities;
+use crate::mcp::session::{Scope, is_valid_session_id, scope_of};
+use crate::mcp::snapshot::{SessionEntry, StateSnapshot};
+use crate::model::{Limit, Output, Telemetry, Timestamp};
 use crate::pipeline::{Limits, SessionInput};
 
 /// Where an input goes.
@@ -50,6 +50,9 @@ pub struct ShardRouter {
     /// Sessions' shards, learned from their answers' `Mcp-Session-Id`.
     sessions: HashMap<(SocketAddr, Box<str>), u32>,
     max_sessions: usize,
+    /// What the session layer takes for a session id, and how long a loaded one lasts.
+    max_session_id_len: usize,
+    idle_timeout_ns: i64,
     /// Connections that opened with a PROXY header: the client it named.
     proxied: HashMap<u64, IpAddr>,
     max_proxied: usize,
@@ -63,7 +66,8 @@ fn shard_of(shards: usize, what: impl Hash) -> usize {
     (hash % shards.max(1) as u64) as usize
 }
 
-/// The shard of a route bucket ([`route_bucket`]): each shard takes a run of buckets.
+/// The shard of a route bucket ([`Identities::route_bucket`]): each shard takes a run of
+/// buckets.
 pub fn shard_of_bucket(shards: usize, bucket: u16) -> usize {
     (usize::from(bucket) * shards.max(1)) >> 16
 }
@@ -79,8 +83,11 @@ impl ShardRouter {
             exchanges_per_flow: limits.http.max_pending_requests + EXCHANGE_SLACK,
             sessions: HashMap::default(),
             max_sessions: limits.session.max_sessions.max(1),
+            max_session_id_len: limits.session.max_session_id_len,
+            idle_timeout_ns: limits.session.session_idle_timeout_ns,
             proxied: HashMap::default(),
-            max_proxied: limits.max_flows.max(1),
+            // The session layer's bound: past it, both read the peer as the client.
+            max_proxied: crate::mcp::MAX_PROXIED_FLOWS,
         }
     }
 
@@ -109,20 +116,30 @@ impl ShardRouter {
         }
         let shard = match event {
             HttpEvent::Request { exchange, head, .. } => {
-                let shard = match headers::request_session_id(head) {
+                // An id the session layer refuses names no session: the request is the
+                // client's, as there.
+                let sid = headers::request_session_id(head)
+                    .filter(|sid| is_valid_session_id(sid, self.max_session_id_len));
+                let shard = match sid {
                     Some(sid) => self
                         .sessions
                         .get(&(ctx.server, Box::from(sid)))
                         .map(|&s| s as usize)
                         .unwrap_or_else(|| {
-                            shard_of_bucket(self.shards, route_bucket(ctx.server, sid))
+                            shard_of_bucket(
+                                self.shards,
+                                self.identities.route_bucket(ctx.server, sid),
+                            )
                         }),
                     None => {
                         let proxied = self.proxied.get(&ctx.flow).copied();
                         let client =
                             self.identities
                                 .client_identity_via(ctx.client.ip(), proxied, head);
-                        shard_of_bucket(self.shards, route_bucket(ctx.server, &client))
+                        shard_of_bucket(
+                            self.shards,
+                            self.identities.route_bucket(ctx.server, &client),
+                        )
                     }
                 };
                 let latest = self.exchanges.entry(ctx.flow).or_default();
@@ -161,14 +178,15 @@ impl ShardRouter {
         Route::One(shard)
     }
 
-    /// Where the records of a snapshot go when it is loaded into the shards, as
-    /// [`SnapshotShares`]; the router learns the loaded sessions' shards, so that their
-    /// requests follow them. A record that does not say its route (a snapshot of an older
-    /// version) goes where one without a learned route would: a session by its id, a lineage
-    /// by its client's address, an ended session's record to every shard.
+    /// Where the records of a snapshot loaded at `now` go, as [`SnapshotShares`]; the router
+    /// learns the loaded sessions' shards (those the load keeps), so that their requests
+    /// follow them. A record that does not say its route (a snapshot of an older version) goes
+    /// where one without a learned route would: a session by its id; a lineage entry or an
+    /// ended session's record, whose client it does not name, to every shard.
     pub fn split_snapshot<D>(
         &mut self,
         snap: StateSnapshot<D>,
+        now: Timestamp,
         out: &mut Vec<Output>,
     ) -> SnapshotShares<D> {
         let mut own: Vec<StateSnapshot<D>> =
@@ -176,24 +194,21 @@ impl ShardRouter {
         let mut every = StateSnapshot::default();
         for e in snap.sessions {
             let scope = scope_of(&(e.server, e.key.clone()));
-            let bucket = match scope {
-                Scope::Server | Scope::Endpoint => {
+            let bucket = match (scope, e.route) {
+                (Scope::Server | Scope::Endpoint, _) | (Scope::Lineage, None) => {
                     every.sessions.push(e);
                     continue;
                 }
-                Scope::Session => e.route.unwrap_or_else(|| route_bucket(e.server, &e.key)),
-                Scope::Lineage => e.route.unwrap_or_else(|| {
-                    let client = self.identities.client_identity_via(
-                        e.client.ip(),
-                        None,
-                        &RequestHead::default(),
-                    );
-                    route_bucket(e.server, &client)
-                }),
+                (_, Some(bucket)) => bucket,
+                (Scope::Session, None) => self.identities.route_bucket(e.server, &e.key),
             };
             let shard = shard_of_bucket(self.shards, bucket);
+            let kept = now.0.saturating_sub(e.last_seen_ns) <= self.idle_timeout_ns
+                && is_valid_session_id(&e.key, self.max_session_id_len);
             if scope == Scope::Session
-                && shard != shard_of_bucket(self.shards, route_bucket(e.server, &e.key))
+                && kept
+                && shard
+                    != shard_of_bucket(self.shards, self.identities.route_bucket(e.server, &e.key))
             {
                 self.learn_session(e.server, &e.key, shard, out);
             }
@@ -265,24 +280,44 @@ pub struct SnapshotShares<D> {
     pub every: StateSnapshot<D>,
 }
 
-/// The shards' exports as one worker's: each entry once, in key order (a server-scoped
-/// entry's replicas, and an entry two shards hold, by the one seen last), ended sessions'
-/// records once, oldest first.
-pub fn merge_exports<D>(parts: Vec<StateSnapshot<D>>) -> StateSnapshot<D> {
+/// The shards' exports as one worker's: each entry once, in key order, and ended sessions'
+/// records once, oldest first. A server-scoped entry is the latest version the shards handed
+/// out (`published`; every write hands it out), seen last when any shard's copy was (a read
+/// does not hand it out); one that none handed out, and an entry two shards hold, is the copy
+/// seen last.
+pub fn merge_exports<D>(
+    parts: Vec<StateSnapshot<D>>,
+    published: Vec<SessionEntry<D>>,
+) -> StateSnapshot<D> {
     let mut merged = StateSnapshot::default();
     for part in parts {
         merged.sessions.extend(part.sessions);
         merged.ended.extend(part.ended);
     }
+    let by_key =
+        |a: &SessionEntry<D>, b: &SessionEntry<D>| (a.server, &a.key).cmp(&(b.server, &b.key));
     // The latest first within a key, so that dedup keeps it.
     merged.sessions.sort_by(|a, b| {
-        (a.server, &a.key)
-            .cmp(&(b.server, &b.key))
-            .then((b.last_seen_ns, b.requests).cmp(&(a.last_seen_ns, a.requests)))
+        by_key(a, b).then((b.last_seen_ns, b.requests).cmp(&(a.last_seen_ns, a.requests)))
     });
     merged
         .sessions
         .dedup_by(|later, first| later.server == first.server && later.key == first.key);
+    let mut published = published;
+    published.sort_by(by_key);
+    let mut merged_sessions = Vec::with_capacity(merged.sessions.len());
+    let mut latest = published.into_iter().peekable();
+    for e in merged.sessions {
+        while latest.next_if(|p| by_key(p, &e).is_lt()).is_some() {}
+        match latest.next_if(|p| by_key(p, &e).is_eq()) {
+            Some(mut p) => {
+                p.last_seen_ns = p.last_seen_ns.max(e.last_seen_ns);
+                merged_sessions.push(p);
+            }
+            None => merged_sessions.push(e),
+        }
+    }
+    merged.sessions = merged_sessions;
     merged.ended.sort_by(|a, b| {
         (a.ts_ns, a.server, &a.lineage_id, &a.session_id).cmp(&(
             b.ts_ns,

@@ -149,6 +149,47 @@ impl Identities {
         }
     }
 
+    /// The route bucket of a client of `server` (its client identity) or of a session (its
+    /// id): session shards take buckets, not hashes, so that a snapshot can say where each
+    /// record belongs whatever the shard count of the run that loads it. SHA-256 over an
+    /// explicit encoding, so that it stays the same across builds and machines (it is written
+    /// to files), and keyed as lineage ids are with redaction, so that 16 bits of it are no
+    /// way back to a redacted address.
+    pub fn route_bucket(&self, server: SocketAddr, key: &str) -> u16 {
+        let mut msg = [0u8; 19];
+        let len = match server.ip() {
+            IpAddr::V4(ip) => {
+                msg[0] = 4;
+                msg[1..5].copy_from_slice(&ip.octets());
+                5
+            }
+            IpAddr::V6(ip) => {
+                msg[0] = 6;
+                msg[1..17].copy_from_slice(&ip.octets());
+                17
+            }
+        };
+        msg[len..len + 2].copy_from_slice(&server.port().to_be_bytes());
+        let head = &msg[..len + 2];
+        let digest: [u8; 32] = match &self.lineage_key {
+            None => {
+                let mut h = Sha256::new();
+                h.update(b"route\0");
+                h.update(head);
+                h.update(key.as_bytes());
+                h.finalize().into()
+            }
+            Some(k) => {
+                let mut m = Vec::with_capacity(6 + head.len() + key.len());
+                m.extend_from_slice(b"route\0");
+                m.extend_from_slice(head);
+                m.extend_from_slice(key.as_bytes());
+                hmac_sha256(k, &m)
+            }
+        };
+        u16::from_be_bytes([digest[0], digest[1]])
+    }
+
     /// The configured name of `server`, else `Host` + path (without the query), else `ip:port`.
     pub fn server_identity(&self, server: SocketAddr, head: &RequestHead) -> String {
         if let Some(name) = self.servers.get(&server) {
@@ -248,16 +289,6 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
     }
     let inner = hop.strip_prefix('[')?.split(']').next()?;
     inner.parse::<IpAddr>().ok().map(canonical)
-}
-
-/// The route bucket of a client of `server` (its client identity) or of a session (its id):
-/// session shards take buckets, not hashes, so that a snapshot can say where each record
-/// belongs whatever the shard count of the run that loads it; 16 bits, so that it is no
-/// stand-in for a redacted address.
-pub fn route_bucket(server: SocketAddr, key: &str) -> u16 {
-    use std::hash::BuildHasher;
-    let hash = foldhash::fast::FixedState::with_seed(0x5348_4152_4453).hash_one((server, key));
-    (hash >> 48) as u16
 }
 
 /// The stable short name of a lineage: 16 hex digits of SHA-256 over its parts, so that every
@@ -411,6 +442,21 @@ mod tests {
         );
         let keyed = ids(&[]).with_lineage_key(b"k".to_vec());
         assert_ne!(keyed.lineage_id("s", "c", "l"), lineage_id("s", "c", "l"));
+    }
+
+    /// Route buckets are written to snapshot files: their encoding is pinned (the values are
+    /// SHA-256 and HMAC-SHA-256 over it, computed with Python's hashlib).
+    #[test]
+    fn route_buckets_are_pinned_and_keyed_with_redaction() {
+        let server: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
+        assert_eq!(ids(&[]).route_bucket(server, "10.0.0.7"), 60313);
+        let keyed = ids(&[]).with_lineage_key(b"k".to_vec());
+        assert_eq!(keyed.route_bucket(server, "10.0.0.7"), 29352);
+        let v6: SocketAddr = "[::1]:8080".parse().expect("addr");
+        assert_ne!(
+            ids(&[]).route_bucket(v6, "10.0.0.7"),
+            ids(&[]).route_bucket(server, "10.0.0.7")
+        );
     }
 
     #[test]

@@ -347,7 +347,7 @@ pub fn fleet_session_key(server_identity: &str, session_id: &str) -> String {
 
 /// Most connections whose PROXY protocol source is remembered at once (beyond: counted, and
 /// their clients are identified by the peer address).
-const MAX_PROXIED_FLOWS: usize = 65_536;
+pub(crate) const MAX_PROXIED_FLOWS: usize = 65_536;
 
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
@@ -544,6 +544,22 @@ impl<D: Detector> Tracker<D> {
         };
         let version = scope.publish(key, entry.server_replica());
         self.server_versions.insert(key.clone(), version);
+    }
+
+    /// Sharded: hands out every server-scoped entry this shard holds (after a snapshot's load,
+    /// so that the other shards take them from the scope when they read them, as they would
+    /// have had one shard written them).
+    pub fn publish_server_entries(&mut self) {
+        let mut keys: Vec<SessionKey> = self
+            .sessions
+            .keys()
+            .filter(|k| matches!(session::scope_of(k), Scope::Server | Scope::Endpoint))
+            .cloned()
+            .collect();
+        keys.sort();
+        for key in keys {
+            self.publish_server_entry(&key);
+        }
     }
 
     /// The lasting state of every session, lineage and server, and the records of ended
@@ -1463,6 +1479,7 @@ impl<D: Detector> Tracker<D> {
         let mut s = Session::new(e.client, last_seen);
         s.lineage_id = e.lineage_id;
         s.route = e.route;
+        s.lineage_route = e.lineage_route;
         s.era = e.era;
         s.protocol_version = e.protocol_version;
         s.handshakes = e.handshakes;
@@ -2011,7 +2028,7 @@ impl<D: Detector> Tracker<D> {
             .into_boxed_str();
         (
             lineage_id,
-            identity::route_bucket(ctx.server, &client_ident),
+            self.identities.route_bucket(ctx.server, &client_ident),
         )
     }
 
@@ -2311,7 +2328,8 @@ impl<D: Detector> Tracker<D> {
     ) {
         self.ensure(key, ctx.client, ts, true, out);
         // Its requests name it: a router that has not learned it routes them by the id.
-        self.route_entry(key, Some(identity::route_bucket(key.0, &key.1)));
+        let route = self.identities.route_bucket(key.0, &key.1);
+        self.route_entry(key, Some(route));
     }
 
     fn on_response_head(
@@ -3407,6 +3425,7 @@ impl<D: Detector> Tracker<D> {
         hs.seq = session.handshakes;
         if origin.lineage_id.is_some() {
             session.lineage_id = origin.lineage_id.clone();
+            session.lineage_route = origin.route;
         }
         if scope == Scope::Session && origin.era == Era::HttpSse {
             session.era = Era::HttpSse;
@@ -3487,7 +3506,7 @@ impl<D: Detector> Tracker<D> {
             ts,
             session_id: key.1.clone(),
             baseline: s.baseline.clone(),
-            route: s.route,
+            route: s.lineage_route,
         };
         self.touch_shared(&session::lineage_key(key.0, &lineage_key.lineage_id));
         self.remember_record(lineage_key, record, out);
@@ -3802,24 +3821,7 @@ impl<D: Detector> Tracker<D> {
 
 /// A session's lasting state as a record (snapshot file, fleet store).
 fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::SessionEntry<D> {
-    snapshot::SessionEntry {
-        server: key.0,
-        key: key.1.clone(),
-        client: s.client,
-        last_seen_ns: s.last_seen.0,
-        lineage_id: s.lineage_id.clone(),
-        era: s.era,
-        protocol_version: s.protocol_version.clone(),
-        handshakes: s.handshakes,
-        baseline: s.baseline.clone(),
-        streaming_negotiated: s.streaming_negotiated,
-        requests: s.requests,
-        alerts: s.alerts,
-        detection: s.detection.clone(),
-        era_state: s.ext.as_deref().map(snapshot::EraRecord::from),
-        shared_version: s.shared_version,
-        route: s.route,
-    }
+    snapshot::SessionEntry::of(key, s)
 }
 
 fn text_digest(text: &str) -> u64 {

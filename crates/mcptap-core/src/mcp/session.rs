@@ -150,6 +150,9 @@ pub struct Session<D> {
     /// The route bucket of its client, or of its id (`identity::route_bucket`): where session
     /// shards keep it, so that a snapshot loads it into the shard its requests go to.
     pub route: Option<u16>,
+    /// The route bucket of the client its lineage is of (set with `lineage_id`): where its
+    /// ended record goes, next to the lineage's other state.
+    pub lineage_route: Option<u16>,
     pub era: Era,
     /// The protocol version the latest accepted handshake negotiated.
     pub protocol_version: Option<Box<str>>,
@@ -198,6 +201,7 @@ impl<D: Clone> Session<D> {
             client: self.client,
             lineage_id: self.lineage_id.clone(),
             route: self.route,
+            lineage_route: self.lineage_route,
             era: self.era,
             protocol_version: self.protocol_version.clone(),
             last_seen: self.last_seen,
@@ -451,6 +455,7 @@ impl<D: Default> Session<D> {
             client,
             lineage_id: None,
             route: None,
+            lineage_route: None,
             era: Era::Legacy,
             protocol_version: None,
             last_seen: ts,

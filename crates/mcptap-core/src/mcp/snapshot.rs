@@ -4,7 +4,7 @@
 //! of ended sessions. Never bodies, arguments or results; nothing in flight.
 
 use super::modern::ParamHeader;
-use super::session::{CapsRecord, EraState, MethodDeclarations};
+use super::session::{CapsRecord, EraState, MethodDeclarations, Session, SessionKey};
 use crate::model::Era;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -79,6 +79,34 @@ pub struct SessionEntry<D> {
     /// Where session shards keep it (`Session::route`); absent from older snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<u16>,
+    /// Where its lineage's records are kept (`Session::lineage_route`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage_route: Option<u16>,
+}
+
+impl<D: Clone> SessionEntry<D> {
+    /// The lasting state of session (or lineage, server, endpoint) entry `key`.
+    pub fn of(key: &SessionKey, s: &Session<D>) -> Self {
+        SessionEntry {
+            server: key.0,
+            key: key.1.clone(),
+            client: s.client,
+            last_seen_ns: s.last_seen.0,
+            lineage_id: s.lineage_id.clone(),
+            era: s.era,
+            protocol_version: s.protocol_version.clone(),
+            handshakes: s.handshakes,
+            baseline: s.baseline.clone(),
+            streaming_negotiated: s.streaming_negotiated,
+            requests: s.requests,
+            alerts: s.alerts,
+            detection: s.detection.clone(),
+            era_state: s.ext.as_deref().map(EraRecord::from),
+            shared_version: s.shared_version,
+            route: s.route,
+            lineage_route: s.lineage_route,
+        }
+    }
 }
 
 /// What of [`EraState`] outlives a restart (not failures or waiting MRTR results: those are
@@ -144,7 +172,8 @@ pub struct EndedEntry {
     pub ts_ns: i64,
     pub session_id: String,
     pub baseline: Option<CapsRecord>,
-    /// Where session shards keep it (its session's route); absent from older snapshots.
+    /// Where session shards keep it (its lineage's client's route); absent from older
+    /// snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<u16>,
 }
