@@ -2328,8 +2328,10 @@ impl<D: Detector> Tracker<D> {
     ) {
         self.ensure(key, ctx.client, ts, true, out);
         // Its requests name it: a router that has not learned it routes them by the id.
-        let route = self.identities.route_bucket(key.0, &key.1);
-        self.route_entry(key, Some(route));
+        if self.sessions.get(key).is_some_and(|s| s.route.is_none()) {
+            let route = self.identities.route_bucket(key.0, &key.1);
+            self.route_entry(key, Some(route));
+        }
     }
 
     fn on_response_head(
