@@ -206,9 +206,9 @@ impl FlowDispatcher {
         self.round.marks.push((self.round.staged.len(), unit));
     }
 
-    /// A session-layer input of its own, charged to the budget as every staged step is.
+    /// A session-layer input of its own, counted as every staged step is.
     fn stage(&mut self, seq: u64, input: SessionInput) {
-        self.usage.republish_flow_bytes(0, input.cost());
+        self.usage.republish_staged_bytes(0, input.cost());
         self.round.staged.push(Staged::Input(input));
         let unit = FlowUnit {
             seq,
@@ -434,7 +434,7 @@ impl StagedSteps for MergedSteps {
     }
 
     fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
-        self.usage.republish_flow_bytes(0, input.cost());
+        self.usage.republish_staged_bytes(0, input.cost());
         input.clone()
     }
 }
