@@ -126,16 +126,17 @@ fn run_batch(
             Command::Sweep { seq, now } => shard.shard_sweep(seq, now, out),
             Command::Finish { now } => shard.shard_finish(now, out),
         }
-        // Every unit was marked; anything left follows them.
-        let (_, bytes) = shard.stage_outputs(out);
-        if bytes >= PART_BYTES
+        if shard.staged_bytes() >= PART_BYTES
             && let Some(next) = commands.peek()
         {
             let passed = next.first();
+            shard.stage_outputs(out);
             let round = shard.take_flow_round(spare());
             part(shard, round, passed);
         }
     }
+    // Every unit was marked; anything left follows them.
+    shard.stage_outputs(out);
     batch.frames.clear();
     shard.take_flow_round(spare())
 }

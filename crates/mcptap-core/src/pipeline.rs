@@ -683,6 +683,13 @@ impl Pipeline {
         (mine.len(), self.staged_bytes)
     }
 
+    /// Split pipeline: the bytes of the session inputs staged since the last
+    /// [`Pipeline::take_staged`].
+    #[inline]
+    pub fn staged_bytes(&self) -> usize {
+        self.staged_bytes
+    }
+
     /// Split pipeline: the steps staged so far, in order (call [`Pipeline::stage_outputs`]
     /// first); `spare` (an empty vector, e.g. one the session side has done) takes their place.
     pub fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
