@@ -2,9 +2,9 @@
 //! thread runs the [`FlowDispatcher`] (packet numbers, the clock, the sweeps); each flow shard
 //! (decoding, reassembly, HTTP, SSE, decompression) runs on a thread of its own and takes the
 //! packets of its connections, a round at a time, and answers in parts; the calling thread
-//! merges the parts back into one pipeline's order by watermarks ([`FlowMerge`]) and hands
-//! them to the session layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed packets: a
-//! replay's (`crate::replay`), or a live worker's batches (`crate::daemon`).
+//! merges the parts back into one pipeline's order by watermarks ([`FlowMerge`]) and hands them
+//! to the session layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed
+//! packets: a replay's (`crate::replay`), or a live worker's batches (`crate::daemon`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -436,8 +436,8 @@ fn bulky_text(len: usize) -> String {
     text
 }
 
-/// The known limit of `docs/sharding.md` (step 3), fixed: gzip-compressed answers of 256 KiB
-/// on six connections at once, at a budget of 2 MiB, which one pipeline keeps within. A
+/// `docs/sharding.md`, step 3, "Staged steps and the budget": gzip-compressed answers of
+/// 256 KiB on six connections at once, at a budget of 2 MiB, which one pipeline keeps within. A
 /// shard stages the decoded bodies of many answers per round; they wait for the session layer
 /// in bounded queues and must not make the shards evict flows (which would free none of
 /// them): the outputs are one pipeline's, with no eviction, on threads as serially.
