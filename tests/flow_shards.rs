@@ -145,6 +145,8 @@ fn flow_sharded(
     for shard in &flows {
         got.stats.merge(shard.stats());
     }
+    // Every staged step was counted while it waited, and done.
+    assert_eq!(usage.staged_bytes(), 0, "staged bytes left counted");
     got
 }
 
