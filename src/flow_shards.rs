@@ -1,10 +1,10 @@
 //! The flow layer sharded by connection over threads (`docs/sharding.md`, step 3): the calling
 //! thread runs the [`FlowDispatcher`] (packet numbers, the clock, the sweeps); each flow shard
 //! (decoding, reassembly, HTTP, SSE, decompression) runs on a thread of its own and takes the
-//! packets of its connections, a round at a time; the calling thread merges each round's
-//! staged steps back into one pipeline's order ([`merge_rounds`]) and hands them to the session
-//! layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed packets: a
-//! replay's (`crate::replay`), or a live worker's batches (`crate::daemon`).
+//! packets of its connections, a round at a time, and answers in parts; the calling thread
+//! merges the parts back into one pipeline's order by watermarks ([`FlowMerge`]) and hands them
+//! to the session layer, as the flow side of a split pipeline would. [`FlowShards`] is pushed
+//! packets: a replay's (`crate::replay`), or a live worker's batches (`crate::daemon`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 
 use mcptap_core::flow_shard::{
-    FlowDispatcher, FlowRound, MergedSteps, PacketAt, StagedSteps, merge_rounds,
+    FlowDispatcher, FlowMerge, FlowPhase, FlowRound, FlowUnit, MergedSteps, PacketAt, StagedSteps,
 };
 use mcptap_core::model::{Output, Timestamp};
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline};
@@ -24,11 +24,12 @@ use mcptap_core::usage::SharedUsage;
 /// to it, they would make the shards evict flows for bytes no eviction can free (as the live
 /// capture queues, which are bounded the same way).
 /// Small in bytes: what a shard stages of a round's frames (decompressed bodies) can be up to
-/// 200 times their size, and it waits, charged to the budget, until the whole round is merged
-/// (an attacker's pass: pipelined gzip bodies of 3.8 MiB, 512 KiB rounds and four queued took
-/// 414 MB and evicted flows one thread keeps; with these, 217 MB and no eviction at the default
-/// budget). Bulk traffic pays for it in hand-overs (the mixed quick capture 53 ms against 42 ms
-/// with one flow thread).
+/// 200 times their size. It is not charged to the budget either (the merge takes it in parts
+/// of [`PART_BYTES`] as soon as every shard has passed it, and the session layer's queues
+/// bound it beyond), so what bounds it is these rounds (an attacker's pass: pipelined gzip
+/// bodies of 3.8 MiB, 512 KiB rounds and four queued took 414 MB; with these, about 130 MB
+/// and one thread's events at any budget, `docs/sharding.md`). Bulk traffic pays for small
+/// rounds in hand-overs (the mixed quick capture 53 ms against 42 ms with one flow thread).
 const ROUND_PACKETS: usize = 1024;
 const ROUND_BYTES: usize = 64 << 10;
 const QUEUE_ROUNDS: usize = 2;
@@ -46,11 +47,28 @@ pub enum FlowLayer {
     },
 }
 
+/// Session inputs (decoded bodies, bytes) a shard stages before it answers part of a round,
+/// and that the merge hands the session layer at once: as the split hands over
+/// (`SPLIT_BATCH_BYTES`), so that what waits between the threads comes in pieces of about
+/// this size (one body may pass it) instead of a round's worth.
+const PART_BYTES: usize = 1 << 20;
+
 /// One shard's work of one round: its packets' frames, one after another, and what to do.
-#[derive(Default)]
 struct FlowBatch {
     frames: Vec<u8>,
     commands: Vec<Command>,
+    /// Every unit of the round is before this one (the shard's watermark once done).
+    end: FlowUnit,
+}
+
+impl Default for FlowBatch {
+    fn default() -> FlowBatch {
+        FlowBatch {
+            frames: Vec::new(),
+            commands: Vec::new(),
+            end: FlowUnit::START,
+        }
+    }
 }
 
 enum Command {
@@ -70,15 +88,35 @@ enum Command {
     },
 }
 
-/// Runs one round's commands through a shard; its staged steps come back as one round.
+impl Command {
+    /// The first unit of the shard's this command may give.
+    fn first(&self) -> FlowUnit {
+        let (seq, phase) = match self {
+            Command::Packet { at, .. } => (at.seq, FlowPhase::Packet),
+            Command::Sweep { seq, .. } => (*seq, FlowPhase::Idle),
+            Command::Finish { .. } => (u64::MAX, FlowPhase::Idle),
+        };
+        FlowUnit {
+            seq,
+            phase,
+            flow: 0,
+        }
+    }
+}
+
+/// Runs one round's commands through a shard; its staged steps come back in parts: to
+/// `part` (with the shard's watermark) whenever they hold [`PART_BYTES`] of session inputs
+/// with commands left, the rest returned.
 fn run_batch(
     shard: &mut Pipeline,
     batch: &mut FlowBatch,
     out: &mut Vec<Output>,
-    spare: FlowRound,
+    spare: &mut dyn FnMut() -> FlowRound,
+    part: &mut dyn FnMut(&Pipeline, FlowRound, FlowUnit),
 ) -> FlowRound {
     let mut start = 0;
-    for command in batch.commands.drain(..) {
+    let mut commands = batch.commands.drain(..).peekable();
+    while let Some(command) = commands.next() {
         match command {
             Command::Packet { at, linktype, end } => {
                 let frame = batch.frames.get(start..end).unwrap_or_default();
@@ -88,23 +126,47 @@ fn run_batch(
             Command::Sweep { seq, now } => shard.shard_sweep(seq, now, out),
             Command::Finish { now } => shard.shard_finish(now, out),
         }
+        if shard.staged_bytes() >= PART_BYTES
+            && let Some(next) = commands.peek()
+        {
+            let passed = next.first();
+            shard.stage_outputs(out);
+            let round = shard.take_flow_round(spare());
+            part(shard, round, passed);
+        }
     }
     // Every unit was marked; anything left follows them.
     shard.stage_outputs(out);
     batch.frames.clear();
-    shard.take_flow_round(spare)
+    shard.take_flow_round(spare())
 }
 
-/// What a shard hands back for one round: its staged steps, the emptied batch (to be filled
-/// again), and its counts after the round.
+/// What a shard hands back: staged steps, its watermark after them (every later unit of
+/// its is at or after it), the emptied batch once the round is done (to be filled again),
+/// and its counts.
 struct Answer {
-    round: FlowRound,
-    batch: FlowBatch,
+    part: FlowRound,
+    passed: FlowUnit,
+    batch: Option<FlowBatch>,
     stats: PacketStats,
     flows: usize,
 }
 
-/// A flow shard's thread: rounds in, answers out, until the rounds stop coming.
+impl Answer {
+    fn new(shard: &Pipeline, part: FlowRound, passed: FlowUnit, batch: Option<FlowBatch>) -> Self {
+        Answer {
+            part,
+            passed,
+            batch,
+            stats: shard.stats().clone(),
+            flows: shard.active_flows(),
+        }
+    }
+}
+
+/// A flow shard's thread: rounds in, answers out, until the rounds stop coming. Answers are
+/// not bounded: the shard never waits on the calling thread, which may be waiting on it; what
+/// they hold is bounded by the rounds the shard was sent.
 fn run_shard(
     mut shard: Pipeline,
     batches: Receiver<FlowBatch>,
@@ -113,15 +175,22 @@ fn run_shard(
 ) {
     let mut out = Vec::new();
     for mut batch in batches {
-        let spare = spares.try_recv().unwrap_or_default();
-        let round = run_batch(&mut shard, &mut batch, &mut out, spare);
-        let answer = Answer {
-            round,
-            batch,
-            stats: shard.stats().clone(),
-            flows: shard.active_flows(),
-        };
-        if done.send(answer).is_err() {
+        let mut gone = false;
+        let round = run_batch(
+            &mut shard,
+            &mut batch,
+            &mut out,
+            &mut || spares.try_recv().unwrap_or_default(),
+            &mut |shard, part, passed| {
+                gone |= done.send(Answer::new(shard, part, passed, None)).is_err();
+            },
+        );
+        let passed = batch.end;
+        if gone
+            || done
+                .send(Answer::new(&shard, round, passed, Some(batch)))
+                .is_err()
+        {
             break; // the calling thread is gone
         }
     }
@@ -154,10 +223,16 @@ pub struct FlowShards {
     filled: (usize, usize),
     /// The latest packet time in the round being filled.
     filling_up_to: Option<i64>,
-    /// Per round sent, oldest first: the dispatcher's own steps and the latest packet time.
-    sent: VecDeque<(FlowRound, Option<i64>)>,
-    /// Per shard: rounds it answered that are not merged yet.
-    answered: Vec<VecDeque<FlowRound>>,
+    /// Per round sent and not merged, oldest first: the unit it ends before and its latest
+    /// packet time.
+    sent: VecDeque<(FlowUnit, Option<i64>)>,
+    /// Rounds sent, and per shard the rounds it answered whole.
+    rounds_sent: usize,
+    rounds_done: Vec<usize>,
+    /// The shards' parts (sources 0..n) and the dispatcher's own (source n), merged by
+    /// watermarks.
+    merge: FlowMerge,
+    own_spares: Vec<FlowRound>,
     spare_batches: Vec<FlowBatch>,
     merged: MergedSteps,
     /// Per shard, its latest counts (packets, open flows), and the packets' sum.
@@ -222,7 +297,10 @@ impl FlowShards {
             filled: (0, 0),
             filling_up_to: None,
             sent: VecDeque::new(),
-            answered: (0..n).map(|_| VecDeque::new()).collect(),
+            rounds_sent: 0,
+            rounds_done: vec![0; n],
+            merge: FlowMerge::new(n + 1),
+            own_spares: Vec::new(),
             spare_batches: Vec::new(),
             merged: MergedSteps::new(usage),
             counts: vec![(PacketStats::default(), 0); n],
@@ -273,16 +351,23 @@ impl FlowShards {
     /// Sends every shard its part of the round being filled (empty or not: the rounds stay
     /// aligned), if anything was put in it.
     pub fn send_round(&mut self) {
-        let dispatcher_round = self.dispatcher.take_round(FlowRound::default());
+        let spare = self.own_spares.pop().unwrap_or_default();
+        let dispatcher_round = self.dispatcher.take_round(spare);
         if self.filling.iter().all(|b| b.commands.is_empty()) && dispatcher_round.is_empty() {
+            self.own_spares.push(dispatcher_round);
             return;
         }
         self.filled = (0, 0);
-        self.sent
-            .push_back((dispatcher_round, self.filling_up_to.take()));
+        let end = self.dispatcher.passed();
+        self.sent.push_back((end, self.filling_up_to.take()));
+        self.rounds_sent += 1;
+        let own = self.shards.len();
+        self.own_spares
+            .extend(self.merge.push(own, dispatcher_round, end));
         for (i, shard) in self.shards.iter_mut().enumerate() {
             let fresh = self.spare_batches.pop().unwrap_or_default();
-            let batch = std::mem::replace(&mut self.filling[i], fresh);
+            let mut batch = std::mem::replace(&mut self.filling[i], fresh);
+            batch.end = end;
             match shard {
                 Shard::Thread { batches, .. } => {
                     let sent =
@@ -297,62 +382,86 @@ impl FlowShards {
                     spares,
                     out,
                 } => {
-                    let mut batch = batch;
-                    let spare = spares.pop().unwrap_or_default();
-                    let round = run_batch(shard, &mut batch, out, spare);
-                    done.push_back(Answer {
-                        round,
-                        batch,
-                        stats: shard.stats().clone(),
-                        flows: shard.active_flows(),
-                    });
+                    let round = run_batch(
+                        shard,
+                        &mut batch,
+                        out,
+                        &mut || spares.pop().unwrap_or_default(),
+                        &mut |shard, part, passed| {
+                            done.push_back(Answer::new(shard, part, passed, None));
+                        },
+                    );
+                    let passed = batch.end;
+                    done.push_back(Answer::new(shard, round, passed, Some(batch)));
                 }
             }
         }
     }
 
-    /// Takes the shards' answers in (`wait`: until every round sent is answered), and hands
-    /// each round that every shard answered to `hand_over`, merged, with the latest packet
-    /// time it covers.
+    /// Takes the shards' answers in (`wait`: until every round sent is answered whole), and
+    /// hands what is merged of them to `hand_over` (in pieces of about [`PART_BYTES`] of
+    /// session inputs), with the latest packet time of the rounds merged whole.
     pub fn merge_ready(
         &mut self,
         wait: bool,
         hand_over: &mut dyn FnMut(&mut dyn StagedSteps, Option<i64>),
     ) {
         self.take_answers(wait);
-        while !self.sent.is_empty() && self.answered.iter().all(|a| !a.is_empty()) {
-            let mut rounds: Vec<FlowRound> = self
-                .answered
-                .iter_mut()
-                .filter_map(VecDeque::pop_front)
-                .collect();
-            let (own, up_to) = self.sent.pop_front().unwrap_or_default();
-            rounds.push(own);
-            merge_rounds(&mut rounds, &mut self.merged.steps);
-            // The shards' emptied rounds go back to them to be filled again.
-            for (shard, round) in self.shards.iter_mut().zip(rounds) {
-                match shard {
-                    Shard::Thread { spares, .. } => {
-                        let _ = spares.send(round);
-                    }
-                    Shard::InPlace { spares, .. } => spares.push(round),
+        loop {
+            let shards = &mut self.shards;
+            let own_spares = &mut self.own_spares;
+            let more =
+                self.merge
+                    .merge(
+                        &mut self.merged.steps,
+                        PART_BYTES,
+                        &mut |source, round| match shards.get_mut(source) {
+                            // The shards' emptied parts go back to them to be filled again.
+                            Some(Shard::Thread { spares, .. }) => {
+                                let _ = spares.send(round);
+                            }
+                            Some(Shard::InPlace { spares, .. }) => spares.push(round),
+                            None => own_spares.push(round),
+                        },
+                    );
+            let mut up_to = None;
+            let mut rounds = 0;
+            if !more {
+                let passed = self.merge.passed();
+                while let Some(&(end, at)) = self.sent.front()
+                    && end <= passed
+                {
+                    self.sent.pop_front();
+                    up_to = at.or(up_to);
+                    rounds += 1;
                 }
             }
-            hand_over(&mut self.merged, up_to);
+            if rounds > 0 || !self.merged.steps.is_empty() {
+                hand_over(&mut self.merged, up_to);
+            }
+            if !more {
+                break;
+            }
         }
     }
 
     fn take_answers(&mut self, wait: bool) {
-        let want = self.sent.len();
+        let want = self.rounds_sent;
         let mut changed = false;
-        for (i, (shard, answered)) in self.shards.iter_mut().zip(&mut self.answered).enumerate() {
+        for (i, shard) in self.shards.iter_mut().enumerate() {
             let mut answers = Vec::new();
+            let done_before = self.rounds_done.get(i).copied().unwrap_or(want);
             match shard {
                 Shard::Thread { done, .. } => {
                     answers.extend(done.try_iter());
-                    while wait && answered.len() + answers.len() < want {
+                    let mut whole =
+                        done_before + answers.iter().filter(|a| a.batch.is_some()).count();
+                    while wait && whole < want {
                         match done.recv() {
-                            Ok(answer) => answers.push(answer),
+                            Ok(answer) => {
+                                whole += usize::from(answer.batch.is_some());
+                                answers.push(answer);
+                            }
                             Err(_) => {
                                 // Gone: the join reports why.
                                 self.broken = true;
@@ -364,8 +473,20 @@ impl FlowShards {
                 Shard::InPlace { done, .. } => answers.extend(done.drain(..)),
             }
             for answer in answers {
-                answered.push_back(answer.round);
-                self.spare_batches.push(answer.batch);
+                if let Some(batch) = answer.batch {
+                    self.spare_batches.push(batch);
+                    if let Some(r) = self.rounds_done.get_mut(i) {
+                        *r += 1;
+                    }
+                }
+                if let Some(spare) = self.merge.push(i, answer.part, answer.passed) {
+                    match shard {
+                        Shard::Thread { spares, .. } => {
+                            let _ = spares.send(spare);
+                        }
+                        Shard::InPlace { spares, .. } => spares.push(spare),
+                    }
+                }
                 if let Some(c) = self.counts.get_mut(i) {
                     *c = (answer.stats, answer.flows);
                 }

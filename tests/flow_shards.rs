@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mcptap_core::decode::{Decoded, decode};
-use mcptap_core::flow_shard::{FlowDispatcher, FlowPhase, FlowRound, merge_rounds};
+use mcptap_core::flow_shard::{
+    FlowDispatcher, FlowMerge, FlowPhase, FlowRound, FlowUnit, merge_rounds,
+};
 use mcptap_core::model::{EndReason, Event, Output, Telemetry, Timestamp};
 use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, Staged};
 use mcptap_core::usage::SharedUsage;
@@ -31,8 +33,10 @@ struct Sharded {
 }
 
 /// `frames` through a dispatcher, `shards` flow shards and one session stage, a round every
-/// `round` packets; with `quiet`, time passes between packets far apart (see
-/// [`quiet_times`]).
+/// `round` packets merged whole ([`merge_rounds`]); or, with `round` 0, each source's steps
+/// taken after every packet and merged by watermarks ([`FlowMerge`]), source `i` answering
+/// every `i + 1` packets and the dispatcher every third: the shards far apart. With `quiet`,
+/// time passes between packets far apart (see [`quiet_times`]).
 fn flow_sharded(
     linktype: u32,
     frames: &[Frame],
@@ -51,8 +55,37 @@ fn flow_sharded(
         ..Sharded::default()
     };
     let mut out = Vec::new();
-    let mut merged: Vec<Staged> = Vec::new();
-    let mut end_round =
+    let mut merge = FlowMerge::new(shards + 1);
+    let mut waiting: Vec<Vec<(FlowRound, FlowUnit)>> = (0..=shards).map(|_| Vec::new()).collect();
+    let mut parts = |flows: &mut Vec<Pipeline>,
+                     dispatcher: &mut FlowDispatcher,
+                     got: &mut Sharded,
+                     i: usize,
+                     end: bool| {
+        let mut merged: Vec<Staged> = Vec::new();
+        // Every source has done every packet dispatched: that is its watermark.
+        let passed = dispatcher.passed();
+        for (source, flow) in flows.iter_mut().enumerate() {
+            let part = flow.take_flow_round(FlowRound::default());
+            for (_, unit) in &part.marks {
+                got.idle_units += usize::from(unit.phase == FlowPhase::Idle);
+                got.held_units += usize::from(unit.phase == FlowPhase::Held);
+            }
+            waiting[source].push((part, passed));
+        }
+        waiting[shards].push((dispatcher.take_round(FlowRound::default()), passed));
+        for (source, parts) in waiting.iter_mut().enumerate() {
+            let every = if source == shards { 3 } else { source + 1 };
+            if end || (i + 1).is_multiple_of(every) {
+                for (part, passed) in parts.drain(..) {
+                    merge.push(source, part, passed);
+                    merge.merge(&mut merged, usize::MAX, &mut |_, _| {});
+                }
+            }
+        }
+        merged
+    };
+    let end_round =
         |flows: &mut Vec<Pipeline>, dispatcher: &mut FlowDispatcher, got: &mut Sharded| {
             let mut rounds: Vec<FlowRound> = flows
                 .iter_mut()
@@ -65,10 +98,9 @@ fn flow_sharded(
                 }
             }
             rounds.push(dispatcher.take_round(FlowRound::default()));
+            let mut merged = Vec::new();
             merge_rounds(&mut rounds, &mut merged);
-            for step in merged.drain(..) {
-                stage.process(step, &mut got.outputs);
-            }
+            merged
         };
     for (i, f) in frames.iter().enumerate() {
         for now in quiet_times(frames, i).into_iter().filter(|_| quiet) {
@@ -87,18 +119,34 @@ fn flow_sharded(
             }
         }
         assert!(out.is_empty(), "a shard left outputs unstaged");
-        if (i + 1) % round == 0 {
-            end_round(&mut flows, &mut dispatcher, &mut got);
+        let steps = if round == 0 {
+            parts(&mut flows, &mut dispatcher, &mut got, i, false)
+        } else if (i + 1) % round == 0 {
+            end_round(&mut flows, &mut dispatcher, &mut got)
+        } else {
+            Vec::new()
+        };
+        for step in steps {
+            stage.process(step, &mut got.outputs);
         }
     }
     let now = dispatcher.finish();
     for shard in &mut flows {
         shard.shard_finish(now, &mut out);
     }
-    end_round(&mut flows, &mut dispatcher, &mut got);
+    let steps = if round == 0 {
+        parts(&mut flows, &mut dispatcher, &mut got, frames.len(), true)
+    } else {
+        end_round(&mut flows, &mut dispatcher, &mut got)
+    };
+    for step in steps {
+        stage.process(step, &mut got.outputs);
+    }
     for shard in &flows {
         got.stats.merge(shard.stats());
     }
+    // Every staged step was counted while it waited, and done.
+    assert_eq!(usage.staged_bytes(), 0, "staged bytes left counted");
     got
 }
 
@@ -125,7 +173,7 @@ fn assert_same(got: &[Output], want: &[Output], what: &str) {
 }
 
 /// One pipeline's outputs and packet counts, and the same through 1 to 4 flow shards with
-/// rounds of one packet, a few and many.
+/// rounds of one packet, a few and many, and merged by watermarks from parts.
 fn assert_flow_shards_agree(
     linktype: u32,
     frames: &[Frame],
@@ -143,7 +191,7 @@ fn assert_flow_shards_agree(
     pipeline.finish(&mut whole);
     let mut runs = Vec::new();
     for shards in 1..=4 {
-        for round in [1, 7, 4096] {
+        for round in [1, 7, 4096, 0] {
             let got = flow_sharded(linktype, frames, limits, (shards, round), true);
             let what = format!("{what}: {shards} flow shards, rounds of {round}");
             assert_same(&got.outputs, &whole, &what);
@@ -374,5 +422,118 @@ fn a_flow_limit_hit_gives_the_same_outputs_from_run_to_run() {
         )
         .expect("replay");
         assert_same(&got, &serial, &format!("run {run}"));
+    }
+}
+
+/// Text of `len` bytes that gzip takes down about 150 times: within the 200x guard on
+/// decompressed bodies, so every body is decoded.
+fn bulky_text(len: usize) -> String {
+    let mut text = String::with_capacity(len + 401);
+    let mut x = 0x2545_f491_u32;
+    while text.len() < len {
+        text.push_str(&"A".repeat(400));
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        text.push(char::from(b"0123456789abcdef"[(x >> 16) as usize % 16]));
+    }
+    text
+}
+
+/// `docs/sharding.md`, step 3, "Staged steps and the budget": gzip-compressed answers of
+/// 256 KiB on six connections at once, at a budget of 2 MiB, which one pipeline keeps within. A
+/// shard stages the decoded bodies of many answers per round; they wait for the session layer
+/// in bounded queues and must not make the shards evict flows (which would free none of
+/// them): the outputs are one pipeline's, with no eviction, on threads as serially.
+#[test]
+fn gzip_bodies_at_a_tight_budget_give_one_pipelines_outputs_through_flow_shards() {
+    use mcptap_testkit::exchange::{gzip, gzip_json_response};
+    use mcptap_testkit::mcp::{
+        Answer, Conversation, FULL_CLIENT_CAPS, tool_result, tools_call_request,
+    };
+    use mcptap_testkit::tcp::Endpoint;
+    let text = bulky_text(256 << 10);
+    let ratio = text.len() / gzip(text.as_bytes()).len();
+    assert!((100..200).contains(&ratio), "{ratio}x");
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let mut sim = mcptap_testkit::sim::Sim::new(5).with_step(50_000);
+    let mut conns = Vec::new();
+    for i in 0u8..6 {
+        let mut talk = Conversation::new(&format!("gz{i}"));
+        talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":false}"#, Answer::Json)
+            .initialized();
+        for _ in 0..4 {
+            let id = talk.take_request_id();
+            let request = talk.post(&tools_call_request(id, "fetch", "{}"));
+            let answer = gzip_json_response(talk.session_id(), &tool_result(id, &text));
+            talk.exchange(request, answer);
+        }
+        talk.delete();
+        let client = Endpoint::new([10, 2, 0, i], 41000 + u16::from(i));
+        conns.push(sim.connect(client, server, talk.take_writes()));
+    }
+    sim.run(conns);
+    let linktype = sim.linktype();
+    let frames = sim.frames().to_vec();
+    let limits = Limits {
+        memory_budget_bytes: 2 << 20,
+        ..Limits::default()
+    };
+    let whole = replay_frames(linktype, &frames, Pipeline::new(limits));
+    let calls = whole
+        .iter()
+        .filter(|o| matches!(o, Output::Event(Event::Exchange(e)) if e.method == "tools/call"))
+        .count();
+    assert_eq!(calls, 24, "one pipeline keeps every exchange");
+    assert!(
+        !whole
+            .iter()
+            .any(|o| matches!(o, Output::Telemetry(Telemetry::FlowEvicted { .. }))),
+        "one pipeline evicts nothing"
+    );
+    for shards in [1, 2] {
+        for round in [4096, 0] {
+            let got = flow_sharded(linktype, &frames, limits, (shards, round), false);
+            assert_same(
+                &got.outputs,
+                &whole,
+                &format!("{shards} shards, round {round}"),
+            );
+        }
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("gzip.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
+    )
+    .expect("write");
+    let paths = [path.display().to_string()];
+    for flow_threads in [1, 2] {
+        let mut got = Vec::new();
+        mcptap::replay::replay_split(
+            &paths,
+            limits,
+            Analysis::default(),
+            flow_threads,
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            None,
+            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(&got, &whole, &format!("{flow_threads} flow threads"));
+        let mut got = Vec::new();
+        mcptap::sharded::replay_sharded(
+            &paths,
+            limits,
+            Analysis::default(),
+            (flow_threads, 1),
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            &mut |o: &Output| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(
+            &got,
+            &whole,
+            &format!("{flow_threads} flow threads, 1 session shard"),
+        );
     }
 }

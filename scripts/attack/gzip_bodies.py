@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Pipelined gzip-compressed MCP requests and answers, each body ~MB decompressed and ~26 KB on
 the wire (within the 200x guard): the case where flow shards stage far more than their frames
-(docs/sharding.md, step 3, "Known limit"). `gzip_bodies.py gz.pcap 1500 3.8 8` writes 83 MB;
-then `mcptap replay --threads 3 --flow-threads 2 --memory-budget-bytes 16777216 gz.pcap`.
+(docs/sharding.md, step 3, "Staged steps and the budget"). `gzip_bodies.py gz.pcap 1500 3.8 8`
+writes 83 MB; then `mcptap replay --threads 3 --flow-threads 2 --memory-budget-bytes 16777216 gz.pcap`.
 
 usage: gzip_bodies.py OUT NREQ MB_PER_BODY NCONN"""
 import sys, zlib, json, struct, gzip

@@ -10,6 +10,7 @@
 //! A flow's id is the number of the packet that opened it, so ids follow the flows' order
 //! across shards whatever their number. The threads are the adapter's.
 
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -69,6 +70,7 @@ pub struct FlowDispatcher {
     clock: PacketClock,
     clock_jump_ns: i64,
     seq: u64,
+    finished: bool,
     usage: Arc<SharedUsage>,
     /// Its own units: the clock's telemetry and the session layer's sweeps.
     round: FlowRound,
@@ -84,6 +86,7 @@ impl FlowDispatcher {
             clock: PacketClock::default(),
             clock_jump_ns: limits.clock_jump_ns,
             seq: 0,
+            finished: false,
             usage,
             round: FlowRound::default(),
             out: Vec::new(),
@@ -168,8 +171,19 @@ impl FlowDispatcher {
     /// time returned), then the session layer ends.
     pub fn finish(&mut self) -> Timestamp {
         let now = self.clock.now;
+        self.finished = true;
         self.stage(u64::MAX, SessionInput::Finish { now });
         now
+    }
+
+    /// Every unit of the packets (and sweeps) numbered so far is before this one, its own
+    /// and the shards': what a source that has done all of them has passed ([`FlowMerge`]).
+    pub fn passed(&self) -> FlowUnit {
+        if self.finished {
+            FlowUnit::END
+        } else {
+            FlowUnit::first_of(self.seq.saturating_add(1))
+        }
     }
 
     /// Its own units since the last call; `spare` (emptied) takes their place.
@@ -192,9 +206,9 @@ impl FlowDispatcher {
         self.round.marks.push((self.round.staged.len(), unit));
     }
 
-    /// A session-layer input of its own, charged to the budget as every staged step is.
+    /// A session-layer input of its own, counted as every staged step is.
     fn stage(&mut self, seq: u64, input: SessionInput) {
-        self.usage.republish_flow_bytes(0, input.cost());
+        self.usage.republish_staged_bytes(0, input.cost());
         self.round.staged.push(Staged::Input(input));
         let unit = FlowUnit {
             seq,
@@ -241,6 +255,144 @@ pub fn merge_rounds(rounds: &mut [FlowRound], into: &mut Vec<Staged>) {
     }
 }
 
+/// Merges the staged steps of several sources (the flow shards and the dispatcher) as they
+/// come, in parts of any size, into one pipeline's order: a unit goes once it is before every
+/// source's watermark (the unit every later one of that source is at or after), so no unit
+/// still to come can precede it. Unit keys are unique over the sources, so the order is
+/// [`merge_rounds`]'s whatever the parts (a source that sent its whole round has passed every
+/// packet of it), and a shard far ahead of another need not wait for whole rounds.
+#[derive(Debug, Default)]
+pub struct FlowMerge {
+    sources: Vec<MergeSource>,
+}
+
+#[derive(Debug)]
+struct MergeSource {
+    parts: VecDeque<MergePart>,
+    passed: FlowUnit,
+    /// The source's latest unit pushed, for steps a part leaves unmarked.
+    last: FlowUnit,
+}
+
+#[derive(Debug)]
+struct MergePart {
+    steps: VecDeque<Staged>,
+    marks: Vec<(usize, FlowUnit)>,
+    /// The next mark, and the steps taken before it.
+    mark: usize,
+    taken: usize,
+}
+
+impl FlowMerge {
+    pub fn new(sources: usize) -> FlowMerge {
+        FlowMerge {
+            sources: (0..sources)
+                .map(|_| MergeSource {
+                    parts: VecDeque::new(),
+                    passed: FlowUnit::START,
+                    last: FlowUnit::START,
+                })
+                .collect(),
+        }
+    }
+
+    /// A part of `source`'s steps, in its order, all of whose units are before `passed`,
+    /// which every later unit of that source is at or after. Steps after the part's last
+    /// mark follow the source's units so far.
+    pub fn push(&mut self, source: usize, part: FlowRound, passed: FlowUnit) -> Option<FlowRound> {
+        let Some(s) = self.sources.get_mut(source) else {
+            return Some(part);
+        };
+        s.passed = s.passed.max(passed);
+        let FlowRound { staged, mut marks } = part;
+        if staged.is_empty() {
+            marks.clear();
+            return Some(FlowRound { staged, marks });
+        }
+        match marks.last_mut() {
+            Some(m) => m.0 = m.0.max(staged.len()),
+            None => marks.push((staged.len(), s.last)),
+        }
+        s.last = marks.last().map_or(s.last, |m| m.1);
+        s.parts.push_back(MergePart {
+            steps: staged.into(),
+            marks,
+            mark: 0,
+            taken: 0,
+        });
+        None
+    }
+
+    /// The lowest watermark: every unit before it is final.
+    pub fn passed(&self) -> FlowUnit {
+        self.sources
+            .iter()
+            .map(|s| s.passed)
+            .min()
+            .unwrap_or(FlowUnit::END)
+    }
+
+    /// Moves every unit before every source's watermark into `into`, in order, or stops
+    /// after the unit that brings the session inputs moved to `max_bytes` (so that what
+    /// waits for the session layer comes in bounded pieces); returns whether it stopped so.
+    /// The parts done with go to `spent` (with their source), to be filled again.
+    pub fn merge(
+        &mut self,
+        into: &mut Vec<Staged>,
+        max_bytes: usize,
+        spent: &mut dyn FnMut(usize, FlowRound),
+    ) -> bool {
+        let bound = self.passed();
+        let mut bytes = 0usize;
+        loop {
+            if bytes >= max_bytes {
+                return true;
+            }
+            let mut best: Option<(usize, FlowUnit)> = None;
+            for (i, s) in self.sources.iter().enumerate() {
+                let head = s.parts.front().and_then(|p| p.marks.get(p.mark));
+                if let Some(&(_, unit)) = head
+                    && unit < bound
+                    && best.is_none_or(|(_, b)| unit < b)
+                {
+                    best = Some((i, unit));
+                }
+            }
+            let Some((i, _)) = best else { break };
+            let s = &mut self.sources[i];
+            let Some(part) = s.parts.front_mut() else {
+                break;
+            };
+            let end = part.marks.get(part.mark).map_or(part.taken, |m| m.0);
+            let n = end.saturating_sub(part.taken).min(part.steps.len());
+            for step in part.steps.drain(..n) {
+                if let Staged::Input(input) = &step {
+                    bytes = bytes.saturating_add(input.cost());
+                }
+                into.push(step);
+            }
+            part.taken = end.max(part.taken);
+            part.mark += 1;
+            if part.mark >= part.marks.len()
+                && let Some(done) = s.parts.pop_front()
+            {
+                // Marks past the steps (none when well formed) have nothing left.
+                let mut marks = done.marks;
+                marks.clear();
+                let mut staged = Vec::from(done.steps);
+                into.append(&mut staged);
+                spent(i, FlowRound { staged, marks });
+            }
+        }
+        false
+    }
+
+    /// Parts not merged yet.
+    pub fn is_empty(&self) -> bool {
+        self.sources.iter().all(|s| s.parts.is_empty())
+    }
+}
+
 /// What the flow layer hands the session layer, whether one pipeline's flow side or the
 /// merged flow shards.
 pub trait StagedSteps {
@@ -282,7 +434,7 @@ impl StagedSteps for MergedSteps {
     }
 
     fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
-        self.usage.republish_flow_bytes(0, input.cost());
+        self.usage.republish_staged_bytes(0, input.cost());
         input.clone()
     }
 }
@@ -324,7 +476,20 @@ mod tests {
         // Shard A: packet 1 (two steps), the sweep's idle flow 1 after packet 3, its held
         // flow 7. Shard B: packet 2, packet 3, the sweep's idle flow 2. Dispatcher: clock
         // telemetry before packet 3, the sessions' sweep after packet 3.
-        let mut rounds = vec![
+        let mut rounds = three_rounds();
+        let mut merged = Vec::new();
+        merge_rounds(&mut rounds, &mut merged);
+        assert_eq!(tags(&merged), [10, 11, 20, 25, 30, 40, 50, 60, 70]);
+        assert!(
+            rounds
+                .iter()
+                .all(|r| r.staged.is_empty() && r.marks.is_empty())
+        );
+    }
+
+    /// The rounds of [`merge_puts_units_of_all_rounds_in_pipeline_order`].
+    fn three_rounds() -> Vec<FlowRound> {
+        vec![
             FlowRound {
                 staged: tagged(&[10, 11, 40, 60]),
                 marks: vec![
@@ -348,15 +513,105 @@ mod tests {
                     (2, unit(3, FlowPhase::Sessions, 0)),
                 ],
             },
-        ];
+        ]
+    }
+
+    /// Each unit of a round as a part of its own, with the watermark a shard answering then
+    /// would give (the next unit's key; the round's end after the last).
+    fn parts_of(round: FlowRound, end: FlowUnit) -> Vec<(FlowRound, FlowUnit)> {
+        let mut parts = Vec::new();
+        let mut steps = round.staged.into_iter();
+        let mut start = 0;
+        let keys: Vec<FlowUnit> = round
+            .marks
+            .iter()
+            .map(|m| m.1)
+            .skip(1)
+            .chain([end])
+            .collect();
+        for ((at, u), passed) in round.marks.into_iter().zip(keys) {
+            let staged: Vec<Staged> = steps.by_ref().take(at - start).collect();
+            start = at;
+            parts.push((
+                FlowRound {
+                    marks: vec![(staged.len(), u)],
+                    staged,
+                },
+                passed,
+            ));
+        }
+        parts
+    }
+
+    #[test]
+    fn watermarks_merge_parts_in_pipeline_order_whatever_comes_first() {
+        let end = FlowUnit::first_of(4);
+        // Every order of the sources' parts (they stay in order within a source).
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 2, 1]] {
+            let mut parts: Vec<VecDeque<(FlowRound, FlowUnit)>> = three_rounds()
+                .into_iter()
+                .map(|r| parts_of(r, end).into())
+                .collect();
+            let mut merge = FlowMerge::new(3);
+            let mut merged = Vec::new();
+            let mut spent = 0;
+            let mut left = true;
+            while left {
+                left = false;
+                for &source in &order {
+                    if let Some((part, passed)) = parts[source].pop_front() {
+                        left = true;
+                        assert!(merge.push(source, part, passed).is_none());
+                        merge.merge(&mut merged, usize::MAX, &mut |_, _| spent += 1);
+                    }
+                }
+            }
+            merge.merge(&mut merged, usize::MAX, &mut |_, _| spent += 1);
+            assert_eq!(
+                tags(&merged),
+                [10, 11, 20, 25, 30, 40, 50, 60, 70],
+                "{order:?}"
+            );
+            assert!(merge.is_empty());
+            assert_eq!(spent, 8);
+        }
+    }
+
+    #[test]
+    fn a_unit_waits_for_every_sources_watermark() {
+        let mut merge = FlowMerge::new(2);
         let mut merged = Vec::new();
-        merge_rounds(&mut rounds, &mut merged);
-        assert_eq!(tags(&merged), [10, 11, 20, 25, 30, 40, 50, 60, 70]);
-        assert!(
-            rounds
-                .iter()
-                .all(|r| r.staged.is_empty() && r.marks.is_empty())
+        let part = |t, u| FlowRound {
+            staged: tagged(&[t]),
+            marks: vec![(1, u)],
+        };
+        merge.push(
+            0,
+            part(2, unit(2, FlowPhase::Packet, 0)),
+            FlowUnit::first_of(3),
         );
+        merge.merge(&mut merged, usize::MAX, &mut |_, _| {});
+        assert!(merged.is_empty(), "source 1 may still give packet 1");
+        // Source 1 answers packet 1 and has passed packet 2 (not its own): both go.
+        merge.push(
+            1,
+            part(1, unit(1, FlowPhase::Packet, 0)),
+            FlowUnit::first_of(3),
+        );
+        merge.merge(&mut merged, usize::MAX, &mut |_, _| {});
+        assert_eq!(tags(&merged), [1, 2]);
+        // An empty part moves the watermark alone; unmarked steps follow the source's units.
+        assert!(merge.push(1, FlowRound::default(), FlowUnit::END).is_some());
+        merge.push(
+            0,
+            FlowRound {
+                staged: tagged(&[3, 4]),
+                marks: vec![(1, unit(5, FlowPhase::Packet, 0))],
+            },
+            FlowUnit::END,
+        );
+        merge.merge(&mut merged, usize::MAX, &mut |_, _| {});
+        assert_eq!(tags(&merged), [1, 2, 3, 4]);
     }
 
     #[test]

@@ -36,3 +36,27 @@ pub struct FlowUnit {
     pub phase: FlowPhase,
     pub flow: u64,
 }
+
+impl FlowUnit {
+    /// Before every unit.
+    pub const START: FlowUnit = FlowUnit {
+        seq: 0,
+        phase: FlowPhase::Clock,
+        flow: 0,
+    };
+    /// After every unit, the end of the input's among them.
+    pub const END: FlowUnit = FlowUnit {
+        seq: u64::MAX,
+        phase: FlowPhase::Sessions,
+        flow: u64::MAX,
+    };
+
+    /// The first unit a packet numbered `seq` may give (the clock's, then the packet's).
+    pub fn first_of(seq: u64) -> FlowUnit {
+        FlowUnit {
+            seq,
+            phase: FlowPhase::Clock,
+            flow: 0,
+        }
+    }
+}

@@ -492,8 +492,8 @@ pub struct Pipeline {
     /// Split off (see [`Pipeline::split`]): what the session layer is to do, in order, instead
     /// of calling it.
     staged: Option<Vec<Staged>>,
-    /// Bytes staged since the last [`Pipeline::take_staged`] (charged to the budget until the
-    /// session stage has done them).
+    /// Bytes staged since the last [`Pipeline::take_staged`] (counted in
+    /// [`SharedUsage::staged_bytes`] until the session stage has done them).
     staged_bytes: usize,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
@@ -683,6 +683,13 @@ impl Pipeline {
         (mine.len(), self.staged_bytes)
     }
 
+    /// Split pipeline: the bytes of the session inputs staged since the last
+    /// [`Pipeline::take_staged`].
+    #[inline]
+    pub fn staged_bytes(&self) -> usize {
+        self.staged_bytes
+    }
+
     /// Split pipeline: the steps staged so far, in order (call [`Pipeline::stage_outputs`]
     /// first); `spare` (an empty vector, e.g. one the session side has done) takes their place.
     pub fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
@@ -695,10 +702,10 @@ impl Pipeline {
 
     /// Split pipeline with a sharded session layer: a copy of staged `input` for one more
     /// shard (the inputs every shard takes: sweeps, the end, closed connections, PROXY
-    /// headers), charged to the budget as a staged step until a stage has done it.
+    /// headers), counted as a staged step until a stage has done it.
     pub fn stage_copy(&mut self, input: &SessionInput) -> SessionInput {
         let bytes = input.cost();
-        self.usage.republish_flow_bytes(0, bytes);
+        self.usage.republish_staged_bytes(0, bytes);
         self.staged_bytes += bytes;
         input.clone()
     }
@@ -710,10 +717,11 @@ impl Pipeline {
             None => self.tracker_do(input, out),
             Some(staged) => {
                 staged.extend(out.drain(..).map(Staged::Output));
-                // Waiting steps count against the memory budget as flow data does, until the
-                // session stage has done them.
+                // Waiting steps are counted until the session stage has done them, apart from
+                // the budget: the queues between the threads bound them, and evicting flows
+                // would not free them.
                 let bytes = input.cost();
-                self.usage.republish_flow_bytes(0, bytes);
+                self.usage.republish_staged_bytes(0, bytes);
                 self.staged_bytes += bytes;
                 staged.push(Staged::Input(input));
             }
@@ -1527,7 +1535,7 @@ pub enum SessionInput {
 }
 
 impl SessionInput {
-    /// What the step holds while it waits, as charged to the budget.
+    /// What the step holds while it waits, as counted in [`SharedUsage::staged_bytes`].
     pub(crate) fn cost(&self) -> usize {
         std::mem::size_of::<Staged>()
             + match self {
@@ -1569,7 +1577,7 @@ impl SessionStage {
         match staged {
             Staged::Output(o) => out.push(o),
             Staged::Input(input) => {
-                self.usage.republish_flow_bytes(input.cost(), 0);
+                self.usage.republish_staged_bytes(input.cost(), 0);
                 run_session_input(&mut self.tracker, input, out)
             }
         }

@@ -16,6 +16,7 @@ pub struct SharedUsage {
     flow_bytes: AtomicUsize,
     sessions: AtomicUsize,
     session_bytes: AtomicUsize,
+    staged_bytes: AtomicUsize,
 }
 
 impl SharedUsage {
@@ -37,6 +38,14 @@ impl SharedUsage {
     /// Estimated bytes of session state, all pipelines together.
     pub fn session_bytes(&self) -> usize {
         self.session_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Estimated bytes of the steps a split pipeline's flow layer staged that its session
+    /// layer has not done yet (bodies, mostly), all pipelines together. Not part of
+    /// [`SharedUsage::memory`]: they wait in the queues between threads, which bound them, and
+    /// evicting flows would not free them (`docs/sharding.md`, step 3).
+    pub fn staged_bytes(&self) -> usize {
+        self.staged_bytes.load(Ordering::Relaxed)
     }
 
     /// Everything charged against the memory budget.
@@ -68,6 +77,10 @@ impl SharedUsage {
     pub(crate) fn republish_session_bytes(&self, before: usize, after: usize) {
         republish(&self.session_bytes, before, after);
     }
+
+    pub(crate) fn republish_staged_bytes(&self, before: usize, after: usize) {
+        republish(&self.staged_bytes, before, after);
+    }
 }
 
 fn republish(counter: &AtomicUsize, before: usize, after: usize) {
@@ -89,7 +102,9 @@ mod tests {
         u.republish_flow_bytes(0, 50);
         u.republish_flow_bytes(100, 30);
         u.republish_session_bytes(0, 7);
+        u.republish_staged_bytes(0, 5);
         assert_eq!((u.flow_bytes(), u.session_bytes(), u.memory()), (80, 7, 87));
+        assert_eq!(u.staged_bytes(), 5);
         u.add_flows(3);
         u.sub_flows(1);
         u.add_sessions(2);
