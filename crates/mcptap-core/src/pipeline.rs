@@ -633,7 +633,8 @@ impl Pipeline {
 
     /// [`Pipeline::split_shards`] with the flow layer in `flow_shards` pipelines too (at least
     /// one), each fed its flows' packets by a [`crate::flow_shard::FlowDispatcher`] and merged
-    /// back into one pipeline's staged steps by [`crate::flow_shard::merge_rounds`].
+    /// back into one pipeline's staged steps by [`crate::flow_shard::FlowMerge`] (or, whole
+    /// rounds at a time, [`crate::flow_shard::merge_rounds`]).
     pub fn split_flows(
         limits: Limits,
         analysis: impl Into<Analysis>,
@@ -1396,7 +1397,8 @@ impl Pipeline {
     }
 
     /// Flow shard: the outputs so far are one unit (`phase` of flow `flow`, at packet `seq`)
-    /// for [`crate::flow_shard::merge_rounds`]. A whole pipeline (`seq` is `None`) marks nothing.
+    /// for the flow shards' merge ([`crate::flow_shard::FlowMerge`]). A whole pipeline (`seq` is
+    /// `None`) marks nothing.
     #[inline]
     fn end_unit(&mut self, seq: Option<u64>, phase: FlowPhase, flow: u64, out: &mut Vec<Output>) {
         let (Some(seq), Some(staged)) = (seq, self.staged.as_mut()) else {
