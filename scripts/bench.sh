@@ -117,9 +117,12 @@ fi
 if [ "$CALLGRIND" = 1 ]; then
   command -v valgrind >/dev/null || die "valgrind not found (apt-get install valgrind)"
 fi
+BASE_ONE=()
 if [ -n "$BASELINE" ]; then
   [ -x "$BASELINE" ] || die "--baseline $BASELINE: not an executable"
   BASELINE="$(cd "$(dirname "$BASELINE")" && pwd)/$(basename "$BASELINE")"
+  # A baseline with threads is timed on one, as the new binary is.
+  if "$BASELINE" replay --help 2>/dev/null | grep -q -- '--threads'; then BASE_ONE=(--threads 1); fi
 fi
 
 mkdir -p "$DATA"
@@ -281,7 +284,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)
 # instructions OUT BIN FILE: user-space instructions of one replay under callgrind (exact and
 # repeatable, ~50x slower than a plain run).
 instructions() {
-  local one=(); [ "$2" = "$BIN" ] && one=(--threads 1)
+  local one=("${BASE_ONE[@]}"); [ "$2" = "$BIN" ] && one=(--threads 1)
   valgrind --tool=callgrind --callgrind-out-file="$1" "$2" replay "$3" --events /dev/null \
     --log-level error "${one[@]}" > /dev/null 2> "$1.log" || die "callgrind failed on $2 (see $1.log)"
   grep -E '^(summary|totals):' "$1" | tail -1 | awk '{print $2}'
@@ -332,9 +335,9 @@ for name in "${NAMES[@]}"; do
     [ $((i % 2)) = 0 ] && [ "${#tools[@]}" = 2 ] && order=(base mcptap)
     if [ $((i % 2)) = 0 ]; then split_run; fi
     for t in "${order[@]}"; do
-      # One worker: the new binary's default is a thread per core (a baseline may not know
-      # the flag).
-      bin="$BIN"; one=(--threads 1); [ "$t" = base ] && bin="$BASELINE" && one=()
+      # One worker: the new binary's default is a thread per core (a baseline that does not
+      # know the flag runs on one thread anyway).
+      bin="$BIN"; one=(--threads 1); [ "$t" = base ] && bin="$BASELINE" && one=("${BASE_ONE[@]}")
       read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events "$events_to" "${one[@]}")
       printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
       walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
