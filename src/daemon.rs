@@ -583,6 +583,8 @@ impl SessionThread {
 struct Worker {
     /// Batches waiting in this worker's queue (the capture side counts them in).
     queue_depth: prometheus::IntGauge,
+    /// What every pipeline of the process holds.
+    usage: Arc<SharedUsage>,
     stages: Stages,
     sinks: Arc<Mutex<EventSinks>>,
     metrics: Arc<Metrics>,
@@ -638,6 +640,7 @@ impl Worker {
         let flows = self.stages.active_flows();
         let delta = flows as i64 - self.reported_flows as i64;
         self.metrics.add_packet_stats(stats, &self.reported, delta);
+        self.metrics.set_memory(&self.usage);
         self.reported = stats.clone();
         self.reported_flows = flows;
     }
@@ -861,6 +864,7 @@ impl WorkerPool {
             };
             let worker = Worker {
                 queue_depth: depth,
+                usage: usage.clone(),
                 stages,
                 sinks: self.sinks.clone(),
                 metrics: self.metrics.clone(),

@@ -424,6 +424,21 @@ fn incident_on_a_high_server_port(extra: &[&str]) {
         value("mcptap_pipeline_lag_seconds_count") >= 2.0,
         "{metrics}"
     );
+    // What the pipelines hold: the session and its lineage's record, and nothing staged
+    // between the threads once they are drained.
+    assert!(
+        value("mcptap_memory_bytes{part=\"sessions\"}") > 0.0,
+        "{metrics}"
+    );
+    assert!(
+        value("mcptap_memory_bytes{part=\"flows\"}") >= 0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        value("mcptap_memory_bytes{part=\"staged\"}"),
+        0.0,
+        "{metrics}"
+    );
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
     let out = child.wait_with_output().expect("output");

@@ -137,6 +137,7 @@ pub struct Metrics {
     fleet_up: prometheus::IntGauge,
     request_duration: HistogramVec,
     worker_queue: IntGaugeVec,
+    memory: IntGaugeVec,
     capture_waits: IntCounterVec,
     pipeline_lag: prometheus::Histogram,
     server_directory: DirectoryMetrics,
@@ -233,6 +234,12 @@ impl Metrics {
             "mcptap_worker_queue_batches",
             "Batches of packets waiting in a pipeline worker's queue (up to 512 packets each).",
             &["worker"],
+        )?;
+        let memory = gauge_vec(
+            &r,
+            "mcptap_memory_bytes",
+            "Estimated bytes the pipelines hold: part=\"flows\" and part=\"sessions\" are charged against limits.memory_budget_bytes; part=\"staged\" is decoded input waiting between a worker's threads, bounded by their queues and not charged (evicting flows would not free it).",
+            &["part"],
         )?;
         let capture_waits = counter_vec(
             &r,
@@ -510,6 +517,7 @@ impl Metrics {
             },
             request_duration,
             worker_queue,
+            memory,
             capture_waits,
             pipeline_lag,
             server_directory: DirectoryMetrics::new(&r)?,
@@ -604,6 +612,19 @@ impl Metrics {
                 .with_label_values(&[&label, outcome, kind, Era::Legacy.as_str()]);
         }
         label
+    }
+
+    /// What the pipelines of the process hold, as their shared usage counts it.
+    pub fn set_memory(&self, usage: &mcptap_core::usage::SharedUsage) {
+        for (part, bytes) in [
+            ("flows", usage.flow_bytes()),
+            ("sessions", usage.session_bytes()),
+            ("staged", usage.staged_bytes()),
+        ] {
+            self.memory
+                .with_label_values(&[part])
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     /// Adds what one pipeline counted since its previous report (`before`). Several pipelines
