@@ -202,6 +202,52 @@ fn assert_flow_shards_agree(
     runs
 }
 
+/// `frames` replayed on threads with 1 to `flow_threads` flow shards, the session layer split
+/// and in `session_shards` shards: each gives `whole`.
+fn assert_threads_agree(
+    linktype: u32,
+    frames: &[Frame],
+    limits: Limits,
+    whole: &[Output],
+    flow_threads: std::ops::RangeInclusive<usize>,
+    session_shards: usize,
+    name: &str,
+) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join(format!("{name}.pcap"));
+    std::fs::write(&path, mcptap_testkit::capture::pcap_bytes(linktype, frames)).expect("write");
+    let paths = [path.display().to_string()];
+    for flow_threads in flow_threads {
+        let mut got = Vec::new();
+        mcptap::replay::replay_split(
+            &paths,
+            limits,
+            Analysis::default(),
+            flow_threads,
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            None,
+            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(&got, whole, &format!("{name}: {flow_threads} flow threads"));
+        let mut got = Vec::new();
+        mcptap::sharded::replay_sharded(
+            &paths,
+            limits,
+            Analysis::default(),
+            (flow_threads, session_shards),
+            &mut mcptap::progress::ReplayProgress::hidden(),
+            &mut |o: &Output| got.push(o.clone()),
+        )
+        .expect("replay");
+        assert_same(
+            &got,
+            whole,
+            &format!("{name}: {flow_threads} flow threads, {session_shards} session shards"),
+        );
+    }
+}
+
 fn frames_of(path: &Path) -> (u32, Vec<Frame>) {
     let mut linktype = 0;
     let mut frames = Vec::new();
@@ -341,43 +387,7 @@ fn sweeps_clock_jumps_and_held_segments_come_out_in_one_pipelines_order() {
 
     // The same on threads: `replay --threads` with the flow layer sharded, the session layer
     // split or sharded too.
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("hard.pcap");
-    std::fs::write(
-        &path,
-        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
-    )
-    .expect("write");
-    let paths = [path.display().to_string()];
-    for flow_threads in 1..=3 {
-        let mut got = Vec::new();
-        mcptap::replay::replay_split(
-            &paths,
-            limits,
-            Analysis::default(),
-            flow_threads,
-            &mut mcptap::progress::ReplayProgress::hidden(),
-            None,
-            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
-        )
-        .expect("replay");
-        assert_same(&got, &whole, &format!("{flow_threads} flow threads"));
-        let mut got = Vec::new();
-        mcptap::sharded::replay_sharded(
-            &paths,
-            limits,
-            Analysis::default(),
-            (flow_threads, 2),
-            &mut mcptap::progress::ReplayProgress::hidden(),
-            &mut |o: &Output| got.push(o.clone()),
-        )
-        .expect("replay");
-        assert_same(
-            &got,
-            &whole,
-            &format!("{flow_threads} flow threads, 2 session shards"),
-        );
-    }
+    assert_threads_agree(linktype, &frames, limits, &whole, 1..=3, 2, "hard");
 }
 
 /// A limit hit: with `max_flows` below what the bursts hold at once, each flow shard evicts
@@ -499,41 +509,5 @@ fn gzip_bodies_at_a_tight_budget_give_one_pipelines_outputs_through_flow_shards(
             );
         }
     }
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("gzip.pcap");
-    std::fs::write(
-        &path,
-        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
-    )
-    .expect("write");
-    let paths = [path.display().to_string()];
-    for flow_threads in [1, 2] {
-        let mut got = Vec::new();
-        mcptap::replay::replay_split(
-            &paths,
-            limits,
-            Analysis::default(),
-            flow_threads,
-            &mut mcptap::progress::ReplayProgress::hidden(),
-            None,
-            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
-        )
-        .expect("replay");
-        assert_same(&got, &whole, &format!("{flow_threads} flow threads"));
-        let mut got = Vec::new();
-        mcptap::sharded::replay_sharded(
-            &paths,
-            limits,
-            Analysis::default(),
-            (flow_threads, 1),
-            &mut mcptap::progress::ReplayProgress::hidden(),
-            &mut |o: &Output| got.push(o.clone()),
-        )
-        .expect("replay");
-        assert_same(
-            &got,
-            &whole,
-            &format!("{flow_threads} flow threads, 1 session shard"),
-        );
-    }
+    assert_threads_agree(linktype, &frames, limits, &whole, 1..=2, 1, "gzip");
 }
