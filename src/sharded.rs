@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use mcptap_core::detect::ModeTracker;
 use mcptap_core::flow_shard::StagedSteps;
-use mcptap_core::mcp::session::{Scope, Session, SessionKey, scope_of};
+use mcptap_core::mcp::session::{Scope, Session, SessionKey, scope_of_key};
 use mcptap_core::mcp::snapshot::{ImportReport, SessionEntry};
 use mcptap_core::mcp::{GroupKey, ServerScope};
 use mcptap_core::model::{Output, Timestamp};
@@ -580,7 +580,7 @@ impl SessionShards {
         others.sessions = first
             .sessions
             .iter()
-            .filter(|e| scope_of(&(e.server, e.key.clone())) == Scope::Lineage)
+            .filter(|e| scope_of_key(&e.key) == Scope::Lineage)
             .cloned()
             .collect();
         let mut replies = Vec::new();

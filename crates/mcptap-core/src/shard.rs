@@ -14,7 +14,7 @@ use crate::http::HttpEvent;
 use crate::mcp::GroupKey;
 use crate::mcp::headers;
 use crate::mcp::identity::Identities;
-use crate::mcp::session::{Scope, is_valid_session_id, scope_of};
+use crate::mcp::session::{Scope, is_valid_session_id, scope_of_key};
 use crate::mcp::snapshot::{SessionEntry, StateSnapshot};
 use crate::model::{Limit, Output, Telemetry, Timestamp};
 use crate::pipeline::{Limits, SessionInput};
@@ -193,7 +193,7 @@ impl ShardRouter {
             (0..self.shards).map(|_| StateSnapshot::default()).collect();
         let mut every = StateSnapshot::default();
         for e in snap.sessions {
-            let scope = scope_of(&(e.server, e.key.clone()));
+            let scope = scope_of_key(&e.key);
             let bucket = match (scope, e.route) {
                 (Scope::Server | Scope::Endpoint, _) | (Scope::Lineage, None) => {
                     every.sessions.push(e);

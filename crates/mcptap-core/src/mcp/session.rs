@@ -64,7 +64,11 @@ pub(crate) fn floor_boundary(s: &str, at: usize) -> usize {
 }
 
 pub fn scope_of(key: &SessionKey) -> Scope {
-    let k = key.1.as_str();
+    scope_of_key(&key.1)
+}
+
+/// [`scope_of`] from the key text alone (a snapshot's record holds it apart from its server).
+pub fn scope_of_key(k: &str) -> Scope {
     if !k.starts_with('\0') {
         Scope::Session
     } else if k.starts_with(LINEAGE_PREFIX) {
