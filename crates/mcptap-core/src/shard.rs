@@ -47,8 +47,9 @@ pub struct ShardRouter {
     /// latest `max_pending_requests` (and a few) can still have events.
     exchanges: HashMap<u64, VecDeque<(u64, u32)>>,
     exchanges_per_flow: usize,
-    /// Sessions' shards, learned from their answers' `Mcp-Session-Id`.
-    sessions: HashMap<(SocketAddr, Box<str>), u32>,
+    /// Sessions' shards, learned from their answers' `Mcp-Session-Id`, and when each was
+    /// last used; at `max_sessions`, the least recently used quarter goes ([`Self::make_room`]).
+    sessions: HashMap<(SocketAddr, Box<str>), LearnedRoute>,
     max_sessions: usize,
     /// What the session layer takes for a session id, and how long a loaded one lasts.
     max_session_id_len: usize,
@@ -56,6 +57,13 @@ pub struct ShardRouter {
     /// Connections that opened with a PROXY header: the client it named.
     proxied: HashMap<u64, IpAddr>,
     max_proxied: usize,
+}
+
+/// A session's shard and the capture time of the last request or answer head that named it.
+#[derive(Debug, Clone, Copy)]
+struct LearnedRoute {
+    shard: u32,
+    seen_ns: i64,
 }
 
 /// Exchanges remembered per connection beyond the pipelining depth.
@@ -98,8 +106,8 @@ impl ShardRouter {
     /// Where `input` goes. Routes forgotten at a bound are counted in `out`
     /// (`limit="shard_routes"`).
     pub fn route(&mut self, input: &SessionInput, out: &mut Vec<Output>) -> Route {
-        let (ctx, event) = match input {
-            SessionInput::Http { ctx, event, .. } => (ctx, event),
+        let (ctx, ts, event) = match input {
+            SessionInput::Http { ctx, ts, event } => (ctx, *ts, event),
             SessionInput::ProxyHeader { flow, source, .. } => {
                 self.proxied_source(*flow, *source, out);
                 return Route::EveryOnce;
@@ -123,8 +131,11 @@ impl ShardRouter {
                 let shard = match sid {
                     Some(sid) => self
                         .sessions
-                        .get(&(ctx.server, Box::from(sid)))
-                        .map(|&s| s as usize)
+                        .get_mut(&(ctx.server, Box::from(sid)))
+                        .map(|learned| {
+                            learned.seen_ns = learned.seen_ns.max(ts.0);
+                            learned.shard as usize
+                        })
                         .unwrap_or_else(|| {
                             shard_of_bucket(
                                 self.shards,
@@ -152,7 +163,7 @@ impl ShardRouter {
             HttpEvent::ResponseHead { exchange, head } => {
                 let shard = self.exchange(ctx.flow, *exchange);
                 if let Some(sid) = headers::response_session_id(head) {
-                    self.learn_session(ctx.server, sid, shard, out);
+                    self.learn_session(ctx.server, sid, shard, ts.0, out);
                 }
                 shard
             }
@@ -210,7 +221,7 @@ impl ShardRouter {
                 && shard
                     != shard_of_bucket(self.shards, self.identities.route_bucket(e.server, &e.key))
             {
-                self.learn_session(e.server, &e.key, shard, out);
+                self.learn_session(e.server, &e.key, shard, e.last_seen_ns, out);
             }
             if let Some(share) = own.get_mut(shard) {
                 share.sessions.push(e);
@@ -241,22 +252,54 @@ impl ShardRouter {
         server: SocketAddr,
         sid: &str,
         shard: usize,
+        seen_ns: i64,
         out: &mut Vec<Output>,
     ) {
         let key = (server, Box::from(sid));
+        let learned = LearnedRoute {
+            shard: shard as u32,
+            seen_ns,
+        };
         if let Some(known) = self.sessions.get_mut(&key) {
-            *known = shard as u32;
+            known.shard = learned.shard;
+            known.seen_ns = known.seen_ns.max(seen_ns);
             return;
         }
         if self.sessions.len() >= self.max_sessions {
-            // As many sessions as one worker tracks at most: the older routes go, and a
-            // session whose route went continues by (server, id), perhaps on another shard.
-            self.sessions.clear();
-            out.push(Output::Telemetry(Telemetry::LimitHit {
-                limit: Limit::ShardRoutes,
-            }));
+            self.make_room(out);
         }
-        self.sessions.insert(key, shard as u32);
+        self.sessions.insert(key, learned);
+    }
+
+    /// At `max_sessions` routes (as many sessions as one worker tracks at most): the least
+    /// recently used quarter goes, so that the sessions in use keep theirs. A session whose
+    /// route went continues by (server, id), perhaps on another shard: counted
+    /// (`limit="shard_routes"`). A quarter at a time, so that a flood of new ids costs O(1)
+    /// per id, amortised; ties go by key, so that replays stay deterministic.
+    fn make_room(&mut self, out: &mut Vec<Output>) {
+        let len = self.sessions.len();
+        if len == 0 {
+            return;
+        }
+        let drop = (len / 4).max(1);
+        let mut by_age: Vec<(i64, &(SocketAddr, Box<str>))> = self
+            .sessions
+            .iter()
+            .map(|(k, learned)| (learned.seen_ns, k))
+            .collect();
+        by_age.select_nth_unstable(drop - 1);
+        let mut oldest: Vec<(SocketAddr, Box<str>)> = by_age
+            .into_iter()
+            .take(drop)
+            .map(|(_, k)| k.clone())
+            .collect();
+        oldest.sort_unstable();
+        for k in &oldest {
+            self.sessions.remove(k);
+        }
+        out.push(Output::Telemetry(Telemetry::LimitHit {
+            limit: Limit::ShardRoutes,
+        }));
     }
 
     fn proxied_source(&mut self, flow: u64, source: Option<SocketAddr>, out: &mut Vec<Output>) {
@@ -467,5 +510,87 @@ mod tests {
         let closed = SessionInput::FlowClosed { flow: 1 };
         assert_eq!(router.route(&closed, &mut out), Route::EveryOnce);
         assert!(!router.exchanges.contains_key(&1));
+    }
+
+    #[test]
+    fn at_the_route_bound_the_least_recently_used_routes_go_not_every_one() {
+        use crate::http::RequestHead;
+        use crate::mcp::FlowCtx;
+        use crate::mcp::headers::{request_head, response_head};
+        use crate::model::Timestamp;
+        let mut limits = Limits::default();
+        limits.session.max_sessions = 8;
+        let ids = Identities::default();
+        let mut router = ShardRouter::new(4, &limits, ids.clone());
+        let server: SocketAddr = "127.0.0.1:80".parse().expect("addr");
+        let mut out = Vec::new();
+        let http = |flow: u64, ts: i64, event: HttpEvent| SessionInput::Http {
+            ctx: FlowCtx {
+                flow,
+                server,
+                client: "127.0.0.9:5000".parse().expect("addr"),
+            },
+            ts: Timestamp(ts),
+            event,
+        };
+        let request = |head: RequestHead| HttpEvent::Request {
+            exchange: 0,
+            head: Box::new(head),
+            body: Vec::new(),
+        };
+        let init = request(request_head("POST", "/mcp", None, None, None, None));
+        let Route::One(home) = router.route(&http(1, 0, init.clone()), &mut out) else {
+            panic!("a request goes to one shard");
+        };
+        // Ids whose own bucket lies elsewhere: only a learned route brings them home.
+        let mut away = (0..)
+            .map(|n| format!("sid-{n}"))
+            .filter(|sid| shard_of_bucket(4, ids.route_bucket(server, sid)) != home);
+        let mut learn = |router: &mut ShardRouter, flow: u64, ts: i64, out: &mut Vec<Output>| {
+            let sid = away.next().expect("an id");
+            router.route(&http(flow, ts, init.clone()), out);
+            let answer = response_head(200, Some("application/json"), Some(&sid));
+            let head = HttpEvent::ResponseHead {
+                exchange: 0,
+                head: Box::new(answer),
+            };
+            router.route(&http(flow, ts, head), out);
+            sid
+        };
+        let named = |sid: &str| request(request_head("POST", "/mcp", None, None, Some(sid), None));
+        let busy = learn(&mut router, 10, 0, &mut out);
+        let idle = learn(&mut router, 11, 1, &mut out);
+        for n in 0..40i64 {
+            // The busy session is used between the new ones; the idle one never again.
+            assert_eq!(
+                router.route(&http(100 + n as u64, 10 + 2 * n, named(&busy)), &mut out),
+                Route::One(home)
+            );
+            learn(&mut router, 200 + n as u64, 11 + 2 * n, &mut out);
+            assert!(router.sessions.len() <= 8);
+        }
+        assert_eq!(
+            router.route(&http(999, 1_000, named(&busy)), &mut out),
+            Route::One(home),
+            "a session in use keeps its route"
+        );
+        assert_ne!(
+            router.route(&http(998, 1_000, named(&idle)), &mut out),
+            Route::One(home),
+            "the least recently used went"
+        );
+        let rounds = out
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Telemetry(Telemetry::LimitHit {
+                        limit: Limit::ShardRoutes
+                    })
+                )
+            })
+            .count();
+        // 42 routes through 8 places, a quarter (2) freed a round.
+        assert_eq!(rounds, 17, "each round counted once");
     }
 }
