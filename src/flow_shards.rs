@@ -86,7 +86,19 @@ enum Command {
     Finish {
         now: Timestamp,
     },
+    /// Tests: the shard's thread panics here, as a bug in the flow layer would make it.
+    #[cfg(test)]
+    Panic,
 }
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the next round this thread sends makes its first shard panic.
+    static PANIC_IN_NEXT_ROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+const INJECTED_PANIC: &str = "injected: a bug in a flow shard";
 
 impl Command {
     /// The first unit of the shard's this command may give.
@@ -95,6 +107,8 @@ impl Command {
             Command::Packet { at, .. } => (at.seq, FlowPhase::Packet),
             Command::Sweep { seq, .. } => (*seq, FlowPhase::Idle),
             Command::Finish { .. } => (u64::MAX, FlowPhase::Idle),
+            #[cfg(test)]
+            Command::Panic => (0, FlowPhase::Packet),
         };
         FlowUnit {
             seq,
@@ -125,6 +139,8 @@ fn run_batch(
             }
             Command::Sweep { seq, now } => shard.shard_sweep(seq, now, out),
             Command::Finish { now } => shard.shard_finish(now, out),
+            #[cfg(test)]
+            Command::Panic => std::panic::panic_any(INJECTED_PANIC),
         }
         if shard.staged_bytes() >= PART_BYTES
             && let Some(next) = commands.peek()
@@ -238,7 +254,8 @@ pub struct FlowShards {
     /// Per shard, its latest counts (packets, open flows), and the packets' sum.
     counts: Vec<(PacketStats, usize)>,
     stats: PacketStats,
-    /// A shard's thread is gone (it panicked): nothing more is sent; the join says why.
+    /// A shard's thread is gone (it panicked): nothing more is sent, and [`Self::fail`]
+    /// raises its panic.
     broken: bool,
 }
 
@@ -351,6 +368,12 @@ impl FlowShards {
     /// Sends every shard its part of the round being filled (empty or not: the rounds stay
     /// aligned), if anything was put in it.
     pub fn send_round(&mut self) {
+        #[cfg(test)]
+        if PANIC_IN_NEXT_ROUND.with(|p| p.replace(false))
+            && let Some(batch) = self.filling.first_mut()
+        {
+            batch.commands.push(Command::Panic);
+        }
         let spare = self.own_spares.pop().unwrap_or_default();
         let dispatcher_round = self.dispatcher.take_round(spare);
         if self.filling.iter().all(|b| b.commands.is_empty()) && dispatcher_round.is_empty() {
@@ -396,6 +419,32 @@ impl FlowShards {
                 }
             }
         }
+        if self.broken {
+            self.fail();
+        }
+    }
+
+    /// A shard's thread is gone (it panicked): its panic goes on here, on the calling thread,
+    /// at once. Carrying on without it would stall the merge, and with it every output of
+    /// the worker, with nothing said; a live worker that panics instead stops its capture,
+    /// which `/readyz` and the exit status report.
+    fn fail(&mut self) -> ! {
+        self.broken = true;
+        for shard in &mut self.shards {
+            if let Shard::Thread { batches, .. } = shard {
+                // Closed, so that the other shards' threads end too.
+                *batches = None;
+            }
+        }
+        for shard in &mut self.shards {
+            if let Shard::Thread { thread, .. } = shard
+                && let Some(t) = thread.take()
+                && let Err(panic) = t.join()
+            {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        panic!("a flow shard's thread ended before its input did");
     }
 
     /// Takes the shards' answers in (`wait`: until every round sent is answered whole), and
@@ -448,6 +497,7 @@ impl FlowShards {
     fn take_answers(&mut self, wait: bool) {
         let want = self.rounds_sent;
         let mut changed = false;
+        let mut gone = false;
         for (i, shard) in self.shards.iter_mut().enumerate() {
             let mut answers = Vec::new();
             let done_before = self.rounds_done.get(i).copied().unwrap_or(want);
@@ -463,8 +513,8 @@ impl FlowShards {
                                 answers.push(answer);
                             }
                             Err(_) => {
-                                // Gone: the join reports why.
-                                self.broken = true;
+                                // Gone: it panicked, and its panic goes on below.
+                                gone = true;
                                 break;
                             }
                         }
@@ -492,6 +542,9 @@ impl FlowShards {
                 }
                 changed = true;
             }
+        }
+        if gone {
+            self.fail();
         }
         if changed {
             let mut stats = PacketStats::default();
@@ -549,5 +602,110 @@ impl FlowShards {
     /// Flows open in every shard, as of their latest answers.
     pub fn active_flows(&self) -> usize {
         self.counts.iter().map(|c| c.1).sum()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::panic::AssertUnwindSafe;
+    use std::time::{Duration, Instant};
+
+    use mcptap_core::pipeline::Analysis;
+
+    use super::*;
+    use crate::progress::ReplayProgress;
+
+    pub(crate) const FIXTURE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/http_sse_narrowing.pcap"
+    );
+
+    /// The fixture's packets: (time, link type, frame).
+    pub(crate) fn fixture_packets() -> Vec<(i64, u32, Vec<u8>)> {
+        let mut packets = Vec::new();
+        crate::capture::read_captures(&[FIXTURE.to_string()], &mut |pkt| {
+            packets.push((pkt.ts_nanos, pkt.linktype, pkt.data.to_vec()));
+        })
+        .expect("the fixture reads");
+        packets
+    }
+
+    /// Runs `run` on a thread of its own with `inject` set there (a shard panics in the
+    /// first round): what the panic said, if `run` ended with it within a minute.
+    pub(crate) fn run_with_a_panic<T: 'static>(
+        inject: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+        run: fn() -> T,
+    ) -> Option<String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            inject.with(|p| p.set(true));
+            let ended = std::panic::catch_unwind(run);
+            let said = ended
+                .err()
+                .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            let _ = tx.send(said);
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("it ended instead of waiting for the shard for ever")
+    }
+
+    #[test]
+    fn a_panic_in_a_flow_shard_ends_a_split_replay_with_it_not_a_hang() {
+        let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {
+            crate::replay::replay_split(
+                &[FIXTURE.to_string()],
+                Limits::default(),
+                Analysis::default(),
+                2,
+                &mut ReplayProgress::hidden(),
+                None,
+                &mut |_, _| {},
+            )
+        });
+        assert_eq!(said.as_deref(), Some(INJECTED_PANIC));
+    }
+
+    #[test]
+    fn a_panic_in_a_flow_shard_ends_a_sharded_replay_with_it_not_a_hang() {
+        let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {
+            crate::sharded::replay_sharded(
+                &[FIXTURE.to_string()],
+                Limits::default(),
+                Analysis::default(),
+                (2, 2),
+                &mut ReplayProgress::hidden(),
+                &mut |_| {},
+            )
+        });
+        assert_eq!(said.as_deref(), Some(INJECTED_PANIC));
+    }
+
+    /// A live worker's flow shards never reach their close while packets keep coming: the
+    /// panic must surface while they do, or the worker would stall with nothing said.
+    #[test]
+    fn a_flow_shard_that_panics_stops_the_feeding_thread_while_packets_still_come() {
+        let packets = fixture_packets();
+        let limits = Limits::default();
+        let usage: Arc<SharedUsage> = Arc::default();
+        let (shards, _stages) =
+            Pipeline::split_flows(limits, Analysis::default(), Arc::clone(&usage), 2, 1);
+        let mut flows = FlowShards::spawn(shards, &limits, usage, "test-flows");
+        PANIC_IN_NEXT_ROUND.with(|p| p.set(true));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let fed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut offset = 0;
+            while Instant::now() < deadline {
+                for (ts, linktype, frame) in &packets {
+                    if flows.packet(Timestamp(ts + offset), *linktype, frame) {
+                        flows.merge_ready(false, &mut |steps, _| {
+                            steps.take_staged(Vec::new());
+                        });
+                    }
+                }
+                offset += 1_000_000_000;
+            }
+        }));
+        let panic = fed.expect_err("the shard's panic reached the feeding thread");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&INJECTED_PANIC));
     }
 }

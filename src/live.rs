@@ -294,6 +294,15 @@ impl WorkerInbox {
     }
 }
 
+/// A pipeline worker ended while its capture still ran: it panicked (its panic message is
+/// on standard error just before), and the capture stops rather than feed the others alone.
+fn worker_gone(interface: &str) {
+    tracing::error!(
+        interface,
+        "a pipeline worker stopped (it panicked): capture stopped, /readyz fails"
+    );
+}
+
 /// Hands a full or pending batch to the pipeline; false when the pipeline is gone.
 pub fn send(queue: &WorkerQueue, batch: &mut Batch, linktype: u32) -> bool {
     // The next batch is one the worker handed back, or a new one with the room of this one:
@@ -716,6 +725,7 @@ pub fn spawn(
                             batch.push(ts, p.data);
                             if batch.is_full() && !send(tx, batch, linktype) {
                                 // A worker is gone: the capture cannot go on whole.
+                                worker_gone(&oc.interface);
                                 health.failed.store(true, Ordering::SeqCst);
                                 break 'capture;
                             }
@@ -733,6 +743,7 @@ pub fn spawn(
                     WhenDry::Flush => {
                         for (batch, tx) in batches.iter_mut().zip(&workers) {
                             if !batch.packets.is_empty() && !send(tx, batch, linktype) {
+                                worker_gone(&oc.interface);
                                 health.failed.store(true, Ordering::SeqCst);
                                 break 'capture;
                             }

@@ -156,7 +156,20 @@ enum ShardJob {
         now: Timestamp,
         reply: SyncSender<(ImportReport, Vec<Output>)>,
     },
+    /// Tests: the shard's thread panics here, as a bug in the session layer would make it.
+    #[cfg(test)]
+    Panic,
 }
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the next round this thread sends makes its first shard panic first.
+    pub(crate) static PANIC_IN_NEXT_ROUND: std::cell::Cell<bool> =
+        const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+pub(crate) const INJECTED_PANIC: &str = "injected: a bug in a session shard";
 
 /// A shard's outputs of one round: where each input's end, and the marks of its broadcast
 /// inputs' units.
@@ -193,6 +206,8 @@ fn run_shard(
     for job in jobs {
         let batch = match job {
             ShardJob::Round(batch) => batch,
+            #[cfg(test)]
+            ShardJob::Panic => std::panic::panic_any(INJECTED_PANIC),
             ShardJob::Export(reply) => {
                 let _ = reply.send(stage.export_state());
                 continue;
@@ -443,12 +458,25 @@ impl SessionShards {
             steps.push(Step::Input(route));
         }
         let end = self.position + 1;
+        #[cfg(test)]
+        if PANIC_IN_NEXT_ROUND.with(|p| p.replace(false))
+            && let Some(tx) = to_shards.first()
+        {
+            self.shards_gone |= tx.send(ShardJob::Panic).is_err();
+        }
         for (tx, inputs) in to_shards.iter().zip(batches) {
             self.shards_gone |= tx
                 .send(ShardJob::Round(ShardBatch { inputs, end }))
                 .is_err();
         }
         self.waiting_rounds.push_back(SentRound { steps, up_to });
+        if self.shards_gone {
+            // A shard's thread is gone (it panicked): its panic goes on here at once, rather
+            // than the rounds waiting for it, and every output after them, with nothing said
+            // until a quiet moment or the close.
+            self.join();
+            panic!("a session shard's thread ended before its input did");
+        }
     }
 
     /// Writes every round whose shards have all answered (`wait`: every round sent), in one
@@ -697,4 +725,63 @@ pub fn replay_sharded_from(
         on_output,
     );
     Ok((report, loaded, sessions.export_state()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::AssertUnwindSafe;
+    use std::time::{Duration, Instant};
+
+    use mcptap_core::pipeline::{Analysis, Pipeline};
+    use mcptap_core::usage::SharedUsage;
+
+    use super::*;
+    use crate::flow_shards::tests::{FIXTURE, fixture_packets, run_with_a_panic};
+    use crate::progress::ReplayProgress;
+
+    #[test]
+    fn a_panic_in_a_session_shard_ends_a_sharded_replay_with_it_not_a_hang() {
+        let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {
+            replay_sharded(
+                &[FIXTURE.to_string()],
+                Limits::default(),
+                Analysis::default(),
+                (0, 2),
+                &mut ReplayProgress::hidden(),
+                &mut |_| {},
+            )
+        });
+        assert_eq!(said.as_deref(), Some(INJECTED_PANIC));
+    }
+
+    /// A live worker's session shards are not waited for while packets keep coming: the
+    /// panic must surface as rounds are sent, or the worker would stall with nothing said.
+    #[test]
+    fn a_session_shard_that_panics_stops_the_sending_thread_while_rounds_still_go() {
+        let packets = fixture_packets();
+        let limits = Limits::default();
+        let usage: Arc<SharedUsage> = Arc::default();
+        let (mut flows, stages) =
+            Pipeline::split_flows(limits, Analysis::default(), Arc::clone(&usage), 1, 2);
+        let mut flow = flows.pop().expect("one flow pipeline");
+        let router = ShardRouter::new(2, &limits, Default::default());
+        let mut sessions = SessionShards::spawn(stages, router, "test-sessions").expect("threads");
+        PANIC_IN_NEXT_ROUND.with(|p| p.set(true));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut out = Vec::new();
+        let fed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut offset = 0;
+            while Instant::now() < deadline {
+                for (ts, linktype, frame) in &packets {
+                    flow.handle_packet(Timestamp(ts + offset), *linktype, frame, &mut out);
+                    flow.stage_outputs(&mut out);
+                    sessions.send_round(&mut flow, Some(ts + offset));
+                    sessions.deliver_ready(false, &mut |_| {});
+                }
+                offset += 1_000_000_000;
+            }
+        }));
+        let panic = fed.expect_err("the shard's panic reached the sending thread");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&INJECTED_PANIC));
+    }
 }
