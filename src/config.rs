@@ -53,7 +53,8 @@ pub struct CaptureConfig {
     pub buffer_bytes: u32,
     /// Read timeout in ms: packets are delivered in batches (TPACKET_V3 stays on).
     pub read_timeout_ms: u32,
-    /// Pipeline worker threads; traffic is sharded by server endpoint. 0 = one per core.
+    /// Pipeline worker threads; traffic is sharded by server endpoint. 0 = as the cores
+    /// allow ([`CaptureConfig::layout`]).
     pub threads: usize,
     /// Each worker's flow layer (decode, reassembly, HTTP, SSE, decompression) on a thread of
     /// its own in front of its session layer, so that one busy upstream uses two cores. Not
@@ -61,12 +62,75 @@ pub struct CaptureConfig {
     pub split_stages: bool,
     /// With `split_stages`: each worker's flow layer sharded by connection over this many
     /// threads of its own (the worker's thread dispatches packets and merges the shards' work
-    /// back in order), so that one busy upstream uses more cores. 0 = none.
-    pub flow_threads: usize,
+    /// back in order), so that one busy upstream uses more cores. 0 = none. Unset: see
+    /// [`CaptureConfig::layout`].
+    pub flow_threads: Option<usize>,
     /// With `split_stages`: each worker's session layer (MCP state, detection) sharded by
     /// client over this many threads, the outputs merged back in one worker's order. 1 = one
-    /// session thread.
+    /// session thread. Unset: see [`CaptureConfig::layout`].
+    pub session_threads: Option<usize>,
+}
+
+/// How `run` lays its pipelines over threads: `workers` pipelines (traffic sharded by server
+/// endpoint), each with its flow layer sharded over `flow_threads` threads of its own (0: on
+/// the worker's thread) and its session layer over `session_threads` (with `split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub workers: usize,
+    pub split: bool,
+    pub flow_threads: usize,
     pub session_threads: usize,
+}
+
+/// How `threads` threads split between a pipeline's flow shards and its session shards, the
+/// calling thread reading, merging and writing besides (as `replay --threads`): `flow_threads`
+/// as given, else none below four threads and about half of the rest from four on. `None`
+/// for one thread: the whole pipeline on it.
+pub fn stage_threads(threads: usize, flow_threads: Option<usize>) -> Option<(usize, usize)> {
+    let threads = threads.clamp(1, MAX_THREADS);
+    if threads == 1 {
+        return None;
+    }
+    // Each flow shard is a pipeline with its allocator's slack charged to the budget: never
+    // more of them than the threads asked for.
+    let flows = flow_threads
+        .unwrap_or(if threads >= 4 { (threads - 1) / 2 } else { 0 })
+        .min(threads - 1);
+    Some((flows, (threads - 1 - flows).max(1)))
+}
+
+impl CaptureConfig {
+    /// The threads of `run` on a machine with `cores` cores (`fleet`: fleet mode, which keeps
+    /// whole pipelines). By default (no `threads`, `flow_threads` or `session_threads` set,
+    /// stages split, no fleet) one worker whose flow and session layers are sharded over the
+    /// cores as `replay --threads` shards them, so that a single busy upstream, the common
+    /// gateway, uses every core. Otherwise `threads` workers (0: one per core), each with the
+    /// flow and session threads given (0 and 1 when not).
+    pub fn layout(&self, cores: usize, fleet: bool) -> Layout {
+        let cores = cores.clamp(1, MAX_THREADS);
+        let split = self.split_stages && !fleet;
+        let unset =
+            self.threads == 0 && self.flow_threads.is_none() && self.session_threads.is_none();
+        if unset && split {
+            let (flow_threads, session_threads) = stage_threads(cores, None).unwrap_or((0, 1));
+            return Layout {
+                workers: 1,
+                split,
+                flow_threads,
+                session_threads,
+            };
+        }
+        Layout {
+            workers: if self.threads == 0 {
+                cores
+            } else {
+                self.threads
+            },
+            split,
+            flow_threads: self.flow_threads.unwrap_or(0),
+            session_threads: self.session_threads.unwrap_or(1),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,8 +216,8 @@ impl Default for CaptureConfig {
             read_timeout_ms: 100,
             threads: 0,
             split_stages: true,
-            flow_threads: 0,
-            session_threads: 1,
+            flow_threads: None,
+            session_threads: None,
         }
     }
 }
@@ -218,17 +282,14 @@ impl Config {
         // Every worker gets its own flow threads: the product is bounded (with threads = 0
         // the workers are counted when `run` starts).
         let workers = self.capture.threads.max(1);
-        let per_worker = self
-            .capture
-            .flow_threads
-            .saturating_add(self.capture.session_threads);
-        if workers.saturating_mul(per_worker) > MAX_THREADS {
+        let flow_threads = self.capture.flow_threads.unwrap_or(0);
+        let session_threads = self.capture.session_threads.unwrap_or(1);
+        if workers.saturating_mul(flow_threads.saturating_add(session_threads)) > MAX_THREADS {
             return Err(format!(
-                "capture.flow_threads plus capture.session_threads, times capture.threads, must be at most {MAX_THREADS} (got ({} + {}) x {})",
-                self.capture.flow_threads, self.capture.session_threads, workers
+                "capture.flow_threads plus capture.session_threads, times capture.threads, must be at most {MAX_THREADS} (got ({flow_threads} + {session_threads}) x {workers})"
             ));
         }
-        if self.capture.session_threads == 0 {
+        if session_threads == 0 {
             return Err("capture.session_threads must be at least 1".into());
         }
         if self.metrics.max_servers == 0 {
@@ -316,6 +377,37 @@ mod tests {
         assert_eq!(cfg.capture.filter, "tcp port 8080 or tcp port 443");
         let again: Config = toml::from_str(&cfg.to_toml()).expect("round trip");
         assert_eq!(again, cfg);
+    }
+
+    #[test]
+    fn the_default_layout_spreads_one_worker_over_the_cores_and_explicit_ones_stay() {
+        let layout = |toml: &str, cores: usize, fleet: bool| {
+            let cfg: Config = toml::from_str(toml).expect("config");
+            let l = cfg.capture.layout(cores, fleet);
+            (l.workers, l.split, l.flow_threads, l.session_threads)
+        };
+        // As `replay --threads <cores>`.
+        assert_eq!(layout("", 1, false), (1, true, 0, 1));
+        assert_eq!(layout("", 2, false), (1, true, 0, 1));
+        assert_eq!(layout("", 3, false), (1, true, 0, 2));
+        assert_eq!(layout("", 4, false), (1, true, 1, 2));
+        assert_eq!(layout("", 8, false), (1, true, 3, 4));
+        // Fleet mode keeps whole pipelines, a worker per core.
+        assert_eq!(layout("", 8, true), (8, false, 0, 1));
+        // Anything set: workers by server endpoint, each with the threads given.
+        assert_eq!(layout("[capture]\nthreads = 2", 8, false), (2, true, 0, 1));
+        assert_eq!(
+            layout("[capture]\nflow_threads = 2", 8, false),
+            (8, true, 2, 1)
+        );
+        assert_eq!(
+            layout("[capture]\nthreads = 1\nsession_threads = 3", 8, false),
+            (1, true, 0, 3)
+        );
+        assert_eq!(
+            layout("[capture]\nsplit_stages = false", 4, false),
+            (4, false, 0, 1)
+        );
     }
 
     #[test]

@@ -1105,13 +1105,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
     let health = Arc::new(CaptureHealth::default());
-    let n_workers = match cfg.capture.threads {
-        0 => std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(crate::config::MAX_THREADS),
-        n => n,
-    };
-    let per_worker = cfg.capture.flow_threads + cfg.capture.session_threads;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let layout = cfg.capture.layout(cores, cfg.fleet.url.is_some());
+    let n_workers = layout.workers;
+    let per_worker = layout.flow_threads + layout.session_threads;
     if n_workers.saturating_mul(per_worker) > crate::config::MAX_THREADS {
         return Err(format!(
             "capture.flow_threads plus capture.session_threads, times the workers ({n_workers}, one per core), must be at most {}",
@@ -1158,16 +1155,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
         initial: Mutex::new(initial),
         fleet: cfg.fleet.url.is_some().then(|| cfg.fleet.clone()),
         redactor: redactor.clone(),
-        split: cfg.capture.split_stages,
-        flow_threads: cfg.capture.flow_threads,
-        session_threads: cfg.capture.session_threads,
+        split: layout.split,
+        flow_threads: layout.flow_threads,
+        session_threads: layout.session_threads,
     };
     let (senders, workers) = pool.spawn(n_workers)?;
     let n_captures = captures.len();
     let mut threads = Vec::new();
     let directory = ServerDirectory::new(cfg.server_names().into_keys());
     for oc in captures {
-        tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, "capturing");
+        tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, split = layout.split, flow_threads = layout.flow_threads, session_threads = layout.session_threads, "capturing");
         let dispatcher = Dispatcher::new(directory.clone(), n_workers);
         threads.push(
             live::spawn(

@@ -210,7 +210,9 @@ struct RunArgs {
     /// Kernel capture buffer per interface, bytes [default: 64 MiB].
     #[arg(long)]
     buffer_bytes: Option<u32>,
-    /// Pipeline worker threads, traffic sharded by server endpoint [default: one per core].
+    /// Pipeline workers, traffic sharded by server endpoint (0: one per core) [default: one
+    /// worker sharded over the cores by connection and client, as `replay --threads`, unless
+    /// --flow-threads or --session-threads is given].
     #[arg(long)]
     threads: Option<usize>,
     /// Run each worker's flow and session layers on one thread (by default the flow layer
@@ -218,11 +220,13 @@ struct RunArgs {
     #[arg(long)]
     no_split_stages: bool,
     /// Each worker's flow layer sharded by connection over F threads more (the worker's thread
-    /// dispatches and merges), for a busy single upstream on many cores [default: 0].
+    /// dispatches and merges) [default: 0 with --threads or --session-threads, else by the
+    /// cores].
     #[arg(long, value_name = "F")]
     flow_threads: Option<usize>,
     /// Each worker's session layer sharded by client over S threads, the events merged back
-    /// in one worker's order [default: 1].
+    /// in one worker's order [default: 1 with --threads or --flow-threads, else by the
+    /// cores].
     #[arg(long, value_name = "S")]
     session_threads: Option<usize>,
     /// Metrics endpoint address [default: 127.0.0.1:9917].
@@ -269,10 +273,10 @@ impl RunArgs {
             cfg.capture.split_stages = false;
         }
         if let Some(f) = self.flow_threads {
-            cfg.capture.flow_threads = f;
+            cfg.capture.flow_threads = Some(f);
         }
         if let Some(n) = self.session_threads {
-            cfg.capture.session_threads = n;
+            cfg.capture.session_threads = Some(n);
         }
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;
@@ -679,23 +683,9 @@ impl ReplayThreads {
     /// `threads` in all; `flow_threads` as given, else none below four threads and about half
     /// of the rest from four on (the calling thread then only reads, merges and writes).
     fn of(threads: usize, flow_threads: Option<usize>) -> ReplayThreads {
-        let threads = threads.clamp(1, config::MAX_THREADS);
-        if threads == 1 {
-            return ReplayThreads::One;
-        }
-        // Each flow shard is a pipeline with its allocator's slack charged to the budget:
-        // never more of them than the threads asked for.
-        let flows = flow_threads
-            .unwrap_or(if threads >= 4 { (threads - 1) / 2 } else { 0 })
-            .min(threads - 1);
-        let others = if flows == 0 {
-            threads - 1
-        } else {
-            threads - 1 - flows.min(threads - 1)
-        };
-        ReplayThreads::Split {
-            flows,
-            sessions: others.max(1),
+        match config::stage_threads(threads, flow_threads) {
+            None => ReplayThreads::One,
+            Some((flows, sessions)) => ReplayThreads::Split { flows, sessions },
         }
     }
 }
@@ -1058,6 +1048,8 @@ mod tests {
         cfg.fleet.password_file = Some("/etc/mcptap/redis.pass".into());
         cfg.fleet.tls_ca_file = Some("/etc/mcptap/redis-ca.pem".into());
         cfg.privacy.redact_key_file = Some("/etc/mcptap/redact.key".into());
+        cfg.capture.flow_threads = Some(0);
+        cfg.capture.session_threads = Some(1);
         let server: std::net::SocketAddr = "10.0.0.5:8080".parse().expect("addr");
         cfg.servers.insert(server, "gw".into());
         cfg.metrics.server_names.insert(server, "gw".into());
