@@ -54,7 +54,7 @@ pub struct CaptureConfig {
     /// Read timeout in ms: packets are delivered in batches (TPACKET_V3 stays on).
     pub read_timeout_ms: u32,
     /// Pipeline worker threads; traffic is sharded by server endpoint. 0 = as the cores
-    /// allow ([`CaptureConfig::layout`]).
+    /// allow ([`CaptureConfig::layout`]: one worker sharded over them, or a worker per core).
     pub threads: usize,
     /// Each worker's flow layer (decode, reassembly, HTTP, SSE, decompression) on a thread of
     /// its own in front of its session layer, so that one busy upstream uses two cores. Not
@@ -275,7 +275,7 @@ impl Config {
         }
         if self.capture.threads > MAX_THREADS {
             return Err(format!(
-                "capture.threads must be at most {MAX_THREADS} (0 = one per core; got {})",
+                "capture.threads must be at most {MAX_THREADS} (0 = by the cores; got {})",
                 self.capture.threads
             ));
         }

@@ -1111,7 +1111,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let per_worker = layout.flow_threads + layout.session_threads;
     if n_workers.saturating_mul(per_worker) > crate::config::MAX_THREADS {
         return Err(format!(
-            "capture.flow_threads plus capture.session_threads, times the workers ({n_workers}, one per core), must be at most {}",
+            "capture.flow_threads plus capture.session_threads, times the workers ({n_workers}), must be at most {}",
             crate::config::MAX_THREADS
         ));
     }

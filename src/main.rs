@@ -210,9 +210,9 @@ struct RunArgs {
     /// Kernel capture buffer per interface, bytes [default: 64 MiB].
     #[arg(long)]
     buffer_bytes: Option<u32>,
-    /// Pipeline workers, traffic sharded by server endpoint (0: one per core) [default: one
-    /// worker sharded over the cores by connection and client, as `replay --threads`, unless
-    /// --flow-threads or --session-threads is given].
+    /// Pipeline workers, traffic sharded by server endpoint [default, or 0: one worker sharded
+    /// over the cores by connection and client, as `replay --threads`; a worker per core with
+    /// --flow-threads, --session-threads, --no-split-stages or fleet mode].
     #[arg(long)]
     threads: Option<usize>,
     /// Run each worker's flow and session layers on one thread (by default the flow layer
