@@ -1108,6 +1108,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let layout = cfg.capture.layout(cores, cfg.fleet.url.is_some());
     let n_workers = layout.workers;
+    if n_workers > 1 && layout.split {
+        // A config written before the default changed (or `check-config`'s output of one)
+        // names these keys and keeps the old layout: say what it costs, once.
+        tracing::info!(
+            workers = n_workers,
+            "workers sharded by server endpoint (capture.threads, flow_threads or session_threads set): one busy upstream gets one worker; leave the three unset for one worker sharded over the cores"
+        );
+    }
     let per_worker = layout.flow_threads + layout.session_threads;
     if n_workers.saturating_mul(per_worker) > crate::config::MAX_THREADS {
         return Err(format!(

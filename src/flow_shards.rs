@@ -649,6 +649,8 @@ pub(crate) mod tests {
             .expect("it ended instead of waiting for the shard for ever")
     }
 
+    /// At the close: the replay ends with the shard's panic, whatever the threads were
+    /// waiting for (the test below checks that it comes before the close too).
     #[test]
     fn a_panic_in_a_flow_shard_ends_a_split_replay_with_it_not_a_hang() {
         let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {
@@ -665,6 +667,8 @@ pub(crate) mod tests {
         assert_eq!(said.as_deref(), Some(INJECTED_PANIC));
     }
 
+    /// At the close: the replay ends with the shard's panic, whatever the threads were
+    /// waiting for (the test below checks that it comes before the close too).
     #[test]
     fn a_panic_in_a_flow_shard_ends_a_sharded_replay_with_it_not_a_hang() {
         let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {

@@ -739,6 +739,8 @@ mod tests {
     use crate::flow_shards::tests::{FIXTURE, fixture_packets, run_with_a_panic};
     use crate::progress::ReplayProgress;
 
+    /// At the close: the replay ends with the shard's panic, whatever the threads were
+    /// waiting for (the test below checks that it comes before the close too).
     #[test]
     fn a_panic_in_a_session_shard_ends_a_sharded_replay_with_it_not_a_hang() {
         let said = run_with_a_panic(&PANIC_IN_NEXT_ROUND, || {

@@ -162,7 +162,11 @@ impl ShardRouter {
             }
             HttpEvent::ResponseHead { exchange, head } => {
                 let shard = self.exchange(ctx.flow, *exchange);
-                if let Some(sid) = headers::response_session_id(head) {
+                // An id the session layer refuses names no session: nothing to learn (and a
+                // forged answer's 64 KiB id would hold a route that is never used).
+                if let Some(sid) = headers::response_session_id(head)
+                    .filter(|sid| is_valid_session_id(sid, self.max_session_id_len))
+                {
                     self.learn_session(ctx.server, sid, shard, ts.0, out);
                 }
                 shard
@@ -272,7 +276,9 @@ impl ShardRouter {
     }
 
     /// At `max_sessions` routes (as many sessions as one worker tracks at most): the least
-    /// recently used quarter goes, so that the sessions in use keep theirs. A session whose
+    /// recently used quarter goes, so that the sessions in use keep theirs (used: named by a
+    /// request or an answer's head; a session kept alive only by a long event stream looks
+    /// older than it is, and may lose its route first). A session whose
     /// route went continues by (server, id), perhaps on another shard: counted
     /// (`limit="shard_routes"`). A quarter at a time, so that a flood of new ids costs O(1)
     /// per id, amortised; ties go by key, so that replays stay deterministic.
@@ -288,12 +294,11 @@ impl ShardRouter {
             .map(|(k, learned)| (learned.seen_ns, k))
             .collect();
         by_age.select_nth_unstable(drop - 1);
-        let mut oldest: Vec<(SocketAddr, Box<str>)> = by_age
+        let oldest: Vec<(SocketAddr, Box<str>)> = by_age
             .into_iter()
             .take(drop)
             .map(|(_, k)| k.clone())
             .collect();
-        oldest.sort_unstable();
         for k in &oldest {
             self.sessions.remove(k);
         }
@@ -505,6 +510,18 @@ mod tests {
             assert_eq!(router.route(&again, &mut out), Route::One(first));
         }
         assert!(out.is_empty());
+        // An answer's id the session layer refuses is not learned.
+        let refused = "x".repeat(limits.session.max_session_id_len + 1);
+        let forged = http(
+            1,
+            "127.0.0.9:5000",
+            HttpEvent::ResponseHead {
+                exchange: 0,
+                head: Box::new(response_head(200, Some("application/json"), Some(&refused))),
+            },
+        );
+        router.route(&forged, &mut out);
+        assert_eq!(router.sessions.len(), 1);
         let sweep = SessionInput::Sweep { now: Timestamp(0) };
         assert_eq!(router.route(&sweep, &mut out), Route::Every);
         let closed = SessionInput::FlowClosed { flow: 1 };
