@@ -6,7 +6,7 @@
 #   scripts/live-bench.sh                  # mixed 1 GB capture, 30 s, default threads then --threads 1
 #   scripts/live-bench.sh --quick          # the 100 MB mixed capture instead
 #   options: --duration S (default 30)  --threads N (one run with N; repeatable; `auto` is the
-#            default of one worker per core)  --capture FILE (skip scripts/bench.sh)
+#            default layout: one worker sharded over the cores)  --capture FILE (skip scripts/bench.sh)
 #            --buffer-bytes N (passed to mcptap)  --port P (metrics port, default: a free one)
 #            --config FILE (passed to mcptap, e.g. a [fleet] section: the fleet-mode run)
 #            --preload (tcpreplay -K: capture loaded into RAM first; a faster sender)
@@ -156,7 +156,7 @@ RESULTS=()
 run_one() {
   local threads=$1 label tflag=() rc sd0 sd1 load0 load1 cpu0 cpu1 i last cur
   label="threads=$threads"
-  [ "$threads" = auto ] && label="threads=auto ($(nproc) workers)" || tflag=(--threads "$threads")
+  [ "$threads" = auto ] && label="threads=auto (the default layout on $(nproc) cores)" || tflag=(--threads "$threads")
   echo
   echo "== run: $label =="
   local ev="$WORK/events-$threads.ndjson" err="$WORK/mcptap-$threads.err"
