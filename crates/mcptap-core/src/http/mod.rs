@@ -147,7 +147,7 @@ fn combine_list(slot: &mut Option<String>, value: &[u8]) {
 fn note_first(
     slot: &mut Option<String>,
     ambiguous: &mut bool,
-    header: DuplicateHeader,
+    header: impl FnOnce() -> DuplicateHeader,
     value: &[u8],
 ) -> Option<DuplicateHeader> {
     match slot {
@@ -159,7 +159,7 @@ fn note_first(
             if first.as_bytes() != value.trim_ascii() {
                 *ambiguous = true;
             }
-            Some(header)
+            Some(header())
         }
     }
 }
@@ -207,7 +207,7 @@ fn note_request_header(
             &mut head.ambiguous,
         );
     };
-    note_first(slot, &mut head.ambiguous, header, value)
+    note_first(slot, &mut head.ambiguous, || header, value)
 }
 
 /// Records one response header in `head`, as [`note_request_header`].
@@ -218,7 +218,7 @@ fn note_response_header(
     value: &[u8],
 ) -> Option<DuplicateHeader> {
     if name.eq_ignore_ascii_case("content-type") {
-        let mt = media_type(&header_str(value));
+        let mt = media_type_of(value);
         match &head.media_type {
             None => head.media_type = Some(mt),
             Some(first) => {
@@ -252,7 +252,13 @@ fn extract(
 ) -> Option<DuplicateHeader> {
     let i = names.iter().position(|n| name.eq_ignore_ascii_case(n))?;
     let slot = into.get_mut(i)?;
-    note_first(slot, ambiguous, DuplicateHeader::of_extracted(name), value)
+    // Which duplicate it is, only for a duplicate (most heads have none).
+    note_first(
+        slot,
+        ambiguous,
+        || DuplicateHeader::of_extracted(name),
+        value,
+    )
 }
 
 /// How a response body ended.
@@ -563,6 +569,17 @@ pub fn media_type(value: &str) -> String {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase()
+}
+
+/// [`media_type`] of a raw header value, in one allocation.
+fn media_type_of(value: &[u8]) -> String {
+    let before_params = value.split(|b| *b == b';').next().unwrap_or_default();
+    match std::str::from_utf8(before_params) {
+        Ok(s) => s.trim().to_ascii_lowercase(),
+        Err(_) => String::from_utf8_lossy(before_params)
+            .trim()
+            .to_ascii_lowercase(),
+    }
 }
 
 fn header_str(value: &[u8]) -> String {

@@ -520,3 +520,21 @@ fn prefixed_headers_beyond_the_bound_are_flagged() {
     assert!(head.prefixed_truncated);
     assert_eq!(head.prefixed.len(), MAX_PREFIXED_HEADERS);
 }
+
+#[test]
+fn media_type_of_raw_values_is_the_media_type_of_their_text() {
+    let values: [&[u8]; 9] = [
+        b"application/json",
+        b"  Text/Event-Stream ; charset=utf-8",
+        b"application/json;",
+        b";q=1",
+        b"",
+        b"\xc2\xa0application/json\xc2\xa0; x=1",
+        b"appl\xffication/json; a=b",
+        b"TEXT/PLAIN\t",
+        b"multipart/form-data; boundary=\"a;b\"",
+    ];
+    for v in values {
+        assert_eq!(media_type_of(v), media_type(&header_str(v)), "{v:?}");
+    }
+}
