@@ -349,18 +349,69 @@ pub fn to_value(raw: Option<&RawValue>) -> Result<Value, ParseError> {
 
 /// `params.name` of a `tools/call`.
 pub fn tool_name(params: Option<&RawValue>) -> Option<String> {
+    let text = params?.get();
+    // `params` is valid JSON (serde checked it as a raw value): the skimmer finds `name`
+    // without decoding the arguments beside it, which serde would walk byte by byte.
+    let Some(members) = skim::object_members(text) else {
+        return named_by_serde(text);
+    };
+    let mut names = members
+        .iter()
+        .filter(|(key, _)| key_text(key).as_deref() == Some("name"));
+    let (_, value) = names.next()?;
+    if names.next().is_some() {
+        return None; // as serde: a duplicate field is an error
+    }
+    key_text(value).map(Cow::into_owned)
+}
+
+/// [`tool_name`] of params that are not an object (serde reads a struct from an array too).
+fn named_by_serde(text: &str) -> Option<String> {
     #[derive(Deserialize)]
     struct Named<'a> {
         #[serde(borrow, default)]
         name: Option<Cow<'a, str>>,
     }
-    let named: Named<'_> = serde_json::from_str(params?.get()).ok()?;
+    let named: Named<'_> = serde_json::from_str(text).ok()?;
     named.name.map(Cow::into_owned)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_names_read_by_the_skimmer_are_serdes() {
+        let cases = [
+            (
+                r#"{"name":"search","arguments":{"q":"a \" } ["}}"#,
+                Some("search"),
+            ),
+            (
+                r#"{"arguments":{"name":"inner"},"name":"outer"}"#,
+                Some("outer"),
+            ),
+            (r#" { "name" : "x\u00e9\n" } "#, Some("x\u{e9}\n")),
+            (r#"{"na\u006de":"escaped key"}"#, Some("escaped key")),
+            (r#"{"name":"a","name":"b"}"#, None),
+            (r#"{"name":7}"#, None),
+            (r#"{"name":null}"#, None),
+            (r#"{"arguments":{}}"#, None),
+            (r#"{}"#, None),
+            (r#"["from an array"]"#, Some("from an array")),
+            (r#""text""#, None),
+        ];
+        for (params, expected) in cases {
+            let raw = raw(params);
+            assert_eq!(tool_name(Some(&raw)).as_deref(), expected, "{params}");
+            assert_eq!(
+                named_by_serde(params).as_deref(),
+                expected,
+                "serde on {params}"
+            );
+        }
+        assert_eq!(tool_name(None), None);
+    }
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.to_string()).expect("raw")
