@@ -341,17 +341,19 @@ fn push_once(state: &mut MethodState, found: &mut Vec<DivergenceFinding>, f: Div
 /// wildcards honoured, `q=0` excluded).
 pub fn accepts(accept: &str, media_type: &str) -> bool {
     let (want_type, want_sub) = media_type.split_once('/').unwrap_or((media_type, ""));
+    // Without allocating: this runs on every answer of every session.
+    const REFUSALS: [&str; 4] = ["q=0", "q=0.0", "q=0.00", "q=0.000"];
     accept.split(',').any(|range| {
         let mut parts = range.split(';');
-        let mt = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let mt = parts.next().unwrap_or("").trim();
         let refused = parts.any(|p| {
-            let p = p.trim().replace(' ', "");
-            p == "q=0" || p == "q=0.0" || p == "q=0.00" || p == "q=0.000"
+            let squeezed = p.trim().bytes().filter(|b| *b != b' ');
+            REFUSALS.iter().any(|r| squeezed.clone().eq(r.bytes()))
         });
         if refused || mt.is_empty() {
             return false;
         }
-        let (t, s) = mt.split_once('/').unwrap_or((mt.as_str(), ""));
+        let (t, s) = mt.split_once('/').unwrap_or((mt, ""));
         (t == "*" || t.eq_ignore_ascii_case(want_type))
             && (s == "*" || s.eq_ignore_ascii_case(want_sub))
     })
@@ -482,6 +484,55 @@ mod tests {
         let mut t = ModeTracker::default();
         let f = t.observe("tools/call", SseResultOnly, false, Some("application/json"));
         assert_eq!(reasons(&f), vec![DivergenceReason::NotAccepted]);
+    }
+
+    #[test]
+    fn accept_is_read_without_allocating_as_it_was_with() {
+        // The reading before it stopped allocating, kept as the reference.
+        fn allocating(accept: &str, media_type: &str) -> bool {
+            let (want_type, want_sub) = media_type.split_once('/').unwrap_or((media_type, ""));
+            accept.split(',').any(|range| {
+                let mut parts = range.split(';');
+                let mt = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+                let refused = parts.any(|p| {
+                    let p = p.trim().replace(' ', "");
+                    p == "q=0" || p == "q=0.0" || p == "q=0.00" || p == "q=0.000"
+                });
+                if refused || mt.is_empty() {
+                    return false;
+                }
+                let (t, s) = mt.split_once('/').unwrap_or((mt.as_str(), ""));
+                (t == "*" || t.eq_ignore_ascii_case(want_type))
+                    && (s == "*" || s.eq_ignore_ascii_case(want_sub))
+            })
+        }
+        let accepts_values = [
+            "application/json, text/event-stream",
+            "TEXT/EVENT-STREAM",
+            "text/event-stream; q = 0",
+            "text/event-stream;q=0.000",
+            "text/event-stream;q=0.0001",
+            "text/event-stream;Q=0",
+            "text/event-stream;\tq=0\t",
+            "text/event-stream;q=\t0",
+            "text/event-stream;q=0.5, application/json;q=0",
+            "*/*;q=0, text/*",
+            "*",
+            "text",
+            "",
+            " , ;q=1",
+            "\u{a0}text/event-stream\u{a0}",
+            "application/*; charset=utf-8",
+        ];
+        for accept in accepts_values {
+            for mt in ["text/event-stream", "application/json", "text", ""] {
+                assert_eq!(
+                    accepts(accept, mt),
+                    allocating(accept, mt),
+                    "{accept:?} {mt:?}"
+                );
+            }
+        }
     }
 
     fn review<'a>(

@@ -582,7 +582,18 @@ fn media_type_of(value: &[u8]) -> String {
     }
 }
 
+/// A header value as text, trimmed as `str::trim` trims. Most values are ASCII with plain ends:
+/// those skip the Unicode-aware trim (ASCII whitespace is Unicode whitespace; of the rest, only
+/// VT and non-ASCII ends need it).
 fn header_str(value: &[u8]) -> String {
+    let trimmed = value.trim_ascii();
+    let plain = |b: Option<&u8>| b.is_none_or(|b| b.is_ascii() && *b != 0x0b);
+    if plain(trimmed.first())
+        && plain(trimmed.last())
+        && let Ok(s) = std::str::from_utf8(trimmed)
+    {
+        return s.to_string();
+    }
     match std::str::from_utf8(value) {
         Ok(s) => s.trim().to_string(),
         Err(_) => String::from_utf8_lossy(value).trim().to_string(),

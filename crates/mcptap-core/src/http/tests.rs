@@ -538,3 +538,28 @@ fn media_type_of_raw_values_is_the_media_type_of_their_text() {
         assert_eq!(media_type_of(v), media_type(&header_str(v)), "{v:?}");
     }
 }
+
+#[test]
+fn header_values_read_fast_are_trimmed_as_str_trim_trims() {
+    let slow = |v: &[u8]| match std::str::from_utf8(v) {
+        Ok(s) => s.trim().to_string(),
+        Err(_) => String::from_utf8_lossy(v).trim().to_string(),
+    };
+    let values: [&[u8]; 12] = [
+        b"mcp.internal:8080",
+        b"  spaced \t",
+        b"",
+        b" \t ",
+        b"\x0bvertical tab\x0b",
+        b" \x0b x \x0b ",
+        b"\xc2\xa0nbsp\xc2\xa0",
+        b"caf\xc3\xa9",
+        b"\xc3\xa9t\xc3\xa9",
+        b"bad \xff byte",
+        b" \xff",
+        b"\x1ctail\x1f",
+    ];
+    for v in values {
+        assert_eq!(header_str(v), slow(v), "{v:?}");
+    }
+}

@@ -198,7 +198,11 @@ impl Identities {
         match head.host.as_deref().filter(|h| !h.is_empty()) {
             Some(host) => {
                 let path = head.path.split(['?', '#']).next().unwrap_or("");
-                bounded(format!("{}{}", host.to_ascii_lowercase(), path))
+                let mut id = String::with_capacity(host.len() + path.len());
+                id.push_str(host);
+                id.make_ascii_lowercase();
+                id.push_str(path);
+                bounded(id)
             }
             None => server.to_string(),
         }
@@ -223,10 +227,10 @@ impl Identities {
         head: &RequestHead,
     ) -> String {
         if self.trusted.is_empty() || !self.trusted(peer) {
-            return canonical(peer).to_string();
+            return ip_text(canonical(peer));
         }
         let peer = match proxied {
-            Some(p) if !self.trusted(p) => return canonical(p).to_string(),
+            Some(p) if !self.trusted(p) => return ip_text(canonical(p)),
             Some(p) => p,
             None => peer,
         };
@@ -239,7 +243,7 @@ impl Identities {
                 .collect(),
             (None, None) => Vec::new(),
         };
-        let mut client = canonical(peer).to_string();
+        let mut client = ip_text(canonical(peer));
         for hop in hops.iter().rev() {
             let addr = hop_address(hop);
             client = bounded(addr.map_or_else(|| hop.clone(), |a| a.to_string()));
@@ -249,6 +253,15 @@ impl Identities {
             }
         }
         client
+    }
+}
+
+/// `ip` as `Display` writes it; IPv4 without the formatting machinery (this runs on every
+/// request).
+fn ip_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => crate::model::Ipv4Text::new(v4, None).as_str().to_string(),
+        IpAddr::V6(_) => ip.to_string(),
     }
 }
 
@@ -334,14 +347,49 @@ pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
 /// What names a client within a lineage: clientInfo's name and version, else the User-Agent.
 pub fn client_label(name: Option<&str>, version: Option<&str>, user_agent: Option<&str>) -> String {
     match (name, version) {
-        (Some(n), v) => bounded(format!("{n}/{}", v.unwrap_or(""))),
-        (None, _) => bounded(format!("ua:{}", user_agent.unwrap_or(""))),
+        (Some(n), v) => bounded(super::joined(&[n, "/", v.unwrap_or("")])),
+        (None, _) => bounded(super::joined(&["ua:", user_agent.unwrap_or("")])),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "127.0.0.1",
+            "255.255.255.255",
+            "10.200.3.45",
+            "::1",
+            "2001:db8::7",
+            "::ffff:10.0.0.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
+        for octet in 0..=255u8 {
+            let ip = IpAddr::from([octet, 255 - octet, octet / 2, 7]);
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn keys_joined_as_format_joined_them() {
+        assert_eq!(client_label(Some("n"), Some("1.0"), None), "n/1.0");
+        assert_eq!(client_label(Some("n"), None, Some("ua")), "n/");
+        assert_eq!(client_label(None, None, Some("curl/8")), "ua:curl/8");
+        assert_eq!(client_label(None, None, None), "ua:");
+        let ids = Identities::default();
+        let server: SocketAddr = "10.0.0.1:8080".parse().unwrap();
+        assert_eq!(
+            ids.server_identity(server, &head(None, None)),
+            "gw.example:8080/mcp"
+        );
+    }
 
     fn head(xff: Option<&str>, fwd: Option<&str>) -> RequestHead {
         RequestHead {

@@ -33,7 +33,7 @@ const SERVER_KEY: &str = "\0S";
 const ENDPOINT_PREFIX: &str = "\0E";
 
 pub fn lineage_key(server: SocketAddr, lineage_id: &str) -> SessionKey {
-    (server, format!("{LINEAGE_PREFIX}{lineage_id}"))
+    (server, super::joined(&[LINEAGE_PREFIX, lineage_id]))
 }
 
 /// The lineage id of a lineage entry's key.
@@ -47,7 +47,7 @@ pub fn server_key(server: SocketAddr) -> SessionKey {
 
 /// The mode of a stateless endpoint is per method and, for `tools/call`, per tool.
 pub fn endpoint_key(server: SocketAddr, method: &str, tool: Option<&str>) -> SessionKey {
-    let mut k = format!("{ENDPOINT_PREFIX}{method}");
+    let mut k = super::joined(&[ENDPOINT_PREFIX, method]);
     if let Some(t) = tool {
         k.push('\0');
         k.push_str(&t[..floor_boundary(t, 128)]);
