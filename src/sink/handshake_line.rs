@@ -5,7 +5,7 @@
 //! instructions (13–15 % of a replay's time); written directly, a fraction of that. The test
 //! below holds both writers to the same output for every handshake of every fixture.
 
-use mcptap_core::model::{Handshake, Timestamp};
+use mcptap_core::model::{Handshake, Ipv4Text, Timestamp};
 use std::io::Write;
 use std::sync::OnceLock;
 
@@ -63,8 +63,8 @@ pub fn write(format: LineFormat, now: Timestamp, h: &Handshake, out: &mut Vec<u8
     if let Some(m) = &h.error_message {
         line.str("error_message", m);
     }
-    line.display("client", &h.client);
-    line.display("server", &h.server);
+    line.endpoint("client", &h.client);
+    line.endpoint("server", &h.server);
     if let Some(host) = &h.host {
         line.str("host", host);
     }
@@ -145,8 +145,35 @@ impl Line<'_> {
         let o = self.name(name);
         if json {
             json_string(o, v);
+        } else if v
+            .bytes()
+            .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+        {
+            // What Debug leaves as it is, quoted without the formatting machinery.
+            o.push(b'"');
+            o.extend_from_slice(v.as_bytes());
+            o.push(b'"');
         } else {
             let _ = write!(o, "{v:?}");
+        }
+    }
+
+    /// A `%` field of an address: as [`Self::display`], IPv4 without the formatting machinery.
+    fn endpoint(&mut self, name: &str, v: &std::net::SocketAddr) {
+        match v {
+            std::net::SocketAddr::V4(v4) => {
+                let text = Ipv4Text::new(*v4.ip(), Some(v4.port()));
+                let json = self.is_json();
+                let o = self.name(name);
+                if json {
+                    o.push(b'"');
+                }
+                o.extend_from_slice(text.as_str().as_bytes());
+                if json {
+                    o.push(b'"');
+                }
+            }
+            std::net::SocketAddr::V6(_) => self.display(name, v),
         }
     }
 
@@ -371,6 +398,35 @@ mod tests {
             h.predecessor_session_id = Some(nasty.to_string());
             h.seq = u32::MAX;
             h.http_status = u16::MAX;
+            all.push(h);
+        }
+        // One awkward character each, and IPv4 endpoints at the ends of their ranges: what
+        // decides between the quick and the formatted writing.
+        for (i, odd) in [
+            "plain-session-1",
+            "",
+            "with\"quote",
+            "back\\slash",
+            "tab\there",
+            "del\u{7f}",
+            "bell\u{7}",
+            "tilde~ and space",
+            "caf\u{e9}",
+            "\u{a0}",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut h = base.clone();
+            h.session_id = Some(odd.to_string());
+            h.host = Some(odd.to_string());
+            h.error_message = Some(odd.to_string());
+            h.client = if i % 2 == 0 {
+                "0.0.0.0:0".parse().unwrap_or(h.client)
+            } else {
+                "255.255.255.255:65535".parse().unwrap_or(h.client)
+            };
+            h.server = "10.20.3.100:8080".parse().unwrap_or(h.server);
             all.push(h);
         }
         let mut h = base;
