@@ -341,22 +341,35 @@ fn push_once(state: &mut MethodState, found: &mut Vec<DivergenceFinding>, f: Div
 /// wildcards honoured, `q=0` excluded).
 pub fn accepts(accept: &str, media_type: &str) -> bool {
     let (want_type, want_sub) = media_type.split_once('/').unwrap_or((media_type, ""));
-    // Without allocating: this runs on every answer of every session.
-    const REFUSALS: [&str; 4] = ["q=0", "q=0.0", "q=0.00", "q=0.000"];
-    accept.split(',').any(|range| {
-        let mut parts = range.split(';');
-        let mt = parts.next().unwrap_or("").trim();
+    // Bytes, without allocating: this runs on every answer of every session. Cut at ASCII
+    // delimiters, each piece is still UTF-8 text.
+    const REFUSALS: [&[u8]; 4] = [b"q=0", b"q=0.0", b"q=0.00", b"q=0.000"];
+    accept.as_bytes().split(|b| *b == b',').any(|range| {
+        let mut parts = range.split(|b| *b == b';');
+        let mt = trimmed(parts.next().unwrap_or_default());
         let refused = parts.any(|p| {
-            let squeezed = p.trim().bytes().filter(|b| *b != b' ');
-            REFUSALS.iter().any(|r| squeezed.clone().eq(r.bytes()))
+            let squeezed = trimmed(p).iter().filter(|b| **b != b' ');
+            REFUSALS.iter().any(|r| squeezed.clone().eq(r.iter()))
         });
         if refused || mt.is_empty() {
             return false;
         }
-        let (t, s) = mt.split_once('/').unwrap_or((mt, ""));
-        (t == "*" || t.eq_ignore_ascii_case(want_type))
-            && (s == "*" || s.eq_ignore_ascii_case(want_sub))
+        let (t, s) = match mt.iter().position(|b| *b == b'/') {
+            Some(at) => (
+                mt.get(..at).unwrap_or_default(),
+                mt.get(at + 1..).unwrap_or_default(),
+            ),
+            None => (mt, &[][..]),
+        };
+        (t == b"*" || t.eq_ignore_ascii_case(want_type.as_bytes()))
+            && (s == b"*" || s.eq_ignore_ascii_case(want_sub.as_bytes()))
     })
+}
+
+/// A piece of an Accept value trimmed as `str::trim` trims it (it is UTF-8: cut from a `str`
+/// at ASCII delimiters).
+fn trimmed(text: &[u8]) -> &[u8] {
+    crate::http::trim_like_str(text).unwrap_or_default()
 }
 
 /// A stream that ended without the response for its request: why it was empty.

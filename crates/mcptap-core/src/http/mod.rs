@@ -582,22 +582,24 @@ fn media_type_of(value: &[u8]) -> String {
     }
 }
 
-/// A header value as text, trimmed as `str::trim` trims. Most values are ASCII with plain ends:
-/// those skip the Unicode-aware trim (ASCII whitespace is Unicode whitespace; of the rest, only
-/// VT and non-ASCII ends need it).
+/// A header value as text, trimmed as `str::trim` trims.
 fn header_str(value: &[u8]) -> String {
-    let trimmed = value.trim_ascii();
+    match trim_like_str(value).map(std::str::from_utf8) {
+        Some(Ok(s)) => s.to_string(),
+        _ => String::from_utf8_lossy(value).trim().to_string(),
+    }
+}
+
+/// `text` trimmed as `str::trim` trims it, without decoding characters when its ends are ASCII
+/// (ASCII whitespace is Unicode whitespace; of the rest, only VT and non-ASCII ends need
+/// decoding). None when they do and `text` is not UTF-8.
+pub(crate) fn trim_like_str(text: &[u8]) -> Option<&[u8]> {
+    let trimmed = text.trim_ascii();
     let plain = |b: Option<&u8>| b.is_none_or(|b| b.is_ascii() && *b != 0x0b);
-    if plain(trimmed.first())
-        && plain(trimmed.last())
-        && let Ok(s) = std::str::from_utf8(trimmed)
-    {
-        return s.to_string();
+    if plain(trimmed.first()) && plain(trimmed.last()) {
+        return Some(trimmed);
     }
-    match std::str::from_utf8(value) {
-        Ok(s) => s.trim().to_string(),
-        Err(_) => String::from_utf8_lossy(value).trim().to_string(),
-    }
+    std::str::from_utf8(text).ok().map(|s| s.trim().as_bytes())
 }
 
 impl Connection {

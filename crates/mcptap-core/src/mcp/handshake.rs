@@ -7,9 +7,10 @@ use crate::model::{Handshake, HandshakeSource, Outcome, Timestamp};
 use serde_json::Value;
 
 /// How an `initialize` was answered.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Answer<'a> {
-    pub result: Option<&'a Value>,
+    /// The result's `initialize` members, owned: the event takes them (see `describe`).
+    pub result: Option<Value>,
     pub error: Option<&'a (i64, String)>,
     pub status: u16,
 }
@@ -28,6 +29,7 @@ pub fn describe(
     mut params: Value,
     answer: Answer<'_>,
 ) -> (Handshake, CapsRecord) {
+    let accepted = answer.accepted();
     let Answer {
         result,
         error,
@@ -41,16 +43,27 @@ pub fn describe(
         Value::String(v) => Some(v),
         _ => None,
     };
-    let server_caps = result
-        .and_then(|r| r.get("capabilities"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let mut result = result;
+    // The result was parsed for this event alone: its parts move into it, as the request's do.
+    let mut take_result = |key: &str| {
+        result
+            .as_mut()
+            .and_then(|r| r.get_mut(key))
+            .map(Value::take)
+            .unwrap_or(Value::Null)
+    };
+    let server_caps = take_result("capabilities");
+    let protocol_version = match take_result("protocolVersion") {
+        Value::String(v) => Some(v),
+        _ => None,
+    };
+    let server_info = take_result("serverInfo");
     let record = CapsRecord::new(&client_caps, &server_caps);
     let hs = Handshake {
         ts,
         session_id: origin.session_id.clone(),
         seq: 1,
-        outcome: if answer.accepted() {
+        outcome: if accepted {
             Outcome::Accepted
         } else {
             Outcome::Rejected
@@ -63,15 +76,9 @@ pub fn describe(
         host: origin.head.host.clone(),
         path: origin.head.path.clone(),
         protocol_version_requested,
-        protocol_version: result
-            .and_then(|r| r.get("protocolVersion"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        protocol_version,
         client_info,
-        server_info: result
-            .and_then(|r| r.get("serverInfo"))
-            .cloned()
-            .unwrap_or(Value::Null),
+        server_info,
         client_capabilities: client_caps,
         server_capabilities: server_caps,
         diff: None,

@@ -2727,7 +2727,7 @@ impl<D: Detector> Tracker<D> {
                 })
             });
             let answer = Answer {
-                result: result.as_ref(),
+                result,
                 error: error.as_ref(),
                 status,
             };
