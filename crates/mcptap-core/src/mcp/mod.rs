@@ -842,7 +842,7 @@ impl<D: Detector> Tracker<D> {
                 };
                 self.hold(&key, ctx, ts, message, cost, out);
             }
-            None => self.open_request(ctx, ts, exchange, *head, request, out),
+            None => self.open_request(ctx, ts, exchange, head, request, out),
         }
     }
 
@@ -1683,9 +1683,9 @@ impl<D: Detector> Tracker<D> {
                 exchange,
                 head,
                 body,
-            } => self.on_request(ctx, ts, exchange, *head, &body, out),
+            } => self.on_request(ctx, ts, exchange, head, &body, out),
             HttpEvent::ResponseHead { exchange, head } => {
-                self.on_response_head(ctx, ts, exchange, *head, out)
+                self.on_response_head(ctx, ts, exchange, head, out)
             }
             HttpEvent::ResponseJson { exchange, body } => {
                 self.on_response_body(ctx, ts, exchange, &body, out)
@@ -2049,7 +2049,7 @@ impl<D: Detector> Tracker<D> {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        head: RequestHead,
+        head: Box<RequestHead>,
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
@@ -2169,7 +2169,7 @@ impl<D: Detector> Tracker<D> {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        head: RequestHead,
+        head: Box<RequestHead>,
         request: ClassifiedRequest,
         out: &mut Vec<Output>,
     ) {
@@ -2351,7 +2351,7 @@ impl<D: Detector> Tracker<D> {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        head: ResponseHead,
+        head: Box<ResponseHead>,
         out: &mut Vec<Output>,
     ) {
         out.push(Output::Telemetry(Telemetry::HttpResponse {

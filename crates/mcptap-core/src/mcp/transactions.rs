@@ -151,11 +151,12 @@ pub struct ExchangeState {
     pub ts: Timestamp,
     pub client: SocketAddr,
     pub server: SocketAddr,
-    pub head: RequestHead,
+    /// Boxed as the HTTP layer hands it over: exchanges move between queues whole.
+    pub head: Box<RequestHead>,
     /// Session named by the request header, or learned from the response header.
     pub session_id: Option<String>,
     pub requests: Requests,
-    pub response: Option<ResponseHead>,
+    pub response: Option<Box<ResponseHead>>,
     pub stream: StreamContent,
     pub era: crate::model::Era,
     /// The lineage of the exchange's client (without a session id, or from its session).
@@ -176,7 +177,7 @@ pub struct Origin {
     pub flow: u64,
     pub client: SocketAddr,
     pub server: SocketAddr,
-    pub head: RequestHead,
+    pub head: Box<RequestHead>,
     pub session_id: Option<String>,
     pub era: crate::model::Era,
     pub lineage_id: Option<Box<str>>,
@@ -341,7 +342,7 @@ mod tests {
             ts: Timestamp(0),
             client: addr,
             server: addr,
-            head: RequestHead::default(),
+            head: Box::default(),
             session_id: None,
             requests: Requests::default(),
             response: None,
