@@ -751,6 +751,20 @@ impl Connection {
     /// the end of the capture (`unfinished`).
     pub fn on_close(&mut self, half: usize, how: BodyEnd, out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
+        let parser = &self.halves[half];
+        if matches!(parser.state, State::Head) && !parser.head_buf.is_empty() {
+            // A head cut short by the close is parsed once: what its complete lines already
+            // break is counted, not lost with it (a head waiting for its end is not parsed).
+            match parse_head(&parser.head_buf, &self.interest) {
+                HeadParse::Invalid { response, .. } => out.push(HttpEvent::Error(if response {
+                    HttpError::BadResponseHead
+                } else {
+                    HttpError::BadRequestHead
+                })),
+                HeadParse::TooManyHeaders => out.push(HttpEvent::Error(HttpError::TooManyHeaders)),
+                _ => {}
+            }
+        }
         let state = std::mem::replace(&mut self.halves[half].state, State::Ignored);
         if let State::Body {
             framing,
@@ -966,8 +980,18 @@ impl Connection {
             (&parser.head_buf[..], carried)
         };
         // A head that spans segments is parsed again only once its end may have arrived, so a
-        // head sent a byte at a time costs linear, not quadratic, time.
-        let parsed = if carried > 0 && !holds_head_end(buf.get(carried.saturating_sub(3)..)) {
+        // head sent a byte at a time costs linear, not quadratic, time. A short first segment
+        // without the end waits for it too: small-packet traffic sends most heads in two, and
+        // parsing the first half was a wasted parse per message. (Too short to hold more than
+        // MAX_HEADERS headers, so the head-too-many check does not move.)
+        let waits_for_end = if carried > 0 {
+            !holds_head_end(buf.get(carried.saturating_sub(3)..))
+        } else {
+            // A segment ending the head (a head sent alone) is parsed without the search.
+            let ends_head = buf.ends_with(b"\n\n") || buf.ends_with(b"\n\r\n");
+            buf.len() < SHORT_FIRST_SEGMENT && !ends_head && !holds_head_end(Some(buf))
+        };
+        let parsed = if waits_for_end {
             HeadParse::Partial
         } else {
             parse_head(buf, &self.interest)
@@ -2012,6 +2036,10 @@ fn decide_framing(
         Length::Absent => Ok(Framing::UntilClose),
     }
 }
+
+/// Below this, a head's first segment cannot hold more than [`MAX_HEADERS`] header lines
+/// (each at least `a:` and a line feed).
+const SHORT_FIRST_SEGMENT: usize = 3 * MAX_HEADERS;
 
 /// Whether `bytes` hold the empty line that ends a head (`\n\n` or `\n\r\n`).
 fn holds_head_end(bytes: Option<&[u8]>) -> bool {

@@ -563,3 +563,44 @@ fn header_values_read_fast_are_trimmed_as_str_trim_trims() {
         assert_eq!(header_str(v), slow(v), "{v:?}");
     }
 }
+
+#[test]
+fn a_short_first_segment_waits_for_its_head_end_and_a_broken_head_is_counted_at_the_close() {
+    // Whole head in two segments: parsed once, when the end arrives.
+    let mut c = Connection::new(true, HttpLimits::default(), Interest::JSON_AND_SSE);
+    let mut out = Vec::new();
+    c.on_data(0, b"POST /mcp HTTP/1.1\r\nHost: a\r\n", &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    c.on_data(
+        0,
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        &mut out,
+    );
+    assert!(
+        out.iter().any(|e| matches!(e, HttpEvent::Request { .. })),
+        "{out:?}"
+    );
+    // A broken header line in a short first segment, and the connection closes before the
+    // head's end: the error is counted at the close.
+    let mut c = Connection::new(true, HttpLimits::default(), Interest::JSON_AND_SSE);
+    let mut out = Vec::new();
+    c.on_data(0, b"POST /mcp HTTP/1.1\r\nBad Header\r\n", &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    c.on_close(0, BodyEnd::ServerClosed, &mut out);
+    assert!(
+        out.contains(&HttpEvent::Error(HttpError::BadRequestHead)),
+        "{out:?}"
+    );
+    // A whole head in one short segment is parsed at once.
+    let mut c = Connection::new(true, HttpLimits::default(), Interest::JSON_AND_SSE);
+    let mut out = Vec::new();
+    c.on_data(
+        0,
+        b"GET /sse HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+        &mut out,
+    );
+    assert!(
+        out.iter().any(|e| matches!(e, HttpEvent::Request { .. })),
+        "{out:?}"
+    );
+}
