@@ -340,6 +340,12 @@ fn push_once(state: &mut MethodState, found: &mut Vec<DivergenceFinding>, f: Div
 /// Whether an Accept header value admits `media_type` (case-insensitive, parameters ignored,
 /// wildcards honoured, `q=0` excluded).
 pub fn accepts(accept: &str, media_type: &str) -> bool {
+    // The value the specification asks every client to send admits both answer types.
+    if accept == "application/json, text/event-stream"
+        && matches!(media_type, "application/json" | "text/event-stream")
+    {
+        return true;
+    }
     let (want_type, want_sub) = media_type.split_once('/').unwrap_or((media_type, ""));
     // Bytes, without allocating: this runs on every answer of every session. Cut at ASCII
     // delimiters, each piece is still UTF-8 text.
