@@ -382,6 +382,29 @@ pub fn replay_collect(
     replay_collect_with(paths, limits, Analysis::default())
 }
 
+/// Every event of every capture in `tests/fixtures`, with the capture's path, for tests that
+/// hold a writer to a reference on real traffic.
+#[cfg(test)]
+pub(crate) fn fixture_events() -> Vec<(String, mcptap_core::model::Event)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let mut paths: Vec<String> = std::fs::read_dir(dir)
+        .expect("fixtures")
+        .filter_map(|e| Some(e.ok()?.path().to_str()?.to_string()))
+        .filter(|p| p.ends_with(".pcap") || p.ends_with(".pcapng"))
+        .collect();
+    paths.sort();
+    let mut all = Vec::new();
+    for p in paths {
+        let (outputs, _) =
+            replay_collect(std::slice::from_ref(&p), Default::default()).expect("replay");
+        all.extend(outputs.into_iter().filter_map(|o| match o {
+            Output::Event(e) => Some((p.clone(), e)),
+            _ => None,
+        }));
+    }
+    all
+}
+
 /// [`replay_collect`] with detector settings and identities.
 pub fn replay_collect_with(
     paths: &[String],

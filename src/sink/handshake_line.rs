@@ -270,7 +270,7 @@ impl Write for Escaping<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcptap_core::model::{Event, Output};
+    use mcptap_core::model::Event;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -287,24 +287,13 @@ mod tests {
     }
 
     fn every_fixture_handshake() -> Vec<Handshake> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-        let mut paths: Vec<String> = std::fs::read_dir(dir)
-            .expect("fixtures")
-            .filter_map(|e| Some(e.ok()?.path().to_str()?.to_string()))
-            .filter(|p| p.ends_with(".pcap") || p.ends_with(".pcapng"))
-            .collect();
-        paths.sort();
-        let mut all = Vec::new();
-        for p in paths {
-            let (outputs, _) =
-                crate::replay::replay_collect(std::slice::from_ref(&p), Default::default())
-                    .expect("replay");
-            all.extend(outputs.into_iter().filter_map(|o| match o {
-                Output::Event(Event::Handshake(h)) => Some(*h),
+        crate::replay::fixture_events()
+            .into_iter()
+            .filter_map(|(_, e)| match e {
+                Event::Handshake(h) => Some(*h),
                 _ => None,
-            }));
-        }
-        all
+            })
+            .collect()
     }
 
     /// Without the leading wall-clock time, which differs between the two writers; the rest

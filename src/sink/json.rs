@@ -686,38 +686,20 @@ mod tests {
 
     #[test]
     fn every_fixture_event_is_written_as_serde_json_writes_it() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-        let mut paths: Vec<String> = std::fs::read_dir(dir)
-            .expect("fixtures")
-            .filter_map(|e| Some(e.ok()?.path().to_str()?.to_string()))
-            .filter(|p| p.ends_with(".pcap") || p.ends_with(".pcapng"))
-            .collect();
-        paths.sort();
-        let mut events = 0;
-        for p in &paths {
-            let (outputs, _) =
-                crate::replay::replay_collect(std::slice::from_ref(p), Default::default())
-                    .expect("replay");
-            for o in outputs {
-                if let mcptap_core::model::Output::Event(e) = o {
-                    let mut fast = Vec::new();
-                    if to_vec(&e, &mut fast).is_ok() {
-                        let slow = serde_json::to_vec(&e).expect("serde_json");
-                        assert_eq!(
-                            String::from_utf8_lossy(&fast),
-                            String::from_utf8_lossy(&slow),
-                            "{p}"
-                        );
-                        events += 1;
-                    }
-                }
+        let mut written = 0;
+        for (path, event) in crate::replay::fixture_events() {
+            let mut fast = Vec::new();
+            if to_vec(&event, &mut fast).is_ok() {
+                let slow = serde_json::to_vec(&event).expect("serde_json");
+                assert_eq!(
+                    String::from_utf8_lossy(&fast),
+                    String::from_utf8_lossy(&slow),
+                    "{path}"
+                );
+                written += 1;
             }
         }
-        assert!(
-            events > 100,
-            "only {events} events in {} fixtures",
-            paths.len()
-        );
+        assert!(written > 100, "only {written} fixture events");
     }
 
     #[test]
