@@ -31,33 +31,18 @@ pub fn describe(
 ) -> (Handshake, CapsRecord) {
     let accepted = answer.accepted();
     let Answer {
-        result,
+        mut result,
         error,
         status,
     } = answer;
-    // The request's parameters are the caller's to give: their parts move into the event.
-    let mut take = |key: &str| params.get_mut(key).map(Value::take).unwrap_or(Value::Null);
-    let client_caps = take("capabilities");
-    let client_info = take("clientInfo");
-    let protocol_version_requested = match take("protocolVersion") {
-        Value::String(v) => Some(v),
-        _ => None,
-    };
-    let mut result = result;
-    // The result was parsed for this event alone: its parts move into it, as the request's do.
-    let mut take_result = |key: &str| {
-        result
-            .as_mut()
-            .and_then(|r| r.get_mut(key))
-            .map(Value::take)
-            .unwrap_or(Value::Null)
-    };
-    let server_caps = take_result("capabilities");
-    let protocol_version = match take_result("protocolVersion") {
-        Value::String(v) => Some(v),
-        _ => None,
-    };
-    let server_info = take_result("serverInfo");
+    // The request's parameters are the caller's to give, and the result was parsed for this
+    // event alone: their parts move into it.
+    let client_caps = take_member(Some(&mut params), "capabilities");
+    let client_info = take_member(Some(&mut params), "clientInfo");
+    let protocol_version_requested = string(take_member(Some(&mut params), "protocolVersion"));
+    let server_caps = take_member(result.as_mut(), "capabilities");
+    let protocol_version = string(take_member(result.as_mut(), "protocolVersion"));
+    let server_info = take_member(result.as_mut(), "serverInfo");
     let record = CapsRecord::new(&client_caps, &server_caps);
     let hs = Handshake {
         ts,
@@ -93,6 +78,21 @@ pub fn describe(
         supported_versions: None,
     };
     (hs, record)
+}
+
+/// Member `key` of `object`, moved out; null when there is none.
+fn take_member(object: Option<&mut Value>, key: &str) -> Value {
+    object
+        .and_then(|o| o.get_mut(key))
+        .map(Value::take)
+        .unwrap_or(Value::Null)
+}
+
+fn string(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
 }
 
 /// The session a re-`initialize` replays: set only when the request itself named a session.
