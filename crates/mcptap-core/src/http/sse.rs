@@ -16,6 +16,7 @@
 //! - `retry` values that overflow `u64` are ignored.
 
 use memchr::{memchr, memchr2};
+use std::borrow::Cow;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -33,7 +34,9 @@ const RETAINED_ITEMS: usize = 16;
 pub struct SseEvent {
     /// `event` field; `None` when absent or empty (i.e. type "message").
     pub event_type: Option<String>,
-    pub data: String,
+    /// `data` values joined with '\n', as sent: decoded by [`SseEvent::text`] where it is
+    /// read (the session layer), not on the thread that frames the stream.
+    pub data: Vec<u8>,
     /// `id` field of this block; `None` if the block had none.
     pub id: Option<String>,
     /// `retry` field of this block, if valid.
@@ -459,7 +462,7 @@ impl SseParser {
                 event_type: (!block.event_type.is_empty()).then(|| lossy(&block.event_type)),
                 // The data buffer becomes the event's string without a copy; the next event
                 // starts with a buffer of about the same size rather than regrowing from empty.
-                data: into_string(std::mem::replace(&mut block.data, Vec::with_capacity(next))),
+                data: std::mem::replace(&mut block.data, Vec::with_capacity(next)),
                 id,
                 retry: block.retry,
             };
@@ -472,16 +475,17 @@ impl SseParser {
     }
 }
 
-/// Lossy UTF-8 decoding. Decoding per field value gives the same result as
-/// decoding the whole stream first (as the spec does), because invalid
-/// sequences never swallow the ASCII delimiters (':', CR, LF).
-fn into_string(bytes: Vec<u8>) -> String {
-    // simdutf8 validates several times faster than std; this is one pass over every SSE body.
-    if simdutf8::basic::from_utf8(&bytes).is_ok() {
-        // SAFETY: validated as UTF-8 just above.
-        return unsafe { String::from_utf8_unchecked(bytes) };
+impl SseEvent {
+    /// The data as the spec decodes it: UTF-8, invalid sequences replaced. Decoding per field
+    /// value gives the same result as decoding the whole stream first, because invalid
+    /// sequences never swallow the ASCII delimiters (':', CR, LF).
+    pub fn text(&self) -> Cow<'_, str> {
+        // simdutf8 validates several times faster than std; this is one pass over every event.
+        match simdutf8::basic::from_utf8(&self.data) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(&self.data),
+        }
     }
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn lossy(bytes: &[u8]) -> String {
@@ -526,7 +530,7 @@ mod tests {
 
     fn event(data: &str) -> SseEvent {
         SseEvent {
-            data: data.to_owned(),
+            data: data.as_bytes().to_vec(),
             ..SseEvent::default()
         }
     }
@@ -730,13 +734,24 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_replaced() {
+        let out = items(b"data: \xFF\xE2\x82\nevent: \xC3\n\n");
         assert_eq!(
-            items(b"data: \xFF\xE2\x82\nevent: \xC3\n\n"),
+            out,
             vec![SseItem::Event(SseEvent {
                 event_type: Some("\u{FFFD}".into()),
-                ..event("\u{FFFD}\u{FFFD}")
+                data: b"\xFF\xE2\x82".to_vec(),
+                ..SseEvent::default()
             })]
         );
+        // The data is decoded where it is read, with the same replacement.
+        let [SseItem::Event(e)] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(e.text(), "\u{FFFD}\u{FFFD}");
+        assert!(matches!(
+            event("h\u{e9}llo").text(),
+            Cow::Borrowed("h\u{e9}llo")
+        ));
     }
 
     #[test]

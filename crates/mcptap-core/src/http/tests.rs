@@ -64,7 +64,7 @@ fn request_and_chunked_sse_response_at_any_split() {
             matches!(&out[1], HttpEvent::ResponseHead { exchange: 0, head } if head.status == 200 && head.media_type.as_deref() == Some("text/event-stream") && head.extracted[0].as_deref() == Some("s1"))
         );
         assert!(
-            matches!(&out[2], HttpEvent::ResponseSse { exchange: 0, item: SseItem::Event(e) } if e.data.contains("\"result\"")),
+            matches!(&out[2], HttpEvent::ResponseSse { exchange: 0, item: SseItem::Event(e) } if e.text().contains("\"result\"")),
             "step {step}: {out:?}"
         );
         assert_eq!(

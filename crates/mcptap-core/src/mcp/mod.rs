@@ -2447,14 +2447,15 @@ impl<D: Detector> Tracker<D> {
         if event.retry.is_some() {
             ex.stream.retry_ms = event.retry;
         }
+        let text = event.text();
         if event.event_type.as_deref() == Some("endpoint") && ex.head.method == "GET" {
-            self.bind_sse_endpoint(ctx, ts, key, event.data.trim(), out);
+            self.bind_sse_endpoint(ctx, ts, key, text.trim(), out);
             return;
         }
-        if event.data.trim().is_empty() {
+        if text.trim().is_empty() {
             return; // priming event
         }
-        match jsonrpc::parse_str(&event.data) {
+        match jsonrpc::parse_str(&text) {
             Ok(msgs) => {
                 for m in msgs {
                     if m.is_request_or_notification() {

@@ -22,7 +22,7 @@ fn ctx(flow: u64) -> FlowCtx {
 fn event(kind: &str, data: String) -> SseItem {
     SseItem::Event(SseEvent {
         event_type: Some(kind.into()),
-        data,
+        data: data.into(),
         id: None,
         retry: None,
     })

@@ -37,7 +37,7 @@ fn resp(status: u16, media: &str, session: Option<&str>) -> ResponseHead {
 fn sse_data(v: serde_json::Value) -> SseItem {
     SseItem::Event(SseEvent {
         event_type: Some("message".into()),
-        data: v.to_string(),
+        data: v.to_string().into(),
         id: None,
         retry: None,
     })
