@@ -10,6 +10,7 @@
 mod buffer;
 pub mod chunked;
 pub mod coding;
+mod head_text;
 pub mod proxy;
 pub mod sse;
 
@@ -20,6 +21,7 @@ pub use crate::model::{
 use buffer::grow_for;
 use chunked::ChunkedDecoder;
 use coding::{BodyDecoder, Coding, CodingList};
+use head_text::{HeadText, Span};
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
@@ -60,17 +62,18 @@ impl Interest {
 }
 
 /// The request facts later layers need: the generic ones plus the headers the [`Interest`]
-/// names. Other headers (Authorization, Cookie, ...) are never copied out of the packet.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// names. Other headers (Authorization, Cookie, ...) are never copied out of the packet. The
+/// kept values share one buffer; methods read them.
+#[derive(Debug, Clone, Default)]
 pub struct RequestHead {
-    pub method: String,
-    pub path: String,
-    pub host: Option<String>,
-    pub accept: Option<String>,
-    pub content_type: Option<String>,
-    /// The `Upgrade` header: what a `101 Switching Protocols` answer switches to.
-    pub upgrade: Option<String>,
-    pub extracted: ExtractedHeaders,
+    text: HeadText,
+    method: Span,
+    path: Span,
+    host: Option<Span>,
+    accept: Option<Span>,
+    content_type: Option<Span>,
+    upgrade: Option<Span>,
+    extracted: [Option<Span>; MAX_EXTRACTED_HEADERS],
     /// `X-Forwarded-For`, every occurrence joined with ", " in order (as RFC 9110 combines
     /// repeated list fields), at most [`MAX_FORWARDED_BYTES`].
     pub forwarded_for: Option<String>,
@@ -87,17 +90,139 @@ pub struct RequestHead {
     pub ambiguous: bool,
 }
 
+/// A request header [`RequestHead`] keeps by itself, for [`RequestHead::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestHeader {
+    Host,
+    Accept,
+    ContentType,
+    /// The `Upgrade` header: what a `101 Switching Protocols` answer switches to.
+    Upgrade,
+    /// The header at this index of [`Interest::request_headers`].
+    Extracted(usize),
+}
+
 impl RequestHead {
+    pub fn new(method: &str, path: &str) -> Self {
+        let mut text = HeadText::for_head();
+        let method = text.push_str(method);
+        let path = text.push_str(path);
+        RequestHead {
+            text,
+            method,
+            path,
+            ..RequestHead::default()
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        self.text.get(self.method)
+    }
+
+    pub fn path(&self) -> &str {
+        self.text.get(self.path)
+    }
+
+    pub fn host(&self) -> Option<&str> {
+        self.get(RequestHeader::Host)
+    }
+
+    pub fn accept(&self) -> Option<&str> {
+        self.get(RequestHeader::Accept)
+    }
+
+    pub fn content_type(&self) -> Option<&str> {
+        self.get(RequestHeader::ContentType)
+    }
+
+    pub fn upgrade(&self) -> Option<&str> {
+        self.get(RequestHeader::Upgrade)
+    }
+
+    /// The value of the header at index `i` of [`Interest::request_headers`].
+    pub fn extracted(&self, i: usize) -> Option<&str> {
+        self.get(RequestHeader::Extracted(i))
+    }
+
+    pub fn get(&self, header: RequestHeader) -> Option<&str> {
+        self.slot(header)
+            .copied()
+            .flatten()
+            .map(|span| self.text.get(span))
+    }
+
+    /// Sets (or with `None` removes) a header's value, as a head carrying it would.
+    pub fn set(&mut self, header: RequestHeader, value: Option<&str>) {
+        let span = value.map(|v| self.text.push_str(v));
+        if let Some(slot) = self.slot_mut(header) {
+            *slot = span;
+        }
+    }
+
+    /// Replaces the path.
+    pub fn set_path(&mut self, path: &str) {
+        self.path = self.text.push_str(path);
+    }
+
+    /// Bytes its kept values take.
+    pub fn text_bytes(&self) -> usize {
+        self.text.len()
+    }
+
+    fn slot(&self, header: RequestHeader) -> Option<&Option<Span>> {
+        match header {
+            RequestHeader::Host => Some(&self.host),
+            RequestHeader::Accept => Some(&self.accept),
+            RequestHeader::ContentType => Some(&self.content_type),
+            RequestHeader::Upgrade => Some(&self.upgrade),
+            RequestHeader::Extracted(i) => self.extracted.get(i),
+        }
+    }
+
+    fn slot_mut(&mut self, header: RequestHeader) -> Option<&mut Option<Span>> {
+        match header {
+            RequestHeader::Host => Some(&mut self.host),
+            RequestHeader::Accept => Some(&mut self.accept),
+            RequestHeader::ContentType => Some(&mut self.content_type),
+            RequestHeader::Upgrade => Some(&mut self.upgrade),
+            RequestHeader::Extracted(i) => self.extracted.get_mut(i),
+        }
+    }
+
     /// A POST with a JSON body, or a GET that accepts an event stream.
     pub fn may_carry_json_or_sse(&self) -> bool {
-        (self.method == "POST" && self.content_type.as_deref().is_some_and(is_json))
-            || (self.method == "GET"
+        (self.method() == "POST" && self.content_type().is_some_and(is_json))
+            || (self.method() == "GET"
                 && self
-                    .accept
-                    .as_deref()
+                    .accept()
                     .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream")))
     }
 }
+
+/// Heads are equal when their values are, wherever in the buffer they lie.
+impl PartialEq for RequestHead {
+    fn eq(&self, other: &Self) -> bool {
+        let headers = [
+            RequestHeader::Host,
+            RequestHeader::Accept,
+            RequestHeader::ContentType,
+            RequestHeader::Upgrade,
+        ]
+        .into_iter()
+        .chain((0..MAX_EXTRACTED_HEADERS).map(RequestHeader::Extracted));
+        self.method() == other.method()
+            && self.path() == other.path()
+            && headers.into_iter().all(|h| self.get(h) == other.get(h))
+            && self.forwarded_for == other.forwarded_for
+            && self.forwarded == other.forwarded
+            && self.prefixed == other.prefixed
+            && self.prefixed_truncated == other.prefixed_truncated
+            && self.lenient == other.lenient
+            && self.ambiguous == other.ambiguous
+    }
+}
+
+impl Eq for RequestHead {}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseHead {
@@ -172,14 +297,14 @@ fn note_request_header(
     name: &str,
     value: &[u8],
 ) -> Option<DuplicateHeader> {
-    let (slot, header) = if name.eq_ignore_ascii_case("host") {
-        (&mut head.host, DuplicateHeader::Host)
+    let (header, duplicate) = if name.eq_ignore_ascii_case("host") {
+        (RequestHeader::Host, DuplicateHeader::Host)
     } else if name.eq_ignore_ascii_case("accept") {
-        (&mut head.accept, DuplicateHeader::Accept)
+        (RequestHeader::Accept, DuplicateHeader::Accept)
     } else if name.eq_ignore_ascii_case("content-type") {
-        (&mut head.content_type, DuplicateHeader::ContentType)
+        (RequestHeader::ContentType, DuplicateHeader::ContentType)
     } else if name.eq_ignore_ascii_case("upgrade") {
-        (&mut head.upgrade, DuplicateHeader::Other)
+        (RequestHeader::Upgrade, DuplicateHeader::Other)
     } else if name.eq_ignore_ascii_case("x-forwarded-for") {
         combine_list(&mut head.forwarded_for, value);
         return None;
@@ -199,15 +324,45 @@ fn note_request_header(
         }
         return None;
     } else {
-        return extract(
-            interest.request_headers,
-            name,
-            value,
-            &mut head.extracted,
-            &mut head.ambiguous,
-        );
+        let i = interest
+            .request_headers
+            .iter()
+            .position(|n| name.eq_ignore_ascii_case(n))?;
+        // Which duplicate it is is found only for a duplicate (most heads have none).
+        (RequestHeader::Extracted(i), DuplicateHeader::Other)
     };
-    note_first(slot, &mut head.ambiguous, || header, value)
+    let RequestHead {
+        text,
+        host,
+        accept,
+        content_type,
+        upgrade,
+        extracted,
+        ambiguous,
+        ..
+    } = head;
+    let slot = match header {
+        RequestHeader::Host => host,
+        RequestHeader::Accept => accept,
+        RequestHeader::ContentType => content_type,
+        RequestHeader::Upgrade => upgrade,
+        RequestHeader::Extracted(i) => extracted.get_mut(i)?,
+    };
+    match slot {
+        None => {
+            *slot = Some(text.push_value(value));
+            None
+        }
+        Some(first) => {
+            if text.get(*first).as_bytes() != value.trim_ascii() {
+                *ambiguous = true;
+            }
+            Some(match header {
+                RequestHeader::Extracted(_) => DuplicateHeader::of_extracted(name),
+                _ => duplicate,
+            })
+        }
+    }
 }
 
 /// Records one response header in `head`, as [`note_request_header`].
@@ -509,8 +664,8 @@ impl PendingRequest {
     fn of(head: &RequestHead, keep: bool) -> Self {
         PendingRequest {
             keep,
-            head_method: head.method == "HEAD",
-            upgrade: head.upgrade.as_deref().map(Box::from),
+            head_method: head.method() == "HEAD",
+            upgrade: head.upgrade().map(Box::from),
         }
     }
 
@@ -802,11 +957,7 @@ impl Connection {
     ) {
         let half = half.min(1);
         self.abort_open_body(half, out);
-        let mut head = RequestHead {
-            method: method.to_string(),
-            path: path.to_string(),
-            ..RequestHead::default()
-        };
+        let mut head = RequestHead::new(method, path);
         let mut ce = CodingList::default();
         for (name, value) in headers {
             if name.eq_ignore_ascii_case("content-encoding") {
@@ -1886,11 +2037,7 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
                 in_headers: header_error(e),
             },
             Ok(httparse::Status::Complete(len)) => {
-                let mut head = RequestHead {
-                    method: req.method.unwrap_or("").to_string(),
-                    path: req.path.unwrap_or("").to_string(),
-                    ..Default::default()
-                };
+                let mut head = RequestHead::new(req.method.unwrap_or(""), req.path.unwrap_or(""));
                 let (length, mut facts) = scan_headers(req.headers, &mut |name, value| {
                     note_request_header(&mut head, interest, name, value)
                 });

@@ -1,6 +1,6 @@
 //! What MCP needs from the HTTP layer: its header names and which exchanges can carry it.
 
-use crate::http::{Interest, RequestHead, ResponseHead};
+use crate::http::{Interest, RequestHead, RequestHeader, ResponseHead};
 
 /// Index of `Mcp-Session-Id` in the extracted headers of requests and responses.
 const SESSION_ID: usize = 0;
@@ -37,23 +37,23 @@ pub fn may_carry_mcp(head: &RequestHead) -> bool {
 }
 
 pub fn request_session_id(head: &RequestHead) -> Option<&str> {
-    head.extracted[SESSION_ID].as_deref()
+    head.extracted(SESSION_ID)
 }
 
 pub fn request_protocol_version(head: &RequestHead) -> Option<&str> {
-    head.extracted[PROTOCOL_VERSION].as_deref()
+    head.extracted(PROTOCOL_VERSION)
 }
 
 pub fn request_mcp_method(head: &RequestHead) -> Option<&str> {
-    head.extracted[METHOD].as_deref()
+    head.extracted(METHOD)
 }
 
 pub fn request_mcp_name(head: &RequestHead) -> Option<&str> {
-    head.extracted[NAME].as_deref()
+    head.extracted(NAME)
 }
 
 pub fn request_user_agent(head: &RequestHead) -> Option<&str> {
-    head.extracted[USER_AGENT].as_deref()
+    head.extracted(USER_AGENT)
 }
 
 pub fn response_session_id(head: &ResponseHead) -> Option<&str> {
@@ -70,22 +70,18 @@ pub fn request_head(
     session_id: Option<&str>,
     protocol_version: Option<&str>,
 ) -> RequestHead {
-    let mut head = RequestHead {
-        method: method.to_string(),
-        path: path.to_string(),
-        content_type: content_type.map(str::to_string),
-        accept: accept.map(str::to_string),
-        ..RequestHead::default()
-    };
-    head.extracted[SESSION_ID] = session_id.map(str::to_string);
-    head.extracted[PROTOCOL_VERSION] = protocol_version.map(str::to_string);
+    let mut head = RequestHead::new(method, path);
+    head.set(RequestHeader::ContentType, content_type);
+    head.set(RequestHeader::Accept, accept);
+    head.set(RequestHeader::Extracted(SESSION_ID), session_id);
+    head.set(RequestHeader::Extracted(PROTOCOL_VERSION), protocol_version);
     head
 }
 
 /// Sets the modern revision's `Mcp-Method` and `Mcp-Name` on a head built by [`request_head`].
 pub fn set_request_mcp_headers(head: &mut RequestHead, method: Option<&str>, name: Option<&str>) {
-    head.extracted[METHOD] = method.map(str::to_string);
-    head.extracted[NAME] = name.map(str::to_string);
+    head.set(RequestHeader::Extracted(METHOD), method);
+    head.set(RequestHeader::Extracted(NAME), name);
 }
 
 /// A response head with MCP's headers, as [`request_head`].

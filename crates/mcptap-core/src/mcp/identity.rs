@@ -195,9 +195,9 @@ impl Identities {
         if let Some(name) = self.servers.get(&server) {
             return name.clone();
         }
-        match head.host.as_deref().filter(|h| !h.is_empty()) {
+        match head.host().filter(|h| !h.is_empty()) {
             Some(host) => {
-                let path = head.path.split(['?', '#']).next().unwrap_or("");
+                let path = head.path().split(['?', '#']).next().unwrap_or("");
                 let mut id = String::with_capacity(host.len() + path.len());
                 id.push_str(host);
                 id.make_ascii_lowercase();
@@ -355,6 +355,7 @@ pub fn client_label(name: Option<&str>, version: Option<&str>, user_agent: Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::RequestHeader;
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {
@@ -392,13 +393,11 @@ mod tests {
     }
 
     fn head(xff: Option<&str>, fwd: Option<&str>) -> RequestHead {
-        RequestHead {
-            forwarded_for: xff.map(str::to_string),
-            forwarded: fwd.map(str::to_string),
-            host: Some("GW.example:8080".into()),
-            path: "/mcp?x=1".into(),
-            ..RequestHead::default()
-        }
+        let mut head = RequestHead::new("POST", "/mcp?x=1");
+        head.set(RequestHeader::Host, Some("GW.example:8080"));
+        head.forwarded_for = xff.map(str::to_string);
+        head.forwarded = fwd.map(str::to_string);
+        head
     }
 
     fn ids(trusted: &[&str]) -> Identities {

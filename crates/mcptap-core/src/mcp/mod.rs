@@ -327,7 +327,7 @@ fn exchange_id_of(ev: &HttpEvent) -> Option<u64> {
 /// Roughly what a held message holds.
 pub(crate) fn held_cost(ev: &HttpEvent) -> usize {
     256 + match ev {
-        HttpEvent::Request { head, body, .. } => body.len() + head.path.len(),
+        HttpEvent::Request { head, body, .. } => body.len() + head.path().len(),
         HttpEvent::ResponseJson { body, .. } => body.len(),
         HttpEvent::ResponseSse {
             item: SseItem::Event(e),
@@ -779,7 +779,7 @@ impl<D: Detector> Tracker<D> {
         let Some(request) = self.classify_request(ctx, &head, &body, out) else {
             return;
         };
-        let cost = 256 + body.len() + head.path.len();
+        let cost = 256 + body.len() + head.path().len();
         self.route_request(ctx, ts, exchange, head, request, cost, released, out);
     }
 
@@ -2073,7 +2073,7 @@ impl<D: Detector> Tracker<D> {
             && !self.sse_endpoints.is_empty()
             && let Some(sid) = self
                 .sse_endpoints
-                .get(&(ctx.server, Box::from(head.path.as_str())))
+                .get(&(ctx.server, Box::from(head.path())))
         {
             session_id = Some(sid.to_string());
             era = Era::HttpSse;
@@ -2366,7 +2366,7 @@ impl<D: Detector> Tracker<D> {
             ex.session_id = learned;
         }
         let status = head.status;
-        let is_delete = ex.head.method == "DELETE";
+        let is_delete = ex.head.method() == "DELETE";
         let named_session = headers::request_session_id(&ex.head).is_some();
         let sid = ex.session_id.clone();
         ex.response = Some(head);
@@ -2448,7 +2448,7 @@ impl<D: Detector> Tracker<D> {
             ex.stream.retry_ms = event.retry;
         }
         let text = event.text();
-        if event.event_type.as_deref() == Some("endpoint") && ex.head.method == "GET" {
+        if event.event_type.as_deref() == Some("endpoint") && ex.head.method() == "GET" {
             self.bind_sse_endpoint(ctx, ts, key, text.trim(), out);
             return;
         }
@@ -2691,7 +2691,7 @@ impl<D: Detector> Tracker<D> {
         };
         let client = ex.client;
         let (framing, ambiguous) = framing_of(ex);
-        let accept = ex.head.accept.clone();
+        let accept = ex.head.accept().map(str::to_string);
         let era = ex.era;
         let Some(request) = ex.requests.answer(idx) else {
             return;
@@ -3683,7 +3683,7 @@ impl<D: Detector> Tracker<D> {
         // HTTP+SSE: the GET stream carried every answer of its session; the POSTs still
         // waiting for theirs will not get them.
         if ex.era == Era::HttpSse
-            && ex.head.method == "GET"
+            && ex.head.method() == "GET"
             && let Some(sid) = &ex.session_id
         {
             let key = (ctx.server, sid.clone());
@@ -3693,7 +3693,7 @@ impl<D: Detector> Tracker<D> {
         // HTTP+SSE: a POST accepted with 202 is answered on the GET stream.
         if ex.era == Era::HttpSse
             && is_2xx(status)
-            && ex.head.method == "POST"
+            && ex.head.method() == "POST"
             && ex.requests.iter().any(|r| !r.answered)
             && let Some(sid) = &ex.session_id
             && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))

@@ -478,13 +478,11 @@ mod tests {
             2,
             "items is not statically reachable: {params:?}"
         );
-        let mut head = RequestHead {
-            prefixed: vec![
-                ("Mcp-Param-Region".into(), "us-west1".into()),
-                ("mcp-param-n".into(), "42".into()),
-            ],
-            ..RequestHead::default()
-        };
+        let mut head = RequestHead::default();
+        head.prefixed = vec![
+            ("Mcp-Param-Region".into(), "us-west1".into()),
+            ("mcp-param-n".into(), "42".into()),
+        ];
         let facts = |args: &str| RequestFacts {
             arguments: Some(args.into()),
             name_or_uri: Some("execute_sql".into()),

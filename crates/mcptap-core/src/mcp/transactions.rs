@@ -190,12 +190,7 @@ impl ExchangeState {
     pub fn cost(&self) -> usize {
         let head = &self.head;
         let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let head_bytes = head.method.len()
-            + head.path.len()
-            + text(&head.host)
-            + text(&head.accept)
-            + text(&head.content_type)
-            + head.extracted.iter().map(text).sum::<usize>()
+        let head_bytes = head.text_bytes()
             + text(&head.forwarded_for)
             + text(&head.forwarded)
             + head
@@ -376,7 +371,7 @@ mod tests {
     fn open_exchanges_are_charged_until_they_close() {
         let mut t = Transactions::new(4);
         let mut big = exchange(1);
-        big.head.path = "/".repeat(60_000);
+        big.head.set_path(&"/".repeat(60_000));
         t.open(1, exchange(0));
         t.open(1, big);
         t.open(2, exchange(0));

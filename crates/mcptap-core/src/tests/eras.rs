@@ -4,7 +4,7 @@
 use crate::detect::Detectors;
 use crate::http::BodyEnd;
 use crate::http::sse::{SseEvent, SseItem};
-use crate::http::{HttpEvent, RequestHead, ResponseHead};
+use crate::http::{HttpEvent, RequestHead, RequestHeader, ResponseHead};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker, headers};
 use crate::model::{Limit, Output, Telemetry, Timestamp};
 use serde_json::{Value, json};
@@ -38,7 +38,7 @@ fn modern_post(method: &str) -> RequestHead {
         Some("2026-07-28"),
     );
     headers::set_request_mcp_headers(&mut head, Some(method), None);
-    head.host = Some("mcp.example".into());
+    head.set(RequestHeader::Host, Some("mcp.example"));
     head
 }
 
@@ -1004,7 +1004,7 @@ fn a_new_session_waits_behind_its_connections_initialize() {
         None,
         None,
     );
-    head.host = Some("mcp.example".into());
+    head.set(RequestHeader::Host, Some("mcp.example"));
     h.request(ctx(1), 0, head, init);
     h.head(
         ctx(1),
@@ -1227,7 +1227,7 @@ fn stateless_post() -> RequestHead {
         None,
         None,
     );
-    head.host = Some("mcp.example".into());
+    head.set(RequestHeader::Host, Some("mcp.example"));
     head
 }
 

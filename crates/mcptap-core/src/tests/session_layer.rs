@@ -1,7 +1,7 @@
 use crate::detect::Detectors;
 use crate::http::BodyEnd;
 use crate::http::sse::{SseEvent, SseItem};
-use crate::http::{HttpEvent, RequestHead, ResponseHead};
+use crate::http::{HttpEvent, RequestHead, RequestHeader, ResponseHead};
 use crate::mcp::Tracker;
 use crate::mcp::{FlowCtx, SessionLimits, headers};
 use crate::model::{Output, Telemetry, Timestamp};
@@ -26,7 +26,7 @@ fn post(session: Option<&str>) -> RequestHead {
         session,
         Some("2025-06-18"),
     );
-    head.host = Some("mcp.example".into());
+    head.set(RequestHeader::Host, Some("mcp.example"));
     head
 }
 
