@@ -457,12 +457,13 @@ impl SseParser {
         let block = &mut self.block;
         let id = block.has_id.then(|| lossy(&block.id));
         if block.has_data {
-            let next = block.data.len().min(RETAINED_DATA_CAPACITY);
             let event = SseEvent {
                 event_type: (!block.event_type.is_empty()).then(|| lossy(&block.event_type)),
-                // The data buffer becomes the event's string without a copy; the next event
-                // starts with a buffer of about the same size rather than regrowing from empty.
-                data: std::mem::replace(&mut block.data, Vec::with_capacity(next)),
+                // The data buffer becomes the event's data without a copy. The next event's
+                // buffer is allocated by its first data, at that size (or the HTTP chunk's,
+                // see `reserve_hint`): one allocated now at this event's size would be written
+                // long after (memory gone cold) and carried half empty by a smaller event.
+                data: std::mem::take(&mut block.data),
                 id,
                 retry: block.retry,
             };
