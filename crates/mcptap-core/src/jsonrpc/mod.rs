@@ -21,8 +21,13 @@ pub struct Id(pub String);
 
 impl Id {
     /// Strings are re-encoded so that equal strings with different escapes are one id.
-    fn from_raw(raw: &RawValue) -> Option<Id> {
-        let text = raw.get().trim();
+    /// `text` is valid JSON.
+    fn from_raw(text: &str) -> Option<Id> {
+        let text = text.trim();
+        if plain_string(text).is_some() {
+            // Re-encoding a string without escapes or control characters gives it back.
+            return Some(Id(text.to_string()));
+        }
         match text.as_bytes().first()? {
             b'"' => serde_json::from_str::<Cow<'_, str>>(text)
                 .ok()
@@ -93,7 +98,8 @@ impl From<ParseError> for crate::model::JsonRpcError {
 #[derive(Default)]
 struct Envelope<'a> {
     jsonrpc: Option<Cow<'a, str>>,
-    id: Option<&'a RawValue>,
+    /// Valid JSON text.
+    id: Option<&'a str>,
     method: Option<Cow<'a, str>>,
     params: Option<&'a RawValue>,
     result: Option<ResultFields<'a>>,
@@ -103,6 +109,25 @@ struct Envelope<'a> {
 /// A string member, borrowed unless it has escapes.
 #[derive(Deserialize)]
 struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The content of a JSON string written without escapes or control characters, which is the
+/// string itself: serde would borrow it unchanged. `None` for anything else (serde decides).
+fn plain_string(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let plain = inner.bytes().all(|b| b >= 0x20 && b != b'\\' && b != b'"');
+    plain.then_some(inner)
+}
+
+/// Whether `raw` is a JSON integer as clients write ids: `-?(0|[1-9][0-9]*)`, which needs no
+/// further validation.
+fn plain_integer(raw: &str) -> bool {
+    let digits = raw.strip_prefix('-').unwrap_or(raw).as_bytes();
+    match digits {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
 
 /// A member's key without its quotes, decoded only if it has escapes.
 fn key_text(raw: &str) -> Option<Cow<'_, str>> {
@@ -140,17 +165,27 @@ impl<'a> Envelope<'a> {
             let Some(key) = key_text(key) else {
                 return Err(ParseError::InvalidJson);
             };
-            let str_member = |raw: &'a str| {
-                serde_json::from_str::<Str<'a>>(raw)
-                    .map(|s| s.0)
-                    .map_err(|e| parse_error(&e))
-            };
             let raw_member = |raw: &'a str| {
                 serde_json::from_str::<&'a RawValue>(raw).map_err(|e| parse_error(&e))
             };
+            // The members every message has are read without serde when they are plain (a
+            // serde call costs hundreds of instructions; these are a few bytes).
+            let str_member = |raw: &'a str| match plain_string(raw) {
+                Some(text) => Ok(Cow::Borrowed(text)),
+                None => serde_json::from_str::<Str<'a>>(raw)
+                    .map(|s| s.0)
+                    .map_err(|e| parse_error(&e)),
+            };
+            let id_member = |raw: &'a str| {
+                if plain_integer(raw) || plain_string(raw).is_some() {
+                    Ok(raw)
+                } else {
+                    raw_member(raw).map(RawValue::get)
+                }
+            };
             match key.as_ref() {
                 "jsonrpc" if env.jsonrpc.is_none() => env.jsonrpc = Some(str_member(raw)?),
-                "id" if env.id.is_none() => env.id = Some(raw_member(raw)?),
+                "id" if env.id.is_none() => env.id = Some(id_member(raw)?),
                 "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
                 "params" if env.params.is_none() => env.params = Some(raw_member(raw)?),
                 "result" if env.result.is_none() => env.result = ResultFields::parse(raw)?,
@@ -483,9 +518,62 @@ mod tests {
 
     #[test]
     fn ids_keep_their_type() {
-        assert_ne!(Id::from_raw(&raw("1")), Id::from_raw(&raw("\"1\"")));
-        assert_eq!(Id::from_raw(&raw("null")), None);
+        assert_ne!(Id::from_raw("1"), Id::from_raw("\"1\""));
+        assert_eq!(Id::from_raw("null"), None);
         assert_eq!(Id("\"x\"".into()).to_value(), Value::from("x"));
+        // Equal strings written with different escapes are one id.
+        assert_eq!(Id::from_raw("\"a/b\""), Id::from_raw("\"a\\/b\""));
+    }
+
+    #[test]
+    fn plain_members_are_read_as_serde_reads_them() {
+        // Every short string over a few telling bytes: the fast paths agree with serde where
+        // they answer, and leave the rest to it.
+        let bytes: &[u8] = b"\"\\-0a1\x01 e.\x7f";
+        let mut candidates = vec![String::new()];
+        for _ in 0..5 {
+            let next: Vec<String> = candidates
+                .iter()
+                .flat_map(|c| bytes.iter().map(move |&b| format!("{c}{}", b as char)))
+                .collect();
+            candidates.extend(next);
+        }
+        let (mut strings, mut integers) = (0, 0);
+        for raw in &candidates {
+            if let Some(text) = plain_string(raw) {
+                strings += 1;
+                assert_eq!(
+                    serde_json::from_str::<String>(raw).ok().as_deref(),
+                    Some(text),
+                    "{raw:?}"
+                );
+                let id = Id::from_raw(raw).map(|id| id.0);
+                let by_serde = serde_json::from_str::<String>(raw)
+                    .ok()
+                    .and_then(|s| serde_json::to_string(&s).ok());
+                assert_eq!(id, by_serde, "{raw:?}");
+            }
+            if plain_integer(raw) {
+                integers += 1;
+                assert!(serde_json::from_str::<&RawValue>(raw).is_ok(), "{raw:?}");
+                assert!(
+                    serde_json::from_str::<serde_json::Number>(raw).is_ok(),
+                    "{raw:?}"
+                );
+            } else if raw.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                // Leading zeros, a lone minus: serde refuses them or reads them otherwise.
+                let number = serde_json::from_str::<serde_json::Number>(raw);
+                assert!(number.is_err() || raw.is_empty(), "{raw:?}");
+            }
+        }
+        assert!(strings > 100 && integers > 10, "{strings} {integers}");
+        // Through the whole envelope, escaped and plain members read alike.
+        let plain = parse_str(r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).unwrap();
+        let escaped = parse_str(r#"{"jsonrpc":"2\u002e0","id":7,"method":"tools\/list"}"#).unwrap();
+        assert_eq!(format!("{plain:?}"), format!("{escaped:?}"));
+        // A control character in a member is refused as before.
+        assert!(parse_str("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\u{1}\"}").is_err());
+        assert!(parse_str(r#"{"jsonrpc":"2.0","id":01,"method":"a"}"#).is_err());
     }
 
     fn result(json: &str) -> ResultFields<'_> {
