@@ -1878,8 +1878,9 @@ mod tests {
                 if e.reason == crate::model::EndReason::Evicted)
         });
         // Each session here is charged about 1.1 KB: about 135 fit in 150 KiB, fewer once the
-        // records of evicted sessions (kept for lineage, at most 1/8 of it) take their share.
-        assert!((80..=200).contains(&(300 - evicted)), "{evicted}");
+        // records of evicted sessions (kept for lineage, at most 1/8 of it) and the cached
+        // capability record take their share (evictions free room in steps: 79 stay).
+        assert!((70..=200).contains(&(300 - evicted)), "evicted {evicted}");
         let flows_evicted = count(&|o| {
             matches!(
                 o,

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 /// A capability set: sorted, distinct paths. A boxed slice of boxed strings, because every
 /// tracked session keeps two of these: a few hundred bytes instead of a tree of nodes.
-pub type CapPaths = Box<[Box<str>]>;
+/// Shared: a fleet's sessions hold the same few sets (see `session::CapsCache`).
+pub type CapPaths = std::sync::Arc<[Box<str>]>;
 
 /// Depth beyond which nested capability objects are not expanded (bounded work on hostile input).
 const MAX_DEPTH: usize = 8;
@@ -42,7 +43,7 @@ pub fn bounded_paths(caps: &Value) -> (CapPaths, bool) {
     let mut out = walk.out;
     out.sort_unstable();
     out.dedup();
-    (out.into_boxed_slice(), walk.truncated)
+    (out.into(), walk.truncated)
 }
 
 #[derive(Default)]

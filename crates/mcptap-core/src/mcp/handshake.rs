@@ -22,12 +22,13 @@ impl Answer<'_> {
 }
 
 /// The handshake event (seq 1, no diff or lineage yet) and the capability record of one
-/// answered `initialize`.
+/// answered `initialize` (`cached`: built before from the same texts).
 pub fn describe(
     ts: Timestamp,
     origin: &Origin,
     mut params: Value,
     answer: Answer<'_>,
+    cached: Option<CapsRecord>,
 ) -> (Handshake, CapsRecord) {
     let accepted = answer.accepted();
     let Answer {
@@ -43,7 +44,7 @@ pub fn describe(
     let server_caps = take_member(result.as_mut(), "capabilities");
     let protocol_version = string(take_member(result.as_mut(), "protocolVersion"));
     let server_info = take_member(result.as_mut(), "serverInfo");
-    let record = CapsRecord::new(&client_caps, &server_caps);
+    let record = cached.unwrap_or_else(|| CapsRecord::new(&client_caps, &server_caps));
     let hs = Handshake {
         ts,
         session_id: origin.session_id.clone(),

@@ -100,6 +100,8 @@ pub struct Tracker<D: Detector> {
     /// Legacy stateless clients: the clientInfo label of the latest `initialize` per (server,
     /// client identity), so their later requests (which name no client) join its lineage.
     stateless_labels: StatelessLabels,
+    /// Capability records of handshakes seen before (see [`session::CapsCache`]).
+    caps_cache: session::CapsCache,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -424,6 +426,14 @@ struct Concluded<'a> {
 }
 
 /// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
+/// The raw texts a handshake's capability record is built from.
+struct HandshakeTexts<'a> {
+    /// The `initialize` request's params.
+    params: Option<&'a str>,
+    /// The result's `capabilities`.
+    server_caps: Option<&'a str>,
+}
+
 fn exchange_of(
     ex: &ExchangeState,
     method: &str,
@@ -481,6 +491,7 @@ impl<D: Detector> Tracker<D> {
             // clients' labels a thirty-second.
             lineage: Lineage::new(limits.max_session_bytes / 8),
             stateless_labels: StatelessLabels::new(limits.max_session_bytes / 32),
+            caps_cache: session::CapsCache::new(limits.max_session_bytes / 64),
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
@@ -2719,6 +2730,10 @@ impl<D: Detector> Tracker<D> {
         }
 
         if let Some(origin) = &origin {
+            let server_caps = result
+                .as_ref()
+                .and_then(|r| r.capabilities)
+                .map(serde_json::value::RawValue::get);
             let result = result.as_ref().map(|r| {
                 r.initialize_value().unwrap_or_else(|e| {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
@@ -2732,7 +2747,11 @@ impl<D: Detector> Tracker<D> {
                 error: error.as_ref(),
                 status,
             };
-            self.on_handshake(ts, origin, init_params.as_deref(), answer, framing, out);
+            let texts = HandshakeTexts {
+                params: init_params.as_deref(),
+                server_caps,
+            };
+            self.on_handshake(ts, origin, texts, answer, framing, out);
         }
         let protocol_version = match self.transactions.get(target) {
             Some(ex) => self.protocol_version_of(ex, facts.as_deref()),
@@ -3356,12 +3375,12 @@ impl<D: Detector> Tracker<D> {
         &mut self,
         ts: Timestamp,
         origin: &Origin,
-        init_params: Option<&str>,
+        texts: HandshakeTexts<'_>,
         answer: Answer<'_>,
         framing: FramingMode,
         out: &mut Vec<Output>,
     ) {
-        let params = match init_params.map(serde_json::from_str::<Value>) {
+        let params = match texts.params.map(serde_json::from_str::<Value>) {
             None => Value::Null,
             Some(Ok(v)) => v,
             Some(Err(_)) => {
@@ -3372,7 +3391,18 @@ impl<D: Detector> Tracker<D> {
             }
         };
         let accepted = answer.accepted();
-        let (mut hs, record) = handshake::describe(ts, origin, params, answer);
+        // Keyed by both texts as sent: the record is a function of them.
+        let cache_key = (
+            texts.params.unwrap_or_default(),
+            texts.server_caps.unwrap_or_default(),
+        );
+        let cached = self.caps_cache.get(cache_key.0, cache_key.1);
+        let was_cached = cached.is_some();
+        let (mut hs, record) = handshake::describe(ts, origin, params, answer, cached);
+        if !was_cached {
+            self.caps_cache.insert(cache_key.0, cache_key.1, &record);
+            self.publish_lineage_bytes();
+        }
         if record.truncated {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::CapabilityPaths,
@@ -3528,9 +3558,10 @@ impl<D: Detector> Tracker<D> {
         self.publish_lineage_bytes();
     }
 
-    /// Lineage records and stateless labels count against the session budget with the sessions.
+    /// Lineage records, stateless labels and cached capability records count against the
+    /// session budget with the sessions.
     fn publish_lineage_bytes(&mut self) {
-        let now = self.lineage.bytes() + self.stateless_labels.bytes();
+        let now = self.lineage.bytes() + self.stateless_labels.bytes() + self.caps_cache.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;
@@ -3732,7 +3763,11 @@ impl<D: Detector> Tracker<D> {
                     error: None,
                     status,
                 };
-                self.on_handshake(ts, origin, r.init_params.as_deref(), answer, framing, out);
+                let texts = HandshakeTexts {
+                    params: r.init_params.as_deref(),
+                    server_caps: None,
+                };
+                self.on_handshake(ts, origin, texts, answer, framing, out);
             }
             let request_id = r.id.to_value();
             let pv = self.protocol_version_of(&ex, r.facts.as_deref());

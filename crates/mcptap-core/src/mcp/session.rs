@@ -9,6 +9,7 @@ use foldhash::HashMap;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Sessions are keyed by (server endpoint, `Mcp-Session-Id`). State without a session id
 /// lives in the same table under keys no session id can take (they start with NUL, which is
@@ -93,7 +94,7 @@ pub type ExchangeKey = (u64, u64);
 /// tree costs several KB), parsed again only when an alert needs it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CapsRecord {
-    server_caps: Box<str>,
+    server_caps: Arc<str>,
     /// A bound cut a path set short (see [`caps::bounded_paths`]).
     pub truncated: bool,
     /// `tools.streaming: true` in the server's capabilities.
@@ -107,7 +108,7 @@ impl CapsRecord {
         let (client_paths, client_cut) = caps::bounded_paths(client_caps);
         let (server_paths, server_cut) = caps::bounded_paths(server_caps);
         CapsRecord {
-            server_caps: compact_json(server_caps),
+            server_caps: compact_json(server_caps).into(),
             truncated: client_cut || server_cut,
             streaming: caps::streaming_enabled(server_caps),
             client_paths,
@@ -122,6 +123,86 @@ impl CapsRecord {
 
     pub(super) fn heap_bytes(&self) -> usize {
         self.server_caps.len() + paths_bytes(&self.client_paths) + paths_bytes(&self.server_paths)
+    }
+}
+
+/// Capability records of answered `initialize`s, by the raw text of the request's params and
+/// of the result's capabilities: a fleet's clients run a few SDK versions against a few
+/// servers, so thousands of handshakes send the same texts, and their record (paths, compact
+/// text) is built once per distinct pair and shared. Bounded in bytes (charged with the
+/// sessions); emptied whole when full, and the next handshakes refill it with what is common.
+#[derive(Debug, Default)]
+pub struct CapsCache {
+    /// By a hash of both texts; the texts are kept to tell a collision from a hit.
+    entries: HashMap<u64, CachedCaps>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+#[derive(Debug)]
+struct CachedCaps {
+    params: Box<str>,
+    server_caps: Box<str>,
+    record: CapsRecord,
+}
+
+/// Texts longer than this are not cached: capability sets are small, and a hostile one must
+/// not take the cache.
+const MAX_CACHED_TEXT: usize = 4096;
+
+impl CapsCache {
+    pub fn new(max_bytes: usize) -> Self {
+        CapsCache {
+            max_bytes,
+            ..CapsCache::default()
+        }
+    }
+
+    fn key(params: &str, server_caps: &str) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0x6361_7073).hash_one((params, server_caps))
+    }
+
+    /// The record of a handshake with these texts, if one was built before.
+    pub fn get(&self, params: &str, server_caps: &str) -> Option<CapsRecord> {
+        let hit = self.entries.get(&Self::key(params, server_caps))?;
+        (*hit.params == *params && *hit.server_caps == *server_caps).then(|| hit.record.clone())
+    }
+
+    /// Keeps `record` for these texts, within the byte bound.
+    pub fn insert(&mut self, params: &str, server_caps: &str, record: &CapsRecord) {
+        if params.len() > MAX_CACHED_TEXT || server_caps.len() > MAX_CACHED_TEXT {
+            return;
+        }
+        let cost = std::mem::size_of::<(u64, CachedCaps)>()
+            + params.len()
+            + server_caps.len()
+            + record.heap_bytes();
+        if cost > self.max_bytes {
+            return;
+        }
+        if self.bytes + cost > self.max_bytes {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        let entry = CachedCaps {
+            params: params.into(),
+            server_caps: server_caps.into(),
+            record: record.clone(),
+        };
+        if let Some(old) = self.entries.insert(Self::key(params, server_caps), entry) {
+            // A collision: the newer texts take the slot.
+            self.bytes -= std::mem::size_of::<(u64, CachedCaps)>()
+                + old.params.len()
+                + old.server_caps.len()
+                + old.record.heap_bytes();
+        }
+        self.bytes += cost;
+    }
+
+    /// Bytes held, as charged against the session budget.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -503,4 +584,46 @@ pub fn client_info_key(client_info: &Value) -> Box<str> {
 /// key.
 pub fn is_valid_session_id(id: &str, max_len: usize) -> bool {
     !id.is_empty() && id.len() <= max_len && id.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn caps_cache_shares_records_of_equal_texts_within_its_bound() {
+        let client = json!({"roots": {"listChanged": true}, "sampling": {}});
+        let server = json!({"tools": {"streaming": true}});
+        let record = CapsRecord::new(&client, &server);
+        let params = r#"{"capabilities":{"roots":{"listChanged":true},"sampling":{}}}"#;
+        let caps = r#"{"tools":{"streaming":true}}"#;
+        let mut cache = CapsCache::new(64 << 10);
+        assert!(cache.get(params, caps).is_none());
+        cache.insert(params, caps, &record);
+        let hit = cache.get(params, caps).expect("cached");
+        assert!(Arc::ptr_eq(&hit.client_paths, &record.client_paths));
+        assert_eq!(hit.client_paths, record.client_paths);
+        assert_eq!(hit.server_caps(), server);
+        assert!(hit.streaming);
+        // Other texts, even one byte apart, are not a hit.
+        assert!(
+            cache
+                .get(params, r#"{"tools":{"streaming":false}}"#)
+                .is_none()
+        );
+        assert!(cache.get("", caps).is_none());
+        // The bound holds: inserting many distinct pairs never holds more than it.
+        let max = cache.max_bytes;
+        for i in 0..2000 {
+            cache.insert(&format!("{{\"n\":{i}}}"), caps, &record);
+            assert!(cache.bytes() <= max, "{}", cache.bytes());
+        }
+        // Texts beyond the size cut are not kept.
+        let big = format!("{{\"k\":\"{}\"}}", "x".repeat(MAX_CACHED_TEXT));
+        let before = cache.bytes();
+        cache.insert(&big, caps, &record);
+        assert_eq!(cache.bytes(), before);
+        assert!(cache.get(&big, caps).is_none());
+    }
 }
