@@ -99,8 +99,8 @@ impl Detector for Detectors {
             declaration_seq: review.seq,
             removed: review.diff.removed.clone(),
             added: review.diff.added.clone(),
-            previous: review.previous.clone(),
-            current: review.current.clone(),
+            previous: review.previous_value(),
+            current: review.current_value(),
         }))
     }
 

@@ -3062,19 +3062,38 @@ impl<D: Detector> Tracker<D> {
         ext.declaration_seq = ext.declaration_seq.saturating_add(1);
         let seq = ext.declaration_seq;
         let at = ext.declarations.iter().position(|d| &*d.method == c.method);
-        // Parsed only when this method meets a set it has not seen.
-        let current_caps = decl.capabilities_value();
-        let (current_paths, cut) = caps::bounded_paths(&current_caps);
+        // Parsed only when this method meets a text it did not have last time (a lineage
+        // declares the same set with every request), or when the event or an alert shows it.
+        let raw = decl.capabilities.as_deref();
+        let known = at
+            .and_then(|i| ext.declarations.get(i))
+            .filter(|d| d.last_caps.as_deref() == raw)
+            .map(|d| (d.last_paths.clone(), d.last_cut));
+        let is_known = known.is_some();
+        let mut parsed = None;
+        let (current_paths, cut) = match known {
+            Some(known) => known,
+            None => {
+                let value = decl.capabilities_value();
+                let paths = caps::bounded_paths(&value);
+                parsed = Some(value);
+                paths
+            }
+        };
         truncated |= cut;
+        let mut current_caps = || parsed.take().unwrap_or_else(|| decl.capabilities_value());
         let mut review_data = None;
         match at {
             None if ext.declarations.len() >= session::MAX_DECLARED_METHODS => truncated = true,
             None => ext.declarations.push(MethodDeclarations {
                 method: c.method.into(),
                 first_paths: current_paths.clone(),
-                first_caps: session::compact_json(&current_caps),
+                first_caps: session::compact_json(&current_caps()),
                 first_digest: decl.digest,
                 last_digest: decl.digest,
+                last_caps: raw.map(Box::from),
+                last_paths: current_paths.clone(),
+                last_cut: cut,
                 seen: vec![decl.digest],
                 multiplexed: false,
                 alerted: Vec::new(),
@@ -3094,6 +3113,11 @@ impl<D: Detector> Tracker<D> {
                     }
                 }
                 d.last_digest = decl.digest;
+                if !is_known {
+                    d.last_caps = raw.map(Box::from);
+                    d.last_paths = current_paths.clone();
+                    d.last_cut = cut;
+                }
                 let diff = PathDiff::between(&d.first_paths, &current_paths);
                 let mut already = d.alerted.contains(&diff.removed);
                 // Lost-path sets alerted are remembered within the bound of sets per method;
@@ -3145,7 +3169,7 @@ impl<D: Detector> Tracker<D> {
                 protocol_version: decl.protocol_version.as_deref().map(str::to_string),
                 client_info: decl.client_info_value(),
                 server_info: Value::Null,
-                client_capabilities: current_caps.clone(),
+                client_capabilities: current_caps(),
                 server_capabilities: Value::Null,
                 diff: first_diff.map(|client| HandshakeDiff {
                     client,
@@ -3162,7 +3186,6 @@ impl<D: Detector> Tracker<D> {
             }))));
         }
         if let Some((diff, repeated, multiplexed, already, first_caps)) = review_data {
-            let previous: Value = serde_json::from_str(&first_caps).unwrap_or(Value::Null);
             let alert = self.detector.declaration(&DeclarationReview {
                 method: c.method,
                 seq,
@@ -3170,8 +3193,8 @@ impl<D: Detector> Tracker<D> {
                 repeated,
                 multiplexed,
                 already_alerted: already,
-                previous: &previous,
-                current: &current_caps,
+                previous: &first_caps,
+                current: raw,
             });
             if alert.is_some()
                 && let Some(s) = self.sessions.get_mut(key)

@@ -62,8 +62,24 @@ pub struct DeclarationReview<'a> {
     pub multiplexed: bool,
     /// These lost paths were alerted before for this method.
     pub already_alerted: bool,
-    pub previous: &'a Value,
-    pub current: &'a Value,
+    /// The method's first set, as JSON text ([`Self::previous_value`] parses it).
+    pub previous: &'a str,
+    /// This declaration's set as sent (`None`: none declared; [`Self::current_value`]).
+    pub current: Option<&'a str>,
+}
+
+impl DeclarationReview<'_> {
+    /// The first set as a value, parsed only for an alert (most declarations repeat a set).
+    pub fn previous_value(&self) -> Value {
+        serde_json::from_str(self.previous).unwrap_or(Value::Null)
+    }
+
+    /// This declaration's set as a value (null when none was declared).
+    pub fn current_value(&self) -> Value {
+        self.current
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null)
+    }
 }
 
 /// A `server/discover` result against the server's first.

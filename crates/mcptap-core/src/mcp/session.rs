@@ -342,6 +342,14 @@ pub struct MethodDeclarations {
     pub first_digest: u64,
     /// The previous declaration of this method.
     pub last_digest: u64,
+    /// The previous declaration's capability text as sent (`None`: none declared) with its
+    /// paths and whether a bound cut them: the same text again is not parsed again.
+    #[serde(default)]
+    pub last_caps: Option<Box<str>>,
+    #[serde(default)]
+    pub last_paths: CapPaths,
+    #[serde(default)]
+    pub last_cut: bool,
     /// Declarations seen for this method (digests), bounded.
     pub seen: Vec<u64>,
     /// Its requests alternate between sets: interleaved conversations, never alerted.
@@ -469,6 +477,12 @@ impl EraState {
                     + d.method.len()
                     + paths(&d.first_paths)
                     + d.first_caps.len()
+                    + d.last_caps.as_ref().map_or(0, |c| c.len())
+                    + if Arc::ptr_eq(&d.last_paths, &d.first_paths) {
+                        0
+                    } else {
+                        paths(&d.last_paths)
+                    }
                     + d.seen.len() * 8
                     + d.alerted.iter().map(|a| strings_bytes(a)).sum::<usize>()
             })
