@@ -16,7 +16,7 @@ use mcptap_core::detect::Detectors;
 use mcptap_core::http::sse::{SseEvent, SseItem};
 use mcptap_core::http::{
     AbandonReason, BodyEnd, Connection, DuplicateHeader, FramingAnomaly, HttpError, HttpEvent,
-    HttpLimits, RequestHead, ResponseHead, UndecodableFlowReason, UndecodableReason,
+    HttpLimits, RequestHead, RequestHeader, ResponseHead, UndecodableFlowReason, UndecodableReason,
 };
 use mcptap_core::mcp::{FlowCtx, HTTP_INTEREST, SessionLimits, Tracker};
 use mcptap_core::model::Output;
@@ -627,17 +627,13 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 } else {
                     "POST".to_string()
                 };
-                let mut head = RequestHead {
-                    method,
-                    path: r.str(),
-                    host: r.opt_str(),
-                    accept: r.opt_str(),
-                    content_type: r.opt_str(),
-                    ..RequestHead::default()
-                };
+                let mut head = RequestHead::new(&method, &r.str());
+                head.set(RequestHeader::Host, r.opt_str().as_deref());
+                head.set(RequestHeader::Accept, r.opt_str().as_deref());
+                head.set(RequestHeader::ContentType, r.opt_str().as_deref());
                 // Mcp-Session-Id, MCP-Protocol-Version: the slots of mcp::HTTP_INTEREST.
-                head.extracted[0] = r.opt_str();
-                head.extracted[1] = r.opt_str();
+                head.set(RequestHeader::Extracted(0), r.opt_str().as_deref());
+                head.set(RequestHeader::Extracted(1), r.opt_str().as_deref());
                 head.lenient = flag(4);
                 head.ambiguous = flag(5);
                 HttpEvent::Request {
@@ -669,7 +665,10 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
             },
             3 => {
                 let event_type = r.opt_str();
-                let data = String::from_utf8_lossy(&gen_body(&mut r)).into_owned();
+                // As a lossy string, as before the data became bytes: seeds keep their meaning.
+                let data = String::from_utf8_lossy(&gen_body(&mut r))
+                    .into_owned()
+                    .into_bytes();
                 let id = r.opt_str();
                 let retry = match r.u8() {
                     0 => None,
@@ -811,19 +810,19 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
         w.u8(exchange as u8 | flags);
         match ev {
             HttpEvent::Request { head, body, .. } => {
-                match METHODS.iter().position(|m| *m == head.method) {
+                match METHODS.iter().position(|m| *m == head.method()) {
                     Some(i) => w.u8(i as u8),
                     None => {
                         w.u8(0xFF);
-                        w.str(&head.method);
+                        w.str(head.method());
                     }
                 }
-                w.str(&head.path);
-                w.opt_str(head.host.as_deref());
-                w.opt_str(head.accept.as_deref());
-                w.opt_str(head.content_type.as_deref());
-                w.opt_str(head.extracted[0].as_deref());
-                w.opt_str(head.extracted[1].as_deref());
+                w.str(head.path());
+                w.opt_str(head.host());
+                w.opt_str(head.accept());
+                w.opt_str(head.content_type());
+                w.opt_str(head.extracted(0));
+                w.opt_str(head.extracted(1));
                 raw_body(&mut w, body);
             }
             HttpEvent::ResponseHead { head, .. } => {
@@ -838,7 +837,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::ResponseSse { item, .. } => match item {
                 SseItem::Event(e) => {
                     w.opt_str(e.event_type.as_deref());
-                    raw_body(&mut w, e.data.as_bytes());
+                    raw_body(&mut w, &e.data);
                     w.opt_str(e.id.as_deref());
                     w.u8(e.retry.map_or(0, |r| r.clamp(1, 255) as u8));
                 }
