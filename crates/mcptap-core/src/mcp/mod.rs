@@ -425,7 +425,6 @@ struct Concluded<'a> {
     answered: bool,
 }
 
-/// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
 /// The raw texts a handshake's capability record is built from.
 struct HandshakeTexts<'a> {
     /// The `initialize` request's params.
@@ -434,6 +433,7 @@ struct HandshakeTexts<'a> {
     server_caps: Option<&'a str>,
 }
 
+/// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
 fn exchange_of(
     ex: &ExchangeState,
     method: &str,
