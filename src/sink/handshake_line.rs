@@ -382,8 +382,8 @@ mod tests {
             h.path = nasty.to_string();
             h.protocol_version_requested = Some(nasty.to_string());
             h.protocol_version = Some(String::new());
-            h.client_info = serde_json::json!({ "name": nasty, "version": nasty });
-            h.server_info = serde_json::json!({ nasty: [nasty, 1.5, -0.0, u64::MAX] });
+            h.client_info = serde_json::json!({ "name": nasty, "version": nasty }).into();
+            h.server_info = serde_json::json!({ nasty: [nasty, 1.5, -0.0, u64::MAX] }).into();
             h.predecessor_session_id = Some(nasty.to_string());
             h.seq = u32::MAX;
             h.http_status = u16::MAX;

@@ -7,6 +7,7 @@
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Defines a reason enum whose variants are metric label values (snake_case, fixed set).
 macro_rules! label_enum {
@@ -327,10 +328,11 @@ pub struct Handshake {
     pub path: String,
     pub protocol_version_requested: Option<String>,
     pub protocol_version: Option<String>,
-    pub client_info: Value,
-    pub server_info: Value,
-    pub client_capabilities: Value,
-    pub server_capabilities: Value,
+    /// Shared: a fleet's handshakes repeat a few SDKs' values (see `session::HandshakeCache`).
+    pub client_info: Arc<Value>,
+    pub server_info: Arc<Value>,
+    pub client_capabilities: Arc<Value>,
+    pub server_capabilities: Arc<Value>,
     /// For seq > 1: paths removed and added per side against the session's first handshake.
     pub diff: Option<HandshakeDiff>,
     /// The client declared fewer capabilities but the server kept its first answer.

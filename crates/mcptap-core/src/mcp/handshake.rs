@@ -3,14 +3,16 @@
 use super::headers;
 use super::session::CapsRecord;
 use super::transactions::Origin;
-use crate::model::{Handshake, HandshakeSource, Outcome, Timestamp};
+use crate::jsonrpc::ResultFields;
+use crate::model::{Handshake, HandshakeSource, JsonRpcError, Outcome, Timestamp};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// How an `initialize` was answered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Answer<'a> {
-    /// The result's `initialize` members, owned: the event takes them (see `describe`).
-    pub result: Option<Value>,
+    /// The result's members as sent (`None`: no result).
+    pub result: Option<&'a ResultFields<'a>>,
     pub error: Option<&'a (i64, String)>,
     pub status: u16,
 }
@@ -21,52 +23,85 @@ impl Answer<'_> {
     }
 }
 
-/// The handshake event (seq 1, no diff or lineage yet) and the capability record of one
-/// answered `initialize` (`cached`: built before from the same texts).
+/// What both sides of an `initialize` declared, read from the texts they sent: a function of
+/// those texts alone, so that one reading serves every handshake sending the same (see
+/// `session::HandshakeCache`).
+#[derive(Debug, Clone)]
+pub struct Declared {
+    pub client_capabilities: Arc<Value>,
+    pub client_info: Arc<Value>,
+    pub protocol_version_requested: Option<String>,
+    pub server_capabilities: Arc<Value>,
+    pub server_info: Arc<Value>,
+    pub protocol_version: Option<String>,
+    pub record: CapsRecord,
+    /// The result's members could not be read (nesting too deep): counted with each.
+    pub result_error: Option<JsonRpcError>,
+    /// The params were not JSON: counted with each.
+    pub params_invalid: bool,
+}
+
+impl Declared {
+    /// Parses the request's params and the result's `initialize` members.
+    pub fn read(params: Option<&str>, result: Option<&ResultFields<'_>>) -> Declared {
+        let mut result_error = None;
+        let mut result = result.map(|r| {
+            r.initialize_value().unwrap_or_else(|e| {
+                result_error = Some(e.into());
+                Value::Null
+            })
+        });
+        let (mut params, params_invalid) = match params.map(serde_json::from_str::<Value>) {
+            None => (Value::Null, false),
+            Some(Ok(v)) => (v, false),
+            Some(Err(_)) => (Value::Null, true),
+        };
+        // Both were parsed for this reading alone: their parts move into it.
+        let client_caps = take_member(Some(&mut params), "capabilities");
+        let server_caps = take_member(result.as_mut(), "capabilities");
+        Declared {
+            record: CapsRecord::new(&client_caps, &server_caps),
+            client_info: Arc::new(take_member(Some(&mut params), "clientInfo")),
+            protocol_version_requested: string(take_member(Some(&mut params), "protocolVersion")),
+            protocol_version: string(take_member(result.as_mut(), "protocolVersion")),
+            server_info: Arc::new(take_member(result.as_mut(), "serverInfo")),
+            client_capabilities: Arc::new(client_caps),
+            server_capabilities: Arc::new(server_caps),
+            result_error,
+            params_invalid,
+        }
+    }
+}
+
+/// The handshake event (seq 1, no diff or lineage yet) of one answered `initialize`.
 pub fn describe(
     ts: Timestamp,
     origin: &Origin,
-    mut params: Value,
-    answer: Answer<'_>,
-    cached: Option<CapsRecord>,
-) -> (Handshake, CapsRecord) {
-    let accepted = answer.accepted();
-    let Answer {
-        mut result,
-        error,
-        status,
-    } = answer;
-    // The request's parameters are the caller's to give, and the result was parsed for this
-    // event alone: their parts move into it.
-    let client_caps = take_member(Some(&mut params), "capabilities");
-    let client_info = take_member(Some(&mut params), "clientInfo");
-    let protocol_version_requested = string(take_member(Some(&mut params), "protocolVersion"));
-    let server_caps = take_member(result.as_mut(), "capabilities");
-    let protocol_version = string(take_member(result.as_mut(), "protocolVersion"));
-    let server_info = take_member(result.as_mut(), "serverInfo");
-    let record = cached.unwrap_or_else(|| CapsRecord::new(&client_caps, &server_caps));
-    let hs = Handshake {
+    answer: &Answer<'_>,
+    declared: &Declared,
+) -> Handshake {
+    Handshake {
         ts,
         session_id: origin.session_id.clone(),
         seq: 1,
-        outcome: if accepted {
+        outcome: if answer.accepted() {
             Outcome::Accepted
         } else {
             Outcome::Rejected
         },
-        http_status: status,
-        error_code: error.map(|(c, _)| *c),
-        error_message: error.map(|(_, m)| m.clone()),
+        http_status: answer.status,
+        error_code: answer.error.map(|(c, _)| *c),
+        error_message: answer.error.map(|(_, m)| m.clone()),
         client: origin.client,
         server: origin.server,
         host: origin.head.host().map(str::to_string),
         path: origin.head.path().to_string(),
-        protocol_version_requested,
-        protocol_version,
-        client_info,
-        server_info,
-        client_capabilities: client_caps,
-        server_capabilities: server_caps,
+        protocol_version_requested: declared.protocol_version_requested.clone(),
+        protocol_version: declared.protocol_version.clone(),
+        client_info: declared.client_info.clone(),
+        server_info: declared.server_info.clone(),
+        client_capabilities: declared.client_capabilities.clone(),
+        server_capabilities: declared.server_capabilities.clone(),
         diff: None,
         client_near_miss: false,
         predecessor_session_id: None,
@@ -77,8 +112,7 @@ pub fn describe(
         lineage_id: origin.lineage_id.as_deref().map(str::to_string),
         method: None,
         supported_versions: None,
-    };
-    (hs, record)
+    }
 }
 
 /// Member `key` of `object`, moved out; null when there is none.

@@ -100,8 +100,8 @@ pub struct Tracker<D: Detector> {
     /// Legacy stateless clients: the clientInfo label of the latest `initialize` per (server,
     /// client identity), so their later requests (which name no client) join its lineage.
     stateless_labels: StatelessLabels,
-    /// Capability records of handshakes seen before (see [`session::CapsCache`]).
-    caps_cache: session::CapsCache,
+    /// What handshakes seen before declared (see [`session::HandshakeCache`]).
+    handshakes: session::HandshakeCache,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -425,12 +425,9 @@ struct Concluded<'a> {
     answered: bool,
 }
 
-/// The raw texts a handshake's capability record is built from.
-struct HandshakeTexts<'a> {
-    /// The `initialize` request's params.
-    params: Option<&'a str>,
-    /// The result's `capabilities`.
-    server_caps: Option<&'a str>,
+/// A member's JSON text, "" when absent.
+fn raw_text(raw: Option<&serde_json::value::RawValue>) -> &str {
+    raw.map_or("", |r| r.get())
 }
 
 /// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
@@ -491,7 +488,7 @@ impl<D: Detector> Tracker<D> {
             // clients' labels a thirty-second.
             lineage: Lineage::new(limits.max_session_bytes / 8),
             stateless_labels: StatelessLabels::new(limits.max_session_bytes / 32),
-            caps_cache: session::CapsCache::new(limits.max_session_bytes / 64),
+            handshakes: session::HandshakeCache::new(limits.max_session_bytes / 64),
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
@@ -2730,28 +2727,12 @@ impl<D: Detector> Tracker<D> {
         }
 
         if let Some(origin) = &origin {
-            let server_caps = result
-                .as_ref()
-                .and_then(|r| r.capabilities)
-                .map(serde_json::value::RawValue::get);
-            let result = result.as_ref().map(|r| {
-                r.initialize_value().unwrap_or_else(|e| {
-                    out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                        reason: e.into(),
-                    }));
-                    Value::Null
-                })
-            });
             let answer = Answer {
-                result,
+                result: result.as_ref(),
                 error: error.as_ref(),
                 status,
             };
-            let texts = HandshakeTexts {
-                params: init_params.as_deref(),
-                server_caps,
-            };
-            self.on_handshake(ts, origin, texts, answer, framing, out);
+            self.on_handshake(ts, origin, init_params.as_deref(), answer, framing, out);
         }
         let protocol_version = match self.transactions.get(target) {
             Some(ex) => self.protocol_version_of(ex, facts.as_deref()),
@@ -3167,10 +3148,10 @@ impl<D: Detector> Tracker<D> {
                 path: String::new(),
                 protocol_version_requested: decl.protocol_version.as_deref().map(str::to_string),
                 protocol_version: decl.protocol_version.as_deref().map(str::to_string),
-                client_info: decl.client_info_value(),
-                server_info: Value::Null,
-                client_capabilities: current_caps(),
-                server_capabilities: Value::Null,
+                client_info: Arc::new(decl.client_info_value()),
+                server_info: Arc::default(),
+                client_capabilities: Arc::new(current_caps()),
+                server_capabilities: Arc::default(),
                 diff: first_diff.map(|client| HandshakeDiff {
                     client,
                     server: PathDiff::default(),
@@ -3335,10 +3316,10 @@ impl<D: Detector> Tracker<D> {
                     .and_then(|d| d.protocol_version.as_deref())
                     .map(str::to_string),
                 protocol_version: c.protocol_version.map(str::to_string),
-                client_info: Value::Null,
-                server_info,
-                client_capabilities: Value::Null,
-                server_capabilities: caps_value.clone(),
+                client_info: Arc::default(),
+                server_info: Arc::new(server_info),
+                client_capabilities: Arc::default(),
+                server_capabilities: Arc::new(caps_value.clone()),
                 diff: diff.clone().map(|server| HandshakeDiff {
                     client: PathDiff::default(),
                     server,
@@ -3398,34 +3379,38 @@ impl<D: Detector> Tracker<D> {
         &mut self,
         ts: Timestamp,
         origin: &Origin,
-        texts: HandshakeTexts<'_>,
+        params: Option<&str>,
         answer: Answer<'_>,
         framing: FramingMode,
         out: &mut Vec<Output>,
     ) {
-        let params = match texts.params.map(serde_json::from_str::<Value>) {
-            None => Value::Null,
-            Some(Ok(v)) => v,
-            Some(Err(_)) => {
-                out.push(Output::Telemetry(Telemetry::JsonRpcError {
-                    reason: crate::model::JsonRpcError::InvalidJson,
-                }));
-                Value::Null
+        // Read once per distinct set of texts: the reading is a function of them.
+        let texts: session::HandshakeTexts<'_> = [
+            params.unwrap_or_default(),
+            raw_text(answer.result.and_then(|r| r.protocol_version)),
+            raw_text(answer.result.and_then(|r| r.capabilities)),
+            raw_text(answer.result.and_then(|r| r.server_info)),
+        ];
+        let declared = match self.handshakes.get(&texts) {
+            Some(declared) => declared,
+            None => {
+                let declared = handshake::Declared::read(params, answer.result);
+                self.handshakes.insert(&texts, &declared);
+                self.publish_lineage_bytes();
+                declared
             }
         };
-        let accepted = answer.accepted();
-        // Keyed by both texts as sent: the record is a function of them.
-        let cache_key = (
-            texts.params.unwrap_or_default(),
-            texts.server_caps.unwrap_or_default(),
-        );
-        let cached = self.caps_cache.get(cache_key.0, cache_key.1);
-        let was_cached = cached.is_some();
-        let (mut hs, record) = handshake::describe(ts, origin, params, answer, cached);
-        if !was_cached {
-            self.caps_cache.insert(cache_key.0, cache_key.1, &record);
-            self.publish_lineage_bytes();
+        if let Some(reason) = declared.result_error {
+            out.push(Output::Telemetry(Telemetry::JsonRpcError { reason }));
         }
+        if declared.params_invalid {
+            out.push(Output::Telemetry(Telemetry::JsonRpcError {
+                reason: crate::model::JsonRpcError::InvalidJson,
+            }));
+        }
+        let accepted = answer.accepted();
+        let mut hs = handshake::describe(ts, origin, &answer, &declared);
+        let record = declared.record;
         if record.truncated {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::CapabilityPaths,
@@ -3581,10 +3566,10 @@ impl<D: Detector> Tracker<D> {
         self.publish_lineage_bytes();
     }
 
-    /// Lineage records, stateless labels and cached capability records count against the
+    /// Lineage records, stateless labels and cached handshake readings count against the
     /// session budget with the sessions.
     fn publish_lineage_bytes(&mut self) {
-        let now = self.lineage.bytes() + self.stateless_labels.bytes() + self.caps_cache.bytes();
+        let now = self.lineage.bytes() + self.stateless_labels.bytes() + self.handshakes.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;
@@ -3786,11 +3771,7 @@ impl<D: Detector> Tracker<D> {
                     error: None,
                     status,
                 };
-                let texts = HandshakeTexts {
-                    params: r.init_params.as_deref(),
-                    server_caps: None,
-                };
-                self.on_handshake(ts, origin, texts, answer, framing, out);
+                self.on_handshake(ts, origin, r.init_params.as_deref(), answer, framing, out);
             }
             let request_id = r.id.to_value();
             let pv = self.protocol_version_of(&ex, r.facts.as_deref());

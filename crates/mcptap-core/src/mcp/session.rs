@@ -1,6 +1,7 @@
 //! One MCP session's state: what the session layer remembers between messages.
 
 use super::caps::{self, CapPaths};
+use super::handshake::Declared;
 use super::modern::ParamHeader;
 use super::transactions::ExchangeState;
 use crate::jsonrpc::Id;
@@ -126,76 +127,86 @@ impl CapsRecord {
     }
 }
 
-/// Capability records of answered `initialize`s, by the raw text of the request's params and
-/// of the result's capabilities: a fleet's clients run a few SDK versions against a few
-/// servers, so thousands of handshakes send the same texts, and their record (paths, compact
-/// text) is built once per distinct pair and shared. Bounded in bytes (charged with the
-/// sessions); emptied whole when full, and the next handshakes refill it with what is common.
+/// What `initialize`s declared (parsed values and capability records), by the raw texts of the
+/// request's params and of the result's members: a fleet's clients run a few SDK versions
+/// against a few servers, so thousands of handshakes send the same texts, and their reading is
+/// done once per distinct set and shared. Bounded in bytes (charged with the sessions, value
+/// trees by an estimate); emptied whole when full, and the next handshakes refill it with what
+/// is common.
 #[derive(Debug, Default)]
-pub struct CapsCache {
-    /// By a hash of both texts; the texts are kept to tell a collision from a hit.
-    entries: HashMap<u64, CachedCaps>,
+pub struct HandshakeCache {
+    /// By a hash of the texts; the texts are kept to tell a collision from a hit.
+    entries: HashMap<u64, CachedHandshake>,
     bytes: usize,
     max_bytes: usize,
 }
 
+/// The raw texts a [`Declared`] is read from: the params, and the result's `protocolVersion`,
+/// `capabilities` and `serverInfo` ("" for absent).
+pub type HandshakeTexts<'a> = [&'a str; 4];
+
 #[derive(Debug)]
-struct CachedCaps {
-    params: Box<str>,
-    server_caps: Box<str>,
-    record: CapsRecord,
+struct CachedHandshake {
+    texts: Box<[Box<str>; 4]>,
+    declared: Declared,
+    cost: usize,
 }
 
-/// Texts longer than this are not cached: capability sets are small, and a hostile one must
-/// not take the cache.
+/// Texts longer than this are not cached: declarations are small, and a hostile one must not
+/// take the cache.
 const MAX_CACHED_TEXT: usize = 4096;
 
-impl CapsCache {
+/// Most readings kept, whatever the byte bound (a session layer built without a budget).
+const MAX_CACHED_HANDSHAKES: usize = 1024;
+
+/// Heap a parsed value tree takes per byte of its text, at most (maps' nodes, keys): the
+/// estimate charged for a cached tree.
+const VALUE_BYTES_PER_TEXT_BYTE: usize = 32;
+
+impl HandshakeCache {
     pub fn new(max_bytes: usize) -> Self {
-        CapsCache {
+        HandshakeCache {
             max_bytes,
-            ..CapsCache::default()
+            ..HandshakeCache::default()
         }
     }
 
-    fn key(params: &str, server_caps: &str) -> u64 {
+    fn key(texts: &HandshakeTexts<'_>) -> u64 {
         use std::hash::BuildHasher;
-        foldhash::fast::FixedState::with_seed(0x6361_7073).hash_one((params, server_caps))
+        foldhash::fast::FixedState::with_seed(0x6361_7073).hash_one(texts)
     }
 
-    /// The record of a handshake with these texts, if one was built before.
-    pub fn get(&self, params: &str, server_caps: &str) -> Option<CapsRecord> {
-        let hit = self.entries.get(&Self::key(params, server_caps))?;
-        (*hit.params == *params && *hit.server_caps == *server_caps).then(|| hit.record.clone())
+    /// The reading of a handshake with these texts, if one was done before.
+    pub fn get(&self, texts: &HandshakeTexts<'_>) -> Option<Declared> {
+        let hit = self.entries.get(&Self::key(texts))?;
+        let same = hit.texts.iter().zip(texts).all(|(kept, t)| **kept == **t);
+        same.then(|| hit.declared.clone())
     }
 
-    /// Keeps `record` for these texts, within the byte bound.
-    pub fn insert(&mut self, params: &str, server_caps: &str, record: &CapsRecord) {
-        if params.len() > MAX_CACHED_TEXT || server_caps.len() > MAX_CACHED_TEXT {
+    /// Keeps `declared` for these texts, within the byte bound.
+    pub fn insert(&mut self, texts: &HandshakeTexts<'_>, declared: &Declared) {
+        if texts.iter().any(|t| t.len() > MAX_CACHED_TEXT) {
             return;
         }
-        let cost = std::mem::size_of::<(u64, CachedCaps)>()
-            + params.len()
-            + server_caps.len()
-            + record.heap_bytes();
+        let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
+        let cost = std::mem::size_of::<(u64, CachedHandshake)>()
+            + text_bytes * (1 + VALUE_BYTES_PER_TEXT_BYTE)
+            + declared.record.heap_bytes();
         if cost > self.max_bytes {
             return;
         }
-        if self.bytes + cost > self.max_bytes {
+        if self.bytes + cost > self.max_bytes || self.entries.len() >= MAX_CACHED_HANDSHAKES {
             self.entries.clear();
             self.bytes = 0;
         }
-        let entry = CachedCaps {
-            params: params.into(),
-            server_caps: server_caps.into(),
-            record: record.clone(),
+        let entry = CachedHandshake {
+            texts: Box::new(texts.map(Box::from)),
+            declared: declared.clone(),
+            cost,
         };
-        if let Some(old) = self.entries.insert(Self::key(params, server_caps), entry) {
+        if let Some(old) = self.entries.insert(Self::key(texts), entry) {
             // A collision: the newer texts take the slot.
-            self.bytes -= std::mem::size_of::<(u64, CachedCaps)>()
-                + old.params.len()
-                + old.server_caps.len()
-                + old.record.heap_bytes();
+            self.bytes -= old.cost;
         }
         self.bytes += cost;
     }
@@ -606,38 +617,59 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn caps_cache_shares_records_of_equal_texts_within_its_bound() {
-        let client = json!({"roots": {"listChanged": true}, "sampling": {}});
-        let server = json!({"tools": {"streaming": true}});
-        let record = CapsRecord::new(&client, &server);
-        let params = r#"{"capabilities":{"roots":{"listChanged":true},"sampling":{}}}"#;
-        let caps = r#"{"tools":{"streaming":true}}"#;
-        let mut cache = CapsCache::new(64 << 10);
-        assert!(cache.get(params, caps).is_none());
-        cache.insert(params, caps, &record);
-        let hit = cache.get(params, caps).expect("cached");
-        assert!(Arc::ptr_eq(&hit.client_paths, &record.client_paths));
-        assert_eq!(hit.client_paths, record.client_paths);
-        assert_eq!(hit.server_caps(), server);
-        assert!(hit.streaming);
-        // Other texts, even one byte apart, are not a hit.
+    fn handshake_cache_shares_readings_of_equal_texts_within_its_bound() {
+        let params = r#"{"protocolVersion":"2025-06-18","capabilities":{"roots":{"listChanged":true},"sampling":{}},"clientInfo":{"name":"c","version":"1"}}"#;
+        let declared = Declared::read(Some(params), None);
+        let texts = [params, "", r#"{"tools":{"streaming":true}}"#, ""];
+        let mut cache = HandshakeCache::new(64 << 10);
+        assert!(cache.get(&texts).is_none());
+        cache.insert(&texts, &declared);
+        let hit = cache.get(&texts).expect("cached");
+        assert!(Arc::ptr_eq(
+            &hit.client_capabilities,
+            &declared.client_capabilities
+        ));
+        assert!(Arc::ptr_eq(
+            &hit.record.client_paths,
+            &declared.record.client_paths
+        ));
+        assert_eq!(
+            *hit.client_capabilities,
+            json!({"roots": {"listChanged": true}, "sampling": {}})
+        );
+        assert_eq!(
+            hit.protocol_version_requested.as_deref(),
+            Some("2025-06-18")
+        );
+        // Other texts, even one byte apart or in another slot, are not a hit.
         assert!(
             cache
-                .get(params, r#"{"tools":{"streaming":false}}"#)
+                .get(&[params, "", r#"{"tools":{"streaming":false}}"#, ""])
                 .is_none()
         );
-        assert!(cache.get("", caps).is_none());
-        // The bound holds: inserting many distinct pairs never holds more than it.
+        assert!(
+            cache
+                .get(&[params, r#"{"tools":{"streaming":true}}"#, "", ""])
+                .is_none()
+        );
+        // The bound holds: inserting many distinct sets never holds more than it.
         let max = cache.max_bytes;
         for i in 0..2000 {
-            cache.insert(&format!("{{\"n\":{i}}}"), caps, &record);
+            let p = format!("{{\"n\":{i}}}");
+            cache.insert(&[&p, "", "", ""], &declared);
             assert!(cache.bytes() <= max, "{}", cache.bytes());
+        }
+        assert!(cache.entries.len() <= MAX_CACHED_HANDSHAKES);
+        let mut unbounded = HandshakeCache::new(usize::MAX);
+        for i in 0..3000 {
+            unbounded.insert(&[&format!("{i}"), "", "", ""], &declared);
+            assert!(unbounded.entries.len() <= MAX_CACHED_HANDSHAKES);
         }
         // Texts beyond the size cut are not kept.
         let big = format!("{{\"k\":\"{}\"}}", "x".repeat(MAX_CACHED_TEXT));
         let before = cache.bytes();
-        cache.insert(&big, caps, &record);
+        cache.insert(&[&big, "", "", ""], &declared);
         assert_eq!(cache.bytes(), before);
-        assert!(cache.get(&big, caps).is_none());
+        assert!(cache.get(&[&big, "", "", ""]).is_none());
     }
 }

@@ -668,3 +668,44 @@ fn a_snapshot_keeps_the_baseline_across_a_restart() {
     let report = late.t.import_state(snap, stale, &mut late.out);
     assert_eq!((report.sessions, report.expired), (0, 1));
 }
+
+#[test]
+fn handshakes_read_once_and_reused_give_the_same_events_and_counts() {
+    let mut h = Harness::new();
+    // The server's capabilities nest beyond what a value tree reads: the result is counted
+    // as a JSON-RPC error with every handshake, the reading reused or not.
+    let mut deep = json!(true);
+    for _ in 0..200 {
+        deep = json!({ "x": deep });
+    }
+    let caps = json!({"roots": {"listChanged": true}});
+    let narrower = json!({"roots": {}});
+    for (i, client_caps) in [&caps, &caps, &narrower, &caps].into_iter().enumerate() {
+        let n = i as u64 + 1;
+        let server_caps = json!({"tools": {}, "deep": deep.clone()});
+        h.handshake(
+            ctx(n, 4000 + n as u16),
+            1,
+            None,
+            &format!("s-{n}"),
+            client_caps.clone(),
+            server_caps,
+        );
+    }
+    let errors = h
+        .out
+        .iter()
+        .filter(|o| matches!(o, Output::Telemetry(Telemetry::JsonRpcError { .. })))
+        .count();
+    assert_eq!(errors, 4);
+    let events = h.of("handshake");
+    assert_eq!(events.len(), 4);
+    let client: Vec<&serde_json::Value> =
+        events.iter().map(|e| &e["client_capabilities"]).collect();
+    assert_eq!(client, [&caps, &caps, &narrower, &caps]);
+    for e in &events {
+        assert_eq!(e["server_capabilities"], serde_json::Value::Null, "{e}");
+        assert_eq!(e["protocol_version_requested"], "2025-06-18");
+        assert_eq!(e["client_info"], json!({"name": "agent", "version": "1"}));
+    }
+}
