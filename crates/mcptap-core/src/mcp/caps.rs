@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// A capability set: sorted, distinct paths. A boxed slice of boxed strings, because every
 /// tracked session keeps two of these: a few hundred bytes instead of a tree of nodes.
-/// Shared: a fleet's sessions hold the same few sets (see `session::CapsCache`).
+/// Shared: a fleet's sessions hold the same few sets (see `session::HandshakeCache`).
 pub type CapPaths = std::sync::Arc<[Box<str>]>;
 
 /// Depth beyond which nested capability objects are not expanded (bounded work on hostile input).
