@@ -331,31 +331,17 @@ fn note_request_header(
         // Which duplicate it is is found only for a duplicate (most heads have none).
         (RequestHeader::Extracted(i), DuplicateHeader::Other)
     };
-    let RequestHead {
-        text,
-        host,
-        accept,
-        content_type,
-        upgrade,
-        extracted,
-        ambiguous,
-        ..
-    } = head;
-    let slot = match header {
-        RequestHeader::Host => host,
-        RequestHeader::Accept => accept,
-        RequestHeader::ContentType => content_type,
-        RequestHeader::Upgrade => upgrade,
-        RequestHeader::Extracted(i) => extracted.get_mut(i)?,
-    };
-    match slot {
+    match *head.slot(header)? {
         None => {
-            *slot = Some(text.push_value(value));
+            let span = head.text.push_value(value);
+            if let Some(slot) = head.slot_mut(header) {
+                *slot = Some(span);
+            }
             None
         }
         Some(first) => {
-            if text.get(*first).as_bytes() != value.trim_ascii() {
-                *ambiguous = true;
+            if head.text.get(first).as_bytes() != value.trim_ascii() {
+                head.ambiguous = true;
             }
             Some(match header {
                 RequestHeader::Extracted(_) => DuplicateHeader::of_extracted(name),
