@@ -156,21 +156,8 @@ impl Identities {
     /// to files), and keyed as lineage ids are with redaction, so that 16 bits of it are no
     /// way back to a redacted address.
     pub fn route_bucket(&self, server: SocketAddr, key: &str) -> u16 {
-        let mut msg = [0u8; 19];
-        let len = match server.ip() {
-            IpAddr::V4(ip) => {
-                msg[0] = 4;
-                msg[1..5].copy_from_slice(&ip.octets());
-                5
-            }
-            IpAddr::V6(ip) => {
-                msg[0] = 6;
-                msg[1..17].copy_from_slice(&ip.octets());
-                17
-            }
-        };
-        msg[len..len + 2].copy_from_slice(&server.port().to_be_bytes());
-        let head = &msg[..len + 2];
+        let (msg, len) = endpoint_bytes(server);
+        let head = &msg[..len];
         let digest: [u8; 32] = match &self.lineage_key {
             None => {
                 let mut h = Sha256::new();
@@ -314,6 +301,26 @@ pub fn lineage_id(server_identity: &str, client_identity: &str, client_label: &s
     }
     let digest = h.finalize();
     hex16(&digest)
+}
+
+/// `server` as route buckets hash it: the family (4 or 6), the address, the port (big
+/// endian); the encoding is the first `len` bytes.
+pub fn endpoint_bytes(server: SocketAddr) -> ([u8; 19], usize) {
+    let mut out = [0u8; 19];
+    let len = match server.ip() {
+        IpAddr::V4(ip) => {
+            out[0] = 4;
+            out[1..5].copy_from_slice(&ip.octets());
+            5
+        }
+        IpAddr::V6(ip) => {
+            out[0] = 6;
+            out[1..17].copy_from_slice(&ip.octets());
+            17
+        }
+    };
+    out[len..len + 2].copy_from_slice(&server.port().to_be_bytes());
+    (out, len + 2)
 }
 
 /// The first 8 bytes of a digest as 16 hex digits.

@@ -20,6 +20,7 @@ pub mod modern;
 pub mod review;
 pub mod session;
 pub mod snapshot;
+pub mod text_cache;
 pub mod transactions;
 
 pub use headers::HTTP_INTEREST;
@@ -52,6 +53,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use text_cache::{CacheLimits, TextCache};
 use transactions::{AnswerShape, ExchangeState, Origin, PendingRequest, Requests, Transactions};
 
 pub use crate::limits::SessionLimits;
@@ -102,6 +104,9 @@ pub struct Tracker<D: Detector> {
     stateless_labels: StatelessLabels,
     /// What handshakes seen before declared (see [`session::HandshakeCache`]).
     handshakes: session::HandshakeCache,
+    /// Lineage ids and route buckets by (server endpoint, server identity, client identity,
+    /// label): a client comes back under the same ones with every request.
+    lineage_ids: TextCache<4, (Box<str>, u16)>,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -369,6 +374,11 @@ const MAX_SSE_ENDPOINTS: usize = 4096;
 const MAX_SUPPORTED_VERSIONS: usize = 64;
 /// Longest HTTP+SSE endpoint (path and query) kept.
 const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
+/// Most lineage ids kept worked out, whatever the byte bound (a gateway's clients come back
+/// under a few thousand identities).
+const MAX_CACHED_LINEAGE_IDS: usize = 16_384;
+/// Identities and labels longer than this are hashed every time (they are cut at 512 bytes).
+const MAX_CACHED_IDENTITY: usize = 512;
 
 /// What an alert is about: where, who, which era.
 /// Borrowed: most answers raise nothing, so the strings are copied only into an alert.
@@ -489,6 +499,11 @@ impl<D: Detector> Tracker<D> {
             lineage: Lineage::new(limits.max_session_bytes / 8),
             stateless_labels: StatelessLabels::new(limits.max_session_bytes / 32),
             handshakes: session::HandshakeCache::new(limits.max_session_bytes / 64),
+            lineage_ids: TextCache::new(CacheLimits {
+                max_bytes: limits.max_session_bytes / 64,
+                max_entries: MAX_CACHED_LINEAGE_IDS,
+                max_text: MAX_CACHED_IDENTITY,
+            }),
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
@@ -659,6 +674,8 @@ impl<D: Detector> Tracker<D> {
     /// Server names and trusted proxies for server and client identities.
     pub fn set_identities(&mut self, identities: Identities) {
         self.identities = identities;
+        self.lineage_ids.clear();
+        self.publish_lineage_bytes();
     }
 
     pub fn active_sessions(&self) -> usize {
@@ -2042,14 +2059,27 @@ impl<D: Detector> Tracker<D> {
             }
             self.publish_lineage_bytes();
         }
+        // Both are hashes of these texts, worked out once per distinct set.
+        let (endpoint, len) = identity::endpoint_bytes(ctx.server);
+        let texts = [
+            endpoint.get(..len).unwrap_or_default(),
+            server_ident.as_bytes(),
+            client_ident.as_bytes(),
+            label.as_bytes(),
+        ];
+        if let Some((lineage_id, route)) = self.lineage_ids.get(&texts) {
+            return (lineage_id.clone(), *route);
+        }
         let lineage_id = self
             .identities
             .lineage_id(&server_ident, &client_ident, &label)
             .into_boxed_str();
-        (
-            lineage_id,
-            self.identities.route_bucket(ctx.server, &client_ident),
-        )
+        let route = self.identities.route_bucket(ctx.server, &client_ident);
+        let held = lineage_id.len().next_multiple_of(16);
+        self.lineage_ids
+            .insert(&texts, (lineage_id.clone(), route), held);
+        self.publish_lineage_bytes();
+        (lineage_id, route)
     }
 
     fn on_request(
@@ -3569,7 +3599,10 @@ impl<D: Detector> Tracker<D> {
     /// Lineage records, stateless labels and cached handshake readings count against the
     /// session budget with the sessions.
     fn publish_lineage_bytes(&mut self) {
-        let now = self.lineage.bytes() + self.stateless_labels.bytes() + self.handshakes.bytes();
+        let now = self.lineage.bytes()
+            + self.stateless_labels.bytes()
+            + self.handshakes.bytes()
+            + self.lineage_ids.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;

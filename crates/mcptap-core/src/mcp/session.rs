@@ -3,6 +3,7 @@
 use super::caps::{self, CapPaths};
 use super::handshake::Declared;
 use super::modern::ParamHeader;
+use super::text_cache::{CacheLimits, TextCache};
 use super::transactions::ExchangeState;
 use crate::jsonrpc::Id;
 use crate::model::{Era, Exchange, FailedAnswer, Timestamp};
@@ -133,24 +134,14 @@ impl CapsRecord {
 /// done once per distinct set and shared. Bounded in bytes (charged with the sessions, value
 /// trees by an estimate); emptied whole when full, and the next handshakes refill it with what
 /// is common.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HandshakeCache {
-    /// By a hash of the texts; the texts are kept to tell a collision from a hit.
-    entries: HashMap<u64, CachedHandshake>,
-    bytes: usize,
-    max_bytes: usize,
+    cache: TextCache<4, Declared>,
 }
 
 /// The raw texts a [`Declared`] is read from: the params, and the result's `protocolVersion`,
 /// `capabilities` and `serverInfo` ("" for absent).
 pub type HandshakeTexts<'a> = [&'a str; 4];
-
-#[derive(Debug)]
-struct CachedHandshake {
-    texts: Box<[Box<str>; 4]>,
-    declared: Declared,
-    cost: usize,
-}
 
 /// Texts longer than this are not cached: declarations are small, and a hostile one must not
 /// take the cache.
@@ -166,54 +157,34 @@ const VALUE_BYTES_PER_TEXT_BYTE: usize = 32;
 impl HandshakeCache {
     pub fn new(max_bytes: usize) -> Self {
         HandshakeCache {
-            max_bytes,
-            ..HandshakeCache::default()
+            cache: TextCache::new(CacheLimits {
+                max_bytes,
+                max_entries: MAX_CACHED_HANDSHAKES,
+                max_text: MAX_CACHED_TEXT,
+            }),
         }
     }
 
-    fn key(texts: &HandshakeTexts<'_>) -> u64 {
-        use std::hash::BuildHasher;
-        foldhash::fast::FixedState::with_seed(0x6361_7073).hash_one(texts)
+    fn bytes_of<'a>(texts: &HandshakeTexts<'a>) -> [&'a [u8]; 4] {
+        texts.map(str::as_bytes)
     }
 
     /// The reading of a handshake with these texts, if one was done before.
     pub fn get(&self, texts: &HandshakeTexts<'_>) -> Option<Declared> {
-        let hit = self.entries.get(&Self::key(texts))?;
-        let same = hit.texts.iter().zip(texts).all(|(kept, t)| **kept == **t);
-        same.then(|| hit.declared.clone())
+        self.cache.get(&Self::bytes_of(texts)).cloned()
     }
 
     /// Keeps `declared` for these texts, within the byte bound.
     pub fn insert(&mut self, texts: &HandshakeTexts<'_>, declared: &Declared) {
-        if texts.iter().any(|t| t.len() > MAX_CACHED_TEXT) {
-            return;
-        }
         let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
-        let cost = std::mem::size_of::<(u64, CachedHandshake)>()
-            + text_bytes * (1 + VALUE_BYTES_PER_TEXT_BYTE)
-            + declared.record.heap_bytes();
-        if cost > self.max_bytes {
-            return;
-        }
-        if self.bytes + cost > self.max_bytes || self.entries.len() >= MAX_CACHED_HANDSHAKES {
-            self.entries.clear();
-            self.bytes = 0;
-        }
-        let entry = CachedHandshake {
-            texts: Box::new(texts.map(Box::from)),
-            declared: declared.clone(),
-            cost,
-        };
-        if let Some(old) = self.entries.insert(Self::key(texts), entry) {
-            // A collision: the newer texts take the slot.
-            self.bytes -= old.cost;
-        }
-        self.bytes += cost;
+        let value_bytes = text_bytes * VALUE_BYTES_PER_TEXT_BYTE + declared.record.heap_bytes();
+        self.cache
+            .insert(&Self::bytes_of(texts), declared.clone(), value_bytes);
     }
 
     /// Bytes held, as charged against the session budget.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.cache.bytes()
     }
 }
 
@@ -653,17 +624,17 @@ mod tests {
                 .is_none()
         );
         // The bound holds: inserting many distinct sets never holds more than it.
-        let max = cache.max_bytes;
+        let max = 64 << 10;
         for i in 0..2000 {
             let p = format!("{{\"n\":{i}}}");
             cache.insert(&[&p, "", "", ""], &declared);
             assert!(cache.bytes() <= max, "{}", cache.bytes());
         }
-        assert!(cache.entries.len() <= MAX_CACHED_HANDSHAKES);
+        assert!(cache.cache.len() <= MAX_CACHED_HANDSHAKES);
         let mut unbounded = HandshakeCache::new(usize::MAX);
         for i in 0..3000 {
             unbounded.insert(&[&format!("{i}"), "", "", ""], &declared);
-            assert!(unbounded.entries.len() <= MAX_CACHED_HANDSHAKES);
+            assert!(unbounded.cache.len() <= MAX_CACHED_HANDSHAKES);
         }
         // Texts beyond the size cut are not kept.
         let big = format!("{{\"k\":\"{}\"}}", "x".repeat(MAX_CACHED_TEXT));
