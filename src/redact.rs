@@ -4,10 +4,9 @@
 //! one client stays one (pseudonymous) client across events, hosts sharing the key and restarts.
 
 use mcptap_core::mcp::identity::hmac_sha256;
-use mcptap_core::model::{Event, Output};
+use mcptap_core::model::{Event, Output, SharedJson};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
 /// The `[privacy]` settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -102,14 +101,13 @@ impl Redactor {
 
     /// Replaces the value (shared with the session layer's cache of handshake readings, which
     /// keeps its own) by its keyed hash.
-    fn info(&self, v: &mut Arc<Value>) {
+    fn info(&self, v: &mut SharedJson) {
         if !self.client_info || v.is_null() || v.get("redacted").is_some() {
             return;
         }
-        let text = serde_json::to_string(&**v).unwrap_or_default();
-        let mac = hmac_sha256(&self.key, text.as_bytes());
+        let mac = hmac_sha256(&self.key, v.text().as_bytes());
         let hex: String = mac[..8].iter().map(|b| format!("{b:02x}")).collect();
-        *v = Arc::new(serde_json::json!({ "redacted": hex }));
+        *v = SharedJson::new(serde_json::json!({ "redacted": hex }));
     }
 
     pub fn event(&self, ev: &mut Event) {
@@ -168,7 +166,7 @@ mod tests {
         assert_eq!(r.addr(a), x);
         assert_eq!(r.addr(x), x, "redacting twice changes nothing");
         assert_ne!(r.addr("127.0.9.2:4000".parse().unwrap()).ip(), x.ip());
-        let mut info = Arc::new(serde_json::json!({"name": "agent", "version": "1"}));
+        let mut info = SharedJson::new(serde_json::json!({"name": "agent", "version": "1"}));
         let shared = info.clone();
         r.info(&mut info);
         // A value shared with another holder is replaced here, not changed there.

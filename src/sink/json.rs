@@ -3,9 +3,10 @@
 //! table and hands each run to the writer; here a string is checked a word (8 bytes) at a time
 //! and, when nothing in it needs an escape (nearly always: keys, ids, addresses, times), copied
 //! whole into the `Vec`. Numbers are formatted by serde_json's own formatter, so they cannot
-//! drift. What this serializer does not handle (serde_json's raw values, map keys other than
-//! strings, integers and bools) is an [`Unsupported`] error, on which the caller falls back to
-//! serde_json, which writes or rejects it as always.
+//! drift. serde_json's raw values are copied as they are, as serde_json copies them. What this
+//! serializer does not handle (map keys other than strings, integers and bools) is an
+//! [`Unsupported`] error, on which the caller falls back to serde_json, which writes or rejects
+//! it as always.
 
 use serde::ser::{self, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
@@ -36,7 +37,7 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result {
     value.serialize(&mut Serializer { out })
 }
 
-/// The token serde_json's `RawValue` serializes under: not handled here.
+/// The struct and field name serde_json's `RawValue` serializes its text under.
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// serde_json's escapes: 0 for bytes written as they are.
@@ -298,7 +299,11 @@ impl<'a, 'b> ser::Serializer for &'b mut Serializer<'a> {
     }
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Compound<'a, 'b>> {
         if name == RAW_VALUE_TOKEN {
-            return Err(Unsupported("raw value".into()));
+            // Its one field is its JSON text, written as it is.
+            return Ok(Compound {
+                raw: true,
+                ..Compound::new(self, b"")
+            });
         }
         self.serialize_map(Some(len))
     }
@@ -321,6 +326,8 @@ pub struct Compound<'a, 'b> {
     ser: &'b mut Serializer<'a>,
     first: bool,
     close: &'static [u8],
+    /// A raw value: its field is JSON text to copy.
+    raw: bool,
 }
 
 impl<'a, 'b> Compound<'a, 'b> {
@@ -329,6 +336,7 @@ impl<'a, 'b> Compound<'a, 'b> {
             ser,
             first: true,
             close,
+            raw: false,
         }
     }
 
@@ -347,6 +355,12 @@ impl<'a, 'b> Compound<'a, 'b> {
     /// escape, so it is copied without the check (a test holds every fixture event to
     /// serde_json's output).
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
+        if self.raw {
+            return value.serialize(MapKey {
+                out: &mut *self.ser.out,
+                raw: true,
+            });
+        }
         debug_assert!(
             !any_escape(key.as_bytes()),
             "field name {key:?} needs escaping"
@@ -396,6 +410,7 @@ impl ser::SerializeMap for Compound<'_, '_> {
         self.separate();
         key.serialize(MapKey {
             out: &mut *self.ser.out,
+            raw: false,
         })?;
         self.ser.out.push(b':');
         Ok(())
@@ -434,11 +449,14 @@ struct_like!(SerializeStruct, SerializeStructVariant);
 /// anything else is [`Unsupported`].
 struct MapKey<'o> {
     out: &'o mut Vec<u8>,
+    /// A raw value's text instead, copied as it is: only a string is one.
+    raw: bool,
 }
 
 macro_rules! quoted_number {
     ($name:ident, $ty:ty, $method:ident) => {
         fn $name(self, v: $ty) -> Result {
+            self.key_only()?;
             self.out.push(b'"');
             let _ = CompactFormatter.$method(self.out, v);
             self.out.push(b'"');
@@ -449,6 +467,15 @@ macro_rules! quoted_number {
 
 fn unsupported_key() -> Unsupported {
     Unsupported("map key of an unsupported type".into())
+}
+
+impl MapKey<'_> {
+    fn key_only(&self) -> Result {
+        if self.raw {
+            return Err(Unsupported("raw value that is not text".into()));
+        }
+        Ok(())
+    }
 }
 
 impl ser::Serializer for MapKey<'_> {
@@ -463,14 +490,20 @@ impl ser::Serializer for MapKey<'_> {
     type SerializeStructVariant = ser::Impossible<(), Unsupported>;
 
     fn serialize_str(self, v: &str) -> Result {
-        write_str(self.out, v);
+        if self.raw {
+            self.out.extend_from_slice(v.as_bytes());
+        } else {
+            write_str(self.out, v);
+        }
         Ok(())
     }
     fn serialize_char(self, v: char) -> Result {
+        self.key_only()?;
         write_str(self.out, v.encode_utf8(&mut [0; 4]));
         Ok(())
     }
     fn serialize_bool(self, v: bool) -> Result {
+        self.key_only()?;
         self.out
             .extend_from_slice(if v { b"\"true\"" } else { b"\"false\"" });
         Ok(())
@@ -491,6 +524,7 @@ impl ser::Serializer for MapKey<'_> {
         _index: u32,
         variant: &'static str,
     ) -> Result {
+        self.key_only()?;
         self.serialize_str(variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -703,9 +737,28 @@ mod tests {
     }
 
     #[test]
+    fn raw_values_are_copied_as_serde_json_copies_them() {
+        let raw = serde_json::value::RawValue::from_string("{ \"a\" : [1, \"\\n\"] }".into())
+            .expect("raw");
+        let (fast, slow) = both(&raw);
+        assert_eq!(fast, slow);
+        let (fast, slow) = both(&json!({"inner": raw, "after": 1}));
+        assert_eq!(fast, slow);
+    }
+
+    #[test]
     fn what_is_not_handled_is_an_error_for_the_caller_to_fall_back_on() {
-        let raw = serde_json::value::RawValue::from_string("{\"a\":1}".into()).expect("raw");
-        assert!(to_vec(&raw, &mut Vec::new()).is_err());
+        // A struct under the raw value's token whose field is not text.
+        struct NotText;
+        impl Serialize for NotText {
+            fn serialize<S: ser::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                use ser::SerializeStruct;
+                let mut st = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+                st.serialize_field(RAW_VALUE_TOKEN, &7u8)?;
+                st.end()
+            }
+        }
+        assert!(to_vec(&NotText, &mut Vec::new()).is_err());
         let float_keys: std::collections::BTreeMap<String, ()> = Default::default();
         assert!(to_vec(&float_keys, &mut Vec::new()).is_ok());
         let mut keyed_by_unit = std::collections::HashMap::new();

@@ -308,6 +308,75 @@ impl Outcome {
     }
 }
 
+/// A JSON value with its compact text, rendered once and shared: a fleet's handshakes repeat a
+/// few SDKs' values (see `session::HandshakeCache`), and every handshake's event and log line
+/// write them. Serialized as that text (a serde_json raw value: the same bytes serde_json
+/// writes for the value), so that a line copies it rather than walking the tree again.
+#[derive(Debug, Clone)]
+pub struct SharedJson(Arc<JsonWithText>);
+
+#[derive(Debug)]
+struct JsonWithText {
+    value: Value,
+    text: Box<serde_json::value::RawValue>,
+}
+
+impl SharedJson {
+    pub fn new(value: Value) -> Self {
+        let text = serde_json::to_string(&value)
+            .ok()
+            .and_then(|t| serde_json::value::RawValue::from_string(t).ok())
+            // Unreachable: a value always renders, and its rendering is JSON.
+            .unwrap_or_else(|| serde_json::value::RawValue::NULL.to_owned());
+        SharedJson(Arc::new(JsonWithText { value, text }))
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+
+    /// The value's compact JSON.
+    pub fn text(&self) -> &str {
+        self.0.text.get()
+    }
+
+    /// Both hold the one rendering (not merely equal values).
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl Default for SharedJson {
+    fn default() -> Self {
+        SharedJson::new(Value::Null)
+    }
+}
+
+impl std::ops::Deref for SharedJson {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl PartialEq for SharedJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.value == other.0.value
+    }
+}
+
+impl From<Value> for SharedJson {
+    fn from(value: Value) -> Self {
+        SharedJson::new(value)
+    }
+}
+
+impl Serialize for SharedJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.text.serialize(s)
+    }
+}
+
 /// One `initialize` exchange, first or later, with everything negotiated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Handshake {
@@ -329,10 +398,10 @@ pub struct Handshake {
     pub protocol_version_requested: Option<String>,
     pub protocol_version: Option<String>,
     /// Shared: a fleet's handshakes repeat a few SDKs' values (see `session::HandshakeCache`).
-    pub client_info: Arc<Value>,
-    pub server_info: Arc<Value>,
-    pub client_capabilities: Arc<Value>,
-    pub server_capabilities: Arc<Value>,
+    pub client_info: SharedJson,
+    pub server_info: SharedJson,
+    pub client_capabilities: SharedJson,
+    pub server_capabilities: SharedJson,
     /// For seq > 1: paths removed and added per side against the session's first handshake.
     pub diff: Option<HandshakeDiff>,
     /// The client declared fewer capabilities but the server kept its first answer.

@@ -4,9 +4,8 @@ use super::headers;
 use super::session::CapsRecord;
 use super::transactions::Origin;
 use crate::jsonrpc::ResultFields;
-use crate::model::{Handshake, HandshakeSource, JsonRpcError, Outcome, Timestamp};
+use crate::model::{Handshake, HandshakeSource, JsonRpcError, Outcome, SharedJson, Timestamp};
 use serde_json::Value;
-use std::sync::Arc;
 
 /// How an `initialize` was answered.
 #[derive(Debug, Clone, Copy)]
@@ -28,11 +27,11 @@ impl Answer<'_> {
 /// `session::HandshakeCache`).
 #[derive(Debug, Clone)]
 pub struct Declared {
-    pub client_capabilities: Arc<Value>,
-    pub client_info: Arc<Value>,
+    pub client_capabilities: SharedJson,
+    pub client_info: SharedJson,
     pub protocol_version_requested: Option<String>,
-    pub server_capabilities: Arc<Value>,
-    pub server_info: Arc<Value>,
+    pub server_capabilities: SharedJson,
+    pub server_info: SharedJson,
     pub protocol_version: Option<String>,
     pub record: CapsRecord,
     /// The result's members could not be read (nesting too deep): counted with each.
@@ -42,6 +41,19 @@ pub struct Declared {
 }
 
 impl Declared {
+    /// Bytes of the values' rendered texts.
+    pub fn text_bytes(&self) -> usize {
+        [
+            &self.client_capabilities,
+            &self.client_info,
+            &self.server_capabilities,
+            &self.server_info,
+        ]
+        .iter()
+        .map(|v| v.text().len())
+        .sum()
+    }
+
     /// Parses the request's params and the result's `initialize` members.
     pub fn read(params: Option<&str>, result: Option<&ResultFields<'_>>) -> Declared {
         let mut result_error = None;
@@ -61,12 +73,12 @@ impl Declared {
         let server_caps = take_member(result.as_mut(), "capabilities");
         Declared {
             record: CapsRecord::new(&client_caps, &server_caps),
-            client_info: Arc::new(take_member(Some(&mut params), "clientInfo")),
+            client_info: SharedJson::new(take_member(Some(&mut params), "clientInfo")),
             protocol_version_requested: string(take_member(Some(&mut params), "protocolVersion")),
             protocol_version: string(take_member(result.as_mut(), "protocolVersion")),
-            server_info: Arc::new(take_member(result.as_mut(), "serverInfo")),
-            client_capabilities: Arc::new(client_caps),
-            server_capabilities: Arc::new(server_caps),
+            server_info: SharedJson::new(take_member(result.as_mut(), "serverInfo")),
+            client_capabilities: SharedJson::new(client_caps),
+            server_capabilities: SharedJson::new(server_caps),
             result_error,
             params_invalid,
         }

@@ -35,7 +35,7 @@ use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
     Alert, AlertKind, Direction, EndReason, Era, Event, Exchange, FailedAnswer, FramingMode,
     Handshake, HandshakeDiff, HandshakeSource, InputRequired, Limit, Outcome, Output, PathDiff,
-    SessionEnd, SharedAlert, SharedRequest, StreamEnd, Telemetry, Timestamp,
+    SessionEnd, SharedAlert, SharedJson, SharedRequest, StreamEnd, Telemetry, Timestamp,
 };
 use crate::usage::SharedUsage;
 use budget::SessionTable;
@@ -3178,10 +3178,10 @@ impl<D: Detector> Tracker<D> {
                 path: String::new(),
                 protocol_version_requested: decl.protocol_version.as_deref().map(str::to_string),
                 protocol_version: decl.protocol_version.as_deref().map(str::to_string),
-                client_info: Arc::new(decl.client_info_value()),
-                server_info: Arc::default(),
-                client_capabilities: Arc::new(current_caps()),
-                server_capabilities: Arc::default(),
+                client_info: SharedJson::new(decl.client_info_value()),
+                server_info: SharedJson::default(),
+                client_capabilities: SharedJson::new(current_caps()),
+                server_capabilities: SharedJson::default(),
                 diff: first_diff.map(|client| HandshakeDiff {
                     client,
                     server: PathDiff::default(),
@@ -3346,10 +3346,10 @@ impl<D: Detector> Tracker<D> {
                     .and_then(|d| d.protocol_version.as_deref())
                     .map(str::to_string),
                 protocol_version: c.protocol_version.map(str::to_string),
-                client_info: Arc::default(),
-                server_info: Arc::new(server_info),
-                client_capabilities: Arc::default(),
-                server_capabilities: Arc::new(caps_value.clone()),
+                client_info: SharedJson::default(),
+                server_info: SharedJson::new(server_info),
+                client_capabilities: SharedJson::default(),
+                server_capabilities: SharedJson::new(caps_value.clone()),
                 diff: diff.clone().map(|server| HandshakeDiff {
                     client: PathDiff::default(),
                     server,

@@ -177,7 +177,9 @@ impl HandshakeCache {
     /// Keeps `declared` for these texts, within the byte bound.
     pub fn insert(&mut self, texts: &HandshakeTexts<'_>, declared: &Declared) {
         let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
-        let value_bytes = text_bytes * VALUE_BYTES_PER_TEXT_BYTE + declared.record.heap_bytes();
+        let value_bytes = text_bytes * VALUE_BYTES_PER_TEXT_BYTE
+            + declared.text_bytes()
+            + declared.record.heap_bytes();
         self.cache
             .insert(&Self::bytes_of(texts), declared.clone(), value_bytes);
     }
@@ -585,6 +587,7 @@ pub fn is_valid_session_id(id: &str, max_len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SharedJson;
     use serde_json::json;
 
     #[test]
@@ -596,7 +599,7 @@ mod tests {
         assert!(cache.get(&texts).is_none());
         cache.insert(&texts, &declared);
         let hit = cache.get(&texts).expect("cached");
-        assert!(Arc::ptr_eq(
+        assert!(SharedJson::ptr_eq(
             &hit.client_capabilities,
             &declared.client_capabilities
         ));
