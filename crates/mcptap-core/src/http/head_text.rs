@@ -30,13 +30,10 @@ impl HeadText {
     }
 
     /// Appends a header value as [`super::header_str`] reads it: trimmed as `str::trim` trims,
-    /// invalid UTF-8 replaced.
-    pub(crate) fn push_value(&mut self, value: &[u8]) -> Span {
+    /// invalid UTF-8 replaced. `head`: the head it is a slice of, as text if that is known.
+    pub(crate) fn push_value(&mut self, value: &[u8], head: super::HeadStr<'_>) -> Span {
         let start = self.0.len();
-        match super::trim_like_str(value).map(std::str::from_utf8) {
-            Some(Ok(text)) => self.0.push_str(text),
-            _ => self.0.push_str(String::from_utf8_lossy(value).trim()),
-        }
+        self.0.push_str(&super::value_text(value, head));
         self.span(start)
     }
 
@@ -63,16 +60,35 @@ impl HeadText {
 
 #[cfg(test)]
 mod tests {
+    use super::super::HeadStr;
     use super::*;
 
     #[test]
     fn values_are_kept_as_header_str_reads_them() {
         let mut text = HeadText::for_head();
         let values: [&[u8]; 5] = [b"  a b \t", b"", b"\xFF x ", b"\x0bv\x0b", "é ".as_bytes()];
-        let spans: Vec<Span> = values.iter().map(|v| text.push_value(v)).collect();
+        let spans: Vec<Span> = values
+            .iter()
+            .map(|v| text.push_value(v, HeadStr::default()))
+            .collect();
         for (value, span) in values.iter().zip(spans) {
             assert_eq!(text.get(span), super::super::header_str(value));
         }
+        // Read as slices of a head that is text: the same values.
+        let head: Vec<u8> = values.concat();
+        let within = HeadStr::of(&head);
+        let mut at = 0;
+        for value in values {
+            let in_head = &head[at..at + value.len()];
+            at += value.len();
+            let span = text.push_value(in_head, within);
+            assert_eq!(text.get(span), super::super::header_str(value));
+        }
+        // A slice cut inside a character, or not in the head at all, is validated on its own.
+        let e_acute = "é".as_bytes();
+        let cut = HeadStr::of("é".as_bytes());
+        assert_eq!(cut.text_of(&e_acute[..1]), None);
+        assert_eq!(within.text_of(b"elsewhere"), None);
         let s = text.push_str(" as is ");
         assert_eq!(text.get(s), " as is ");
         assert_eq!(text.get(Span::default()), "");

@@ -296,6 +296,7 @@ fn note_request_header(
     interest: &Interest,
     name: &str,
     value: &[u8],
+    within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
     let (header, duplicate) = if name.eq_ignore_ascii_case("host") {
         (RequestHeader::Host, DuplicateHeader::Host)
@@ -333,7 +334,7 @@ fn note_request_header(
     };
     match *head.slot(header)? {
         None => {
-            let span = head.text.push_value(value);
+            let span = head.text.push_value(value, within);
             if let Some(slot) = head.slot_mut(header) {
                 *slot = Some(span);
             }
@@ -725,9 +726,37 @@ fn media_type_of(value: &[u8]) -> String {
 
 /// A header value as text, trimmed as `str::trim` trims.
 fn header_str(value: &[u8]) -> String {
-    match trim_like_str(value).map(std::str::from_utf8) {
-        Some(Ok(s)) => s.to_string(),
-        _ => String::from_utf8_lossy(value).trim().to_string(),
+    value_text(value, HeadStr::default()).into_owned()
+}
+
+/// [`header_str`] without a copy where the value is text as it is: read as a slice of `head`
+/// when it lies in it.
+fn value_text<'a>(value: &'a [u8], head: HeadStr<'a>) -> std::borrow::Cow<'a, str> {
+    let text =
+        trim_like_str(value).and_then(|t| head.text_of(t).or_else(|| std::str::from_utf8(t).ok()));
+    match text {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(String::from_utf8_lossy(value).trim().to_string()),
+    }
+}
+
+/// A request head as text when it is UTF-8 (nearly always: ASCII), validated in one pass, so
+/// that its header values are read as slices of it rather than each validated on its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HeadStr<'a>(Option<&'a str>);
+
+impl<'a> HeadStr<'a> {
+    fn of(head: &'a [u8]) -> Self {
+        HeadStr(std::str::from_utf8(head).ok())
+    }
+
+    /// `part` as text if it is a slice of the head starting and ending at character
+    /// boundaries (memory ranges of live values do not overlap: an address inside the head's
+    /// range is in the head).
+    pub(crate) fn text_of(self, part: &[u8]) -> Option<&'a str> {
+        let head = self.0?;
+        let start = (part.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+        head.get(start..start.checked_add(part.len())?)
     }
 }
 
@@ -948,7 +977,8 @@ impl Connection {
         for (name, value) in headers {
             if name.eq_ignore_ascii_case("content-encoding") {
                 ce.add_header(value);
-            } else if let Some(header) = note_request_header(&mut head, &self.interest, name, value)
+            } else if let Some(header) =
+                note_request_header(&mut head, &self.interest, name, value, HeadStr::default())
             {
                 out.push(HttpEvent::DuplicateHeader { header });
             }
@@ -2024,8 +2054,9 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
             },
             Ok(httparse::Status::Complete(len)) => {
                 let mut head = RequestHead::new(req.method.unwrap_or(""), req.path.unwrap_or(""));
+                let within = HeadStr::of(buf.get(..len).unwrap_or_default());
                 let (length, mut facts) = scan_headers(req.headers, &mut |name, value| {
-                    note_request_header(&mut head, interest, name, value)
+                    note_request_header(&mut head, interest, name, value, within)
                 });
                 facts.bare_lf = head_has_bare_lf(buf, len, req.headers);
                 match decide_framing(length, true, &mut facts) {

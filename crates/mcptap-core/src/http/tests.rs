@@ -510,10 +510,22 @@ fn prefixed_headers_beyond_the_bound_are_flagged() {
     };
     let mut head = RequestHead::default();
     for i in 0..MAX_PREFIXED_HEADERS {
-        note_request_header(&mut head, &PARAMS, &format!("Mcp-Param-H{i}"), b"v");
+        note_request_header(
+            &mut head,
+            &PARAMS,
+            &format!("Mcp-Param-H{i}"),
+            b"v",
+            HeadStr::default(),
+        );
     }
     assert!(!head.prefixed_truncated);
-    note_request_header(&mut head, &PARAMS, "Mcp-Param-Last", b"v");
+    note_request_header(
+        &mut head,
+        &PARAMS,
+        "Mcp-Param-Last",
+        b"v",
+        HeadStr::default(),
+    );
     assert!(head.prefixed_truncated);
     assert_eq!(head.prefixed.len(), MAX_PREFIXED_HEADERS);
 }
