@@ -539,7 +539,8 @@ enum State {
         /// Decoders of the content and transfer codings (kept bodies only).
         coding: Option<Box<BodyDecoder>>,
         exchange: Option<u64>,
-        request: Option<RequestHead>,
+        /// A kept request's head, sent on with its body.
+        request: Option<Box<RequestHead>>,
         is_request: bool,
     },
     /// Not HTTP (or switched protocols): ignore the rest of this direction.
@@ -941,8 +942,8 @@ impl Connection {
             mut sink,
             mut coding,
             exchange,
-            request,
             is_request: false,
+            ..
         } = state
         {
             // A body the caller delimits ends at the close like one read until close.
@@ -955,7 +956,7 @@ impl Connection {
             if end == BodyEnd::ServerClosed {
                 self.drain_coding(&mut coding, &mut sink, exchange, out);
             }
-            self.finish_body(sink, exchange, request, end, out);
+            self.finish_body(sink, exchange, end, out);
         }
     }
 
@@ -988,7 +989,7 @@ impl Connection {
             content: ce,
             transfer: CodingList::default(),
         };
-        self.start_request(half, head, Framing::Delimited, codings, out);
+        self.start_request(half, Box::new(head), Framing::Delimited, codings, out);
     }
 
     /// A response head sent by half `half`, as [`on_request_head`](Self::on_request_head).
@@ -1026,7 +1027,7 @@ impl Connection {
             content: ce,
             transfer: CodingList::default(),
         };
-        self.start_response(half, head, framing, codings, status == 101, out);
+        self.start_response(half, Box::new(head), framing, codings, status == 101, out);
     }
 
     /// Body bytes of the message open in half `half`, transfer coding already removed.
@@ -1316,7 +1317,7 @@ impl Connection {
     fn start_request(
         &mut self,
         half: usize,
-        head: RequestHead,
+        head: Box<RequestHead>,
         framing: Framing,
         codings: Codings,
         out: &mut Vec<HttpEvent>,
@@ -1347,7 +1348,7 @@ impl Connection {
                 if keep {
                     out.push(HttpEvent::Request {
                         exchange,
-                        head: Box::new(head),
+                        head,
                         body: Vec::new(),
                     });
                 }
@@ -1369,7 +1370,7 @@ impl Connection {
     fn start_response(
         &mut self,
         half: usize,
-        head: ResponseHead,
+        head: Box<ResponseHead>,
         mut framing: Framing,
         codings: Codings,
         switching: bool,
@@ -1441,14 +1442,10 @@ impl Connection {
             Sink::Discard
         };
         if mcp {
-            out.push(HttpEvent::ResponseHead {
-                exchange,
-                head: Box::new(head),
-            });
+            out.push(HttpEvent::ResponseHead { exchange, head });
         }
+        // Set for a kept exchange only.
         let exchange = mcp.then_some(exchange);
-        // A response body's state only marks that its exchange is kept.
-        let request = mcp.then(RequestHead::default);
         let (sink, coding) = if matches!(framing, Framing::None) {
             (sink, None)
         } else {
@@ -1456,14 +1453,14 @@ impl Connection {
         };
         if matches!(framing, Framing::None) {
             self.halves[half].state = State::Idle;
-            self.finish_body(sink, exchange, request, BodyEnd::Complete, out);
+            self.finish_body(sink, exchange, BodyEnd::Complete, out);
         } else {
             self.halves[half].state = State::Body {
                 framing,
                 sink,
                 coding,
                 exchange,
-                request,
+                request: None,
                 is_request: false,
             };
         }
@@ -1608,29 +1605,26 @@ impl Connection {
                     };
                     out.push(HttpEvent::Request {
                         exchange: ex,
-                        head: Box::new(head),
+                        head,
                         body,
                     });
                 }
             } else {
-                self.finish_body(sink, exchange, request, end, out);
+                self.finish_body(sink, exchange, end, out);
             }
         }
     }
 
     /// Emits the end of a response body (requests are emitted whole, never ended).
+    /// A response body ended; `exchange` is set when the exchange is kept.
     fn finish_body(
         &mut self,
         sink: Sink,
         exchange: Option<u64>,
-        request: Option<RequestHead>,
         mut end: BodyEnd,
         out: &mut Vec<HttpEvent>,
     ) {
         let Some(ex) = exchange else { return };
-        if request.is_none() {
-            return;
-        }
         // A body read until the server closed is as complete as a framed one.
         let complete = matches!(end, BodyEnd::Complete | BodyEnd::ServerClosed);
         match sink {
@@ -1825,13 +1819,13 @@ enum HeadParse {
         notes: [Option<HttpError>; 3],
     },
     Request {
-        head: RequestHead,
+        head: Box<RequestHead>,
         len: usize,
         framing: Framing,
         facts: HeadFacts,
     },
     Response {
-        head: ResponseHead,
+        head: Box<ResponseHead>,
         len: usize,
         framing: Framing,
         switching: bool,
@@ -2013,10 +2007,11 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
             },
             Ok(httparse::Status::Complete(len)) => {
                 let status = resp.code.unwrap_or(0);
-                let mut head = ResponseHead {
+                // Boxed here: it moves through the parse by pointer.
+                let mut head = Box::new(ResponseHead {
                     status,
                     ..Default::default()
-                };
+                });
                 let (length, mut facts) = scan_headers(resp.headers, &mut |name, value| {
                     note_response_header(&mut head, interest, name, value)
                 });
@@ -2053,7 +2048,10 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
                 in_headers: header_error(e),
             },
             Ok(httparse::Status::Complete(len)) => {
-                let mut head = RequestHead::new(req.method.unwrap_or(""), req.path.unwrap_or(""));
+                let mut head = Box::new(RequestHead::new(
+                    req.method.unwrap_or(""),
+                    req.path.unwrap_or(""),
+                ));
                 let within = HeadStr::of(buf.get(..len).unwrap_or_default());
                 let (length, mut facts) = scan_headers(req.headers, &mut |name, value| {
                     note_request_header(&mut head, interest, name, value, within)
