@@ -2328,7 +2328,7 @@ impl<D: Detector> Tracker<D> {
                 }
             }
         }
-        let opened = ExchangeState {
+        let opened = Box::new(ExchangeState {
             flow: ctx.flow,
             number: exchange,
             ts,
@@ -2345,7 +2345,7 @@ impl<D: Detector> Tracker<D> {
             ends_session: false,
             server_answers,
             charged: 0,
-        };
+        });
         if let Some(dropped) = self.transactions.open(ctx.flow, opened) {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::ExchangesPerFlow,

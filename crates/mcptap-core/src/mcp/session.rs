@@ -241,7 +241,7 @@ pub struct Session<D> {
     /// Era state: modern declarations, failures, discover results; allocated on first use.
     pub ext: Option<Box<EraState>>,
     /// HTTP+SSE: POST exchanges answered 202 whose answers come on the GET stream.
-    pub parked: Vec<ExchangeState>,
+    pub parked: Vec<Box<ExchangeState>>,
     /// Requests the server sent on a stream, waiting for the client's POSTed answer.
     pub server_requests: Vec<ServerRequest>,
     /// Fleet mode: the session's fleet-wide key and the digest of the state last shared.

@@ -241,7 +241,9 @@ impl ExchangeState {
 /// order, so each flow's queue stays sorted by number.
 #[derive(Debug, Default)]
 pub struct Transactions {
-    flows: HashMap<u64, VecDeque<ExchangeState>>,
+    /// Boxed: an exchange is larger than a cache line several times over, and moves in and
+    /// out of its queue whole.
+    flows: HashMap<u64, VecDeque<Box<ExchangeState>>>,
     max_per_flow: usize,
     /// Sum of the open exchanges' [`ExchangeState::cost`], as charged when they opened.
     bytes: usize,
@@ -261,24 +263,24 @@ impl Transactions {
         self.bytes
     }
 
-    fn position(queue: &VecDeque<ExchangeState>, number: u64) -> Option<usize> {
+    fn position(queue: &VecDeque<Box<ExchangeState>>, number: u64) -> Option<usize> {
         queue.binary_search_by_key(&number, |ex| ex.number).ok()
     }
 
     pub fn get(&self, key: ExchangeKey) -> Option<&ExchangeState> {
         let queue = self.flows.get(&key.0)?;
-        queue.get(Self::position(queue, key.1)?)
+        queue.get(Self::position(queue, key.1)?).map(|ex| &**ex)
     }
 
     pub fn get_mut(&mut self, key: ExchangeKey) -> Option<&mut ExchangeState> {
         let queue = self.flows.get_mut(&key.0)?;
         let at = Self::position(queue, key.1)?;
-        queue.get_mut(at)
+        queue.get_mut(at).map(|ex| &mut **ex)
     }
 
     /// Opens exchange `ex` on `flow`. Returns the oldest open exchange of that flow when the
     /// flow is over its bound, which the caller drops (and counts).
-    pub fn open(&mut self, flow: u64, ex: ExchangeState) -> Option<ExchangeState> {
+    pub fn open(&mut self, flow: u64, ex: Box<ExchangeState>) -> Option<Box<ExchangeState>> {
         let mut ex = ex;
         ex.charged = ex.cost();
         self.bytes += ex.charged;
@@ -305,7 +307,7 @@ impl Transactions {
         dropped
     }
 
-    pub fn remove(&mut self, key: ExchangeKey) -> Option<ExchangeState> {
+    pub fn remove(&mut self, key: ExchangeKey) -> Option<Box<ExchangeState>> {
         let queue = self.flows.get_mut(&key.0)?;
         let ex = queue.remove(Self::position(queue, key.1)?);
         if queue.is_empty() {
@@ -329,9 +331,9 @@ impl Transactions {
 mod tests {
     use super::*;
 
-    fn exchange(number: u64) -> ExchangeState {
+    fn exchange(number: u64) -> Box<ExchangeState> {
         let addr: SocketAddr = "127.0.0.2:1".parse().expect("addr");
-        ExchangeState {
+        Box::new(ExchangeState {
             flow: 0,
             number,
             ts: Timestamp(0),
@@ -348,7 +350,7 @@ mod tests {
             ends_session: false,
             server_answers: Vec::new(),
             charged: 0,
-        }
+        })
     }
 
     #[test]
