@@ -33,7 +33,7 @@ use mcptap_core::decode::dlt;
 /// The binary's allocator: batches are allocated here and handed back by the consumer threads
 /// (`WorkerInbox::recycle`), as the daemon's workers do.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: mcptap::allocator::Allocator = mcptap::allocator::Allocator;
 
 const GOAL_NS_PER_PACKET: f64 = 150.0;
 /// Batches queued per worker, as `mcptap run` sets them.

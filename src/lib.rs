@@ -2,6 +2,7 @@
 //! metrics server, sinks and configuration each depend on the core, not on each other; the
 //! `mcptap` binary wires them together.
 
+pub mod allocator;
 pub mod capture;
 pub mod config;
 pub mod daemon;

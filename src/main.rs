@@ -3,9 +3,9 @@
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// The pipeline allocates and frees small buffers for every HTTP message and event; mimalloc
-/// does that in a fraction of glibc's instructions.
+/// does that in a fraction of glibc's instructions (see `mcptap::allocator`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: mcptap::allocator::Allocator = mcptap::allocator::Allocator;
 use mcptap::config::{self, Config};
 use mcptap::sink::{log, ndjson::NdjsonWriter, summary::Summary};
 use mcptap_core::detect::Detectors;

@@ -16,6 +16,7 @@ const FORBIDDEN: &[&str] = &[
     "tracing",
     "tracing-subscriber",
     "mimalloc",
+    "libmimalloc-sys",
 ];
 
 fn read(path: &str) -> toml::Table {
