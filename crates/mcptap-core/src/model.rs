@@ -88,18 +88,60 @@ impl Timestamp {
     /// timestamps, and `format!` costs thousands of instructions each.
     pub fn rfc3339_bytes(self) -> Option<[u8; 27]> {
         let secs = self.0.div_euclid(1_000_000_000);
-        let micros = self.0.rem_euclid(1_000_000_000) / 1000;
-        let t = time::OffsetDateTime::from_unix_timestamp(secs).ok()?;
-        let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+        let micros = (self.0.rem_euclid(1_000_000_000) / 1000) as u32;
+        let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+        let year = u32::try_from(year).ok().filter(|y| *y <= 9999)?;
+        let of_day = secs.rem_euclid(86_400) as u32;
         let mut b = *b"0000-00-00T00:00:00.000000Z";
-        put_digits(&mut b[0..4], year);
-        put_digits(&mut b[5..7], u32::from(u8::from(t.month())));
-        put_digits(&mut b[8..10], u32::from(t.day()));
-        put_digits(&mut b[11..13], u32::from(t.hour()));
-        put_digits(&mut b[14..16], u32::from(t.minute()));
-        put_digits(&mut b[17..19], u32::from(t.second()));
-        put_digits(&mut b[20..26], micros as u32);
+        put_pair(&mut b[0..2], year / 100);
+        put_pair(&mut b[2..4], year % 100);
+        put_pair(&mut b[5..7], month);
+        put_pair(&mut b[8..10], day);
+        put_pair(&mut b[11..13], of_day / 3600);
+        put_pair(&mut b[14..16], of_day / 60 % 60);
+        put_pair(&mut b[17..19], of_day % 60);
+        put_pair(&mut b[20..22], micros / 10_000);
+        put_pair(&mut b[22..24], micros / 100 % 100);
+        put_pair(&mut b[24..26], micros % 100);
         Some(b)
+    }
+}
+
+/// The proleptic Gregorian (year, month, day) of a day counted from 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`: the year taken to start in March, so the leap day ends it).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097); // [0, 146096]
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153; // [0, 11]
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Every two-digit number's digits.
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut table = [[0u8; 2]; 100];
+    let mut v = 0;
+    while v < 100 {
+        table[v] = [b'0' + (v / 10) as u8, b'0' + (v % 10) as u8];
+        v += 1;
+    }
+    table
+};
+
+/// Writes `v` (below 100) as two digits into `dst` (two bytes).
+fn put_pair(dst: &mut [u8], v: u32) {
+    if let (Some(pair), Some(dst)) = (DIGIT_PAIRS.get(v as usize), dst.get_mut(..2)) {
+        dst.copy_from_slice(pair);
     }
 }
 
@@ -1236,6 +1278,12 @@ mod tests {
         for _ in 0..2000 {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             samples.push(x);
+        }
+        // Every day of the range, at its first and last microsecond: month ends, leap days
+        // and century years.
+        for day in -106_751..=106_750i64 {
+            samples.push(day * 86_400_000_000_000);
+            samples.push(day * 86_400_000_000_000 + 86_399_999_999_000);
         }
         for ns in samples {
             let ts = Timestamp(ns);
