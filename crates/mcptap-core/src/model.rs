@@ -393,7 +393,10 @@ impl SharedJson {
             .ok()
             .and_then(|t| serde_json::value::RawValue::from_string(t).ok())
             // Unreachable: a value always renders, and its rendering is JSON.
-            .unwrap_or_else(|| serde_json::value::RawValue::NULL.to_owned());
+            .unwrap_or_else(|| {
+                debug_assert!(false, "a rendered value is not JSON");
+                serde_json::value::RawValue::NULL.to_owned()
+            });
         SharedJson(Arc::new(JsonWithText { value, text }))
     }
 

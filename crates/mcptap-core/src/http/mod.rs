@@ -1615,8 +1615,8 @@ impl Connection {
         }
     }
 
-    /// Emits the end of a response body (requests are emitted whole, never ended).
-    /// A response body ended; `exchange` is set when the exchange is kept.
+    /// Emits the end of a response body (requests are emitted whole, never ended); `exchange`
+    /// is set when the exchange is kept.
     fn finish_body(
         &mut self,
         sink: Sink,

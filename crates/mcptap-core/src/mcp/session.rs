@@ -176,6 +176,9 @@ impl HandshakeCache {
 
     /// Keeps `declared` for these texts, within the byte bound.
     pub fn insert(&mut self, texts: &HandshakeTexts<'_>, declared: &Declared) {
+        if !self.cache.admits(&Self::bytes_of(texts)) {
+            return;
+        }
         let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
         let value_bytes = text_bytes * VALUE_BYTES_PER_TEXT_BYTE
             + declared.text_bytes()

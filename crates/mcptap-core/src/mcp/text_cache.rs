@@ -65,10 +65,16 @@ impl<const N: usize, V> TextCache<N, V> {
         hit.holds(texts).then_some(&hit.value)
     }
 
+    /// Whether a set with these texts may be kept at all (none longer than the cut): the caller
+    /// can skip building a value that would not be.
+    pub fn admits(&self, texts: &[&[u8]; N]) -> bool {
+        texts.iter().all(|t| t.len() <= self.limits.max_text)
+    }
+
     /// Keeps `value` for these texts within the bounds; `value_bytes`: the heap it holds (or
     /// an estimate that is not below it).
     pub fn insert(&mut self, texts: &[&[u8]; N], value: V, value_bytes: usize) {
-        if texts.iter().any(|t| t.len() > self.limits.max_text) {
+        if !self.admits(texts) {
             return;
         }
         let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
@@ -76,7 +82,7 @@ impl<const N: usize, V> TextCache<N, V> {
         if cost > self.limits.max_bytes {
             return;
         }
-        if self.bytes + cost > self.limits.max_bytes
+        if self.bytes.saturating_add(cost) > self.limits.max_bytes
             || self.entries.len() >= self.limits.max_entries
         {
             self.entries.clear();
