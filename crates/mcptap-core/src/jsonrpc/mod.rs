@@ -150,7 +150,29 @@ fn parse_error(e: &serde_json::Error) -> ParseError {
 impl<'a> Envelope<'a> {
     /// The envelope of one message. Of duplicate members the first counts.
     fn parse(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        let Some(members) = skim::object_members(text) else {
+        // `params` is validated by serde as a raw value: serde also finds its end, so that it
+        // is walked once (not skimmed, then validated). Only a container: serde and the skim
+        // end a number or literal differently. Where serde fails the skim steps over it and
+        // the validation below reports the error as before.
+        // Likewise a `result` object is read for its members in the pass that steps over it.
+        let mut checked_params: Option<&'a RawValue> = None;
+        let mut read_result: Option<(ResultFields<'a>, &'a str)> = None;
+        let members = skim::object_members_measured(text, |key, rest| match key {
+            "\"params\"" if checked_params.is_none() && rest.starts_with(['{', '[']) => {
+                let mut values =
+                    serde_json::Deserializer::from_str(rest).into_iter::<&'a RawValue>();
+                let raw = values.next()?.ok()?;
+                checked_params = Some(raw);
+                Some(values.byte_offset())
+            }
+            "\"result\"" if read_result.is_none() => {
+                let (fields, len) = ResultFields::leading_object(rest)?;
+                read_result = Some((fields, rest.get(..len)?));
+                Some(len)
+            }
+            _ => None,
+        });
+        let Some(members) = members else {
             // Not an object: valid JSON of another type is not JSON-RPC.
             let json = !text.trim_start().starts_with('{')
                 && serde_json::from_str::<IgnoredAny>(text).is_ok();
@@ -187,8 +209,18 @@ impl<'a> Envelope<'a> {
                 "jsonrpc" if env.jsonrpc.is_none() => env.jsonrpc = Some(str_member(raw)?),
                 "id" if env.id.is_none() => env.id = Some(id_member(raw)?),
                 "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
-                "params" if env.params.is_none() => env.params = Some(raw_member(raw)?),
-                "result" if env.result.is_none() => env.result = ResultFields::parse(raw)?,
+                "params" if env.params.is_none() => {
+                    env.params = Some(match checked_params {
+                        Some(checked) if std::ptr::eq(checked.get(), raw) => checked,
+                        _ => raw_member(raw)?,
+                    });
+                }
+                "result" if env.result.is_none() => {
+                    env.result = match read_result.take() {
+                        Some((fields, text)) if std::ptr::eq(text, raw) => Some(fields),
+                        _ => ResultFields::parse(raw)?,
+                    };
+                }
                 "error" if env.error.is_none() => {
                     env.error = serde_json::from_str::<Option<ErrorObject<'a>>>(raw)
                         .map_err(|e| parse_error(&e))?;
@@ -266,6 +298,17 @@ impl<'a> ResultFields<'a> {
             return Ok(Some(ResultFields::default()));
         }
         let members = skim::object_members(text).ok_or(ParseError::InvalidJson)?;
+        Self::of_members(members).map(Some)
+    }
+
+    /// The members of the object `text` starts with, and its length; `None` where [`Self::parse`]
+    /// would fail.
+    fn leading_object(text: &'a str) -> Option<(ResultFields<'a>, usize)> {
+        let (members, len) = skim::leading_object_members(text, |_, _| None)?;
+        Some((Self::of_members(members).ok()?, len))
+    }
+
+    fn of_members(members: Vec<(&'a str, &'a str)>) -> Result<ResultFields<'a>, ParseError> {
         let mut r = ResultFields {
             is_object: true,
             ..ResultFields::default()
@@ -299,7 +342,7 @@ impl<'a> ResultFields<'a> {
                 _ => {}
             }
         }
-        Ok(Some(r))
+        Ok(r)
     }
 }
 
@@ -635,5 +678,71 @@ mod tests {
             result(&deep).initialize_value().err(),
             Some(ParseError::InvalidJson)
         );
+    }
+
+    /// `params` and `result` are read in the pass that steps over them; where that reading
+    /// fails or a member repeats, the outcome is what reading them afterwards gives.
+    #[test]
+    fn members_read_in_the_stepping_pass_agree_with_reading_them_after() {
+        let params_of = |text: &str| match parse(text.as_bytes()) {
+            Ok(m) => match m.first() {
+                Some(Message::Request { params, .. }) => Ok(params.map(|p| p.get().to_string())),
+                _ => Err(None),
+            },
+            Err(e) => Err(Some(e)),
+        };
+        let request = |params: &str| format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m",{params}}}"#);
+        let cases = [
+            (
+                r#""params":{"a":[1,{"b":"}]\"{"}],"c":null}"#,
+                Ok(Some(r#"{"a":[1,{"b":"}]\"{"}],"c":null}"#)),
+            ),
+            (r#""params" : [1, 2] "#, Ok(Some("[1, 2]"))),
+            (r#""params":{"a":tru}"#, Err(Some(ParseError::InvalidJson))),
+            (r#""params":{"a":1}}"#, Err(Some(ParseError::InvalidJson))),
+            (r#""params":{"a":"\q"}"#, Err(Some(ParseError::InvalidJson))),
+            (
+                r#""par\u0061ms":{"x":1},"params":{"y":2}"#,
+                Ok(Some(r#"{"x":1}"#)),
+            ),
+            (
+                r#""params":{"x":1},"params":{"y":"#,
+                Err(Some(ParseError::InvalidJson)),
+            ),
+            (
+                r#""params":{"x":1},"params":{"y":2}"#,
+                Ok(Some(r#"{"x":1}"#)),
+            ),
+            (r#""params":5"#, Ok(Some("5"))),
+        ];
+        for (params, want) in cases {
+            let want = want.map(|p| p.map(str::to_string));
+            assert_eq!(params_of(&request(params)), want, "{params}");
+        }
+        let deep = format!(r#""params":{}{}"#, "[".repeat(500), "]".repeat(500));
+        let deep_raw = serde_json::from_str::<&RawValue>(&deep["\"params\":".len()..]).is_ok();
+        assert_eq!(params_of(&request(&deep)).is_ok(), deep_raw);
+
+        // Results: the first member counts, a malformed one fails as before.
+        let r = result(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false},"result":{"content":[1]}}"#,
+        );
+        assert!(r.is_empty_tool_content());
+        let r = result(
+            r#"{"jsonrpc":"2.0","id":1,"resul\u0074":{"content":[1]},"result":{"content":[]}}"#,
+        );
+        assert!(!r.is_empty_tool_content());
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"a":}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]} x}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content" []}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"\x":1}}"#,
+        ] {
+            assert_eq!(
+                parse(bad.as_bytes()).err(),
+                Some(ParseError::InvalidJson),
+                "{bad}"
+            );
+        }
     }
 }

@@ -15,8 +15,30 @@ use memchr::memchr;
 /// Members of the object `text` as (raw key with its quotes, raw value), in order.
 /// `None` if `text` is not one well-formed object at the top level.
 pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
+    object_members_measured(text, |_, _| None)
+}
+
+/// [`object_members`], where `measure` may step over a value itself: given the raw key and the
+/// text from the value's first byte, it returns the value's length, or `None` to have it
+/// skimmed as usual. (A caller that validates a value anyway walks it once, not twice.)
+pub fn object_members_measured<'a>(
+    text: &'a str,
+    measure: impl FnMut(&str, &'a str) -> Option<usize>,
+) -> Option<Vec<(&'a str, &'a str)>> {
     let b = text.as_bytes();
-    let mut i = skip_ws(b, 0);
+    let i = skip_ws(b, 0);
+    let (members, len) = leading_object_members(text.get(i..)?, measure)?;
+    end(b, i + len).then_some(members)
+}
+
+/// The members of the object that `text` starts with (no whitespace before it), and the
+/// object's length: what follows it is not looked at.
+pub fn leading_object_members<'a>(
+    text: &'a str,
+    mut measure: impl FnMut(&str, &'a str) -> Option<usize>,
+) -> Option<(Vec<(&'a str, &'a str)>, usize)> {
+    let b = text.as_bytes();
+    let mut i = 0;
     if b.get(i) != Some(&b'{') {
         return None;
     }
@@ -25,7 +47,7 @@ pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
     // allocation instead of one per doubling.
     let mut members = Vec::with_capacity(8);
     if b.get(i) == Some(&b'}') {
-        return end(b, i + 1).then_some(members);
+        return Some((members, i + 1));
     }
     loop {
         if b.get(i) != Some(&b'"') {
@@ -38,12 +60,16 @@ pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
             return None;
         }
         let start = skip_ws(b, i + 1);
-        let value_end = skip_value(b, start)?;
+        let measured = text.get(start..).and_then(|rest| measure(key, rest));
+        let value_end = match measured {
+            Some(len) => start.checked_add(len)?,
+            None => skip_value(b, start)?,
+        };
         members.push((key, text.get(start..value_end)?));
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),
-            Some(b'}') => return end(b, i + 1).then_some(members),
+            Some(b'}') => return Some((members, i + 1)),
             _ => return None,
         }
     }
