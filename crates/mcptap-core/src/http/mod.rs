@@ -1860,6 +1860,17 @@ fn head_has_bare_lf(buf: &[u8], len: usize, headers: &[httparse::Header<'_>]) ->
         let Some(rest) = head.get(end..) else {
             continue;
         };
+        // The line's end nearly always follows the value at once (after any whitespace
+        // httparse trimmed off it): read there rather than searched for.
+        let blanks = rest
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t'))
+            .count();
+        match rest.get(blanks..blanks + 2) {
+            Some([b'\r', b'\n']) => continue,
+            Some([b'\n', _]) if bare_at(end + blanks) => return true,
+            _ => {}
+        }
         if memchr::memchr(b'\n', rest).is_some_and(|i| bare_at(end + i)) {
             return true;
         }
