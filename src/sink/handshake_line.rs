@@ -145,13 +145,20 @@ impl Line<'_> {
         let o = self.name(name);
         if json {
             json_string(o, v);
-        } else if v
-            .bytes()
-            .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
-        {
-            // What Debug leaves as it is, quoted without the formatting machinery.
+        } else if v.bytes().all(|b| matches!(b, b' '..=b'~')) {
+            // Printable ASCII: Debug escapes only quotes and backslashes, done here without
+            // the formatting machinery (which goes a character at a time).
+            o.reserve(v.len() + 2);
             o.push(b'"');
-            o.extend_from_slice(v.as_bytes());
+            let mut run = 0;
+            for (at, b) in v.bytes().enumerate() {
+                if matches!(b, b'"' | b'\\') {
+                    o.extend_from_slice(&v.as_bytes()[run..at]);
+                    o.push(b'\\');
+                    run = at;
+                }
+            }
+            o.extend_from_slice(&v.as_bytes()[run..]);
             o.push(b'"');
         } else {
             let _ = write!(o, "{v:?}");
@@ -396,6 +403,7 @@ mod tests {
             "",
             "with\"quote",
             "back\\slash",
+            "\"\"\\\\\"{\"a\":\"b\\\\\"}\\",
             "tab\there",
             "del\u{7f}",
             "bell\u{7}",
