@@ -11,6 +11,7 @@ mod buffer;
 pub mod chunked;
 pub mod coding;
 mod head_text;
+mod names;
 pub mod proxy;
 pub mod sse;
 
@@ -22,6 +23,7 @@ use buffer::grow_for;
 use chunked::ChunkedDecoder;
 use coding::{BodyDecoder, Coding, CodingList};
 use head_text::{HeadText, Span};
+use names::name_is;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
@@ -298,18 +300,18 @@ fn note_request_header(
     value: &[u8],
     within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
-    let (header, duplicate) = if name.eq_ignore_ascii_case("host") {
+    let (header, duplicate) = if name_is(name, "host") {
         (RequestHeader::Host, DuplicateHeader::Host)
-    } else if name.eq_ignore_ascii_case("accept") {
+    } else if name_is(name, "accept") {
         (RequestHeader::Accept, DuplicateHeader::Accept)
-    } else if name.eq_ignore_ascii_case("content-type") {
+    } else if name_is(name, "content-type") {
         (RequestHeader::ContentType, DuplicateHeader::ContentType)
-    } else if name.eq_ignore_ascii_case("upgrade") {
+    } else if name_is(name, "upgrade") {
         (RequestHeader::Upgrade, DuplicateHeader::Other)
-    } else if name.eq_ignore_ascii_case("x-forwarded-for") {
+    } else if name_is(name, "x-forwarded-for") {
         combine_list(&mut head.forwarded_for, value);
         return None;
-    } else if name.eq_ignore_ascii_case("forwarded") {
+    } else if name_is(name, "forwarded") {
         combine_list(&mut head.forwarded, value);
         return None;
     } else if !interest.request_header_prefix.is_empty()
@@ -328,7 +330,7 @@ fn note_request_header(
         let i = interest
             .request_headers
             .iter()
-            .position(|n| name.eq_ignore_ascii_case(n))?;
+            .position(|n| name_is(name, n))?;
         // Which duplicate it is is found only for a duplicate (most heads have none).
         (RequestHeader::Extracted(i), DuplicateHeader::Other)
     };
@@ -359,7 +361,7 @@ fn note_response_header(
     name: &str,
     value: &[u8],
 ) -> Option<DuplicateHeader> {
-    if name.eq_ignore_ascii_case("content-type") {
+    if name_is(name, "content-type") {
         let mt = media_type_of(value);
         match &head.media_type {
             None => head.media_type = Some(mt),
@@ -392,7 +394,7 @@ fn extract(
     into: &mut ExtractedHeaders,
     ambiguous: &mut bool,
 ) -> Option<DuplicateHeader> {
-    let i = names.iter().position(|n| name.eq_ignore_ascii_case(n))?;
+    let i = names.iter().position(|n| name_is(name, n))?;
     let slot = into.get_mut(i)?;
     // Which duplicate it is, only for a duplicate (most heads have none).
     note_first(
@@ -976,7 +978,7 @@ impl Connection {
         let mut head = RequestHead::new(method, path);
         let mut ce = CodingList::default();
         for (name, value) in headers {
-            if name.eq_ignore_ascii_case("content-encoding") {
+            if name_is(name, "content-encoding") {
                 ce.add_header(value);
             } else if let Some(header) =
                 note_request_header(&mut head, &self.interest, name, value, HeadStr::default())
@@ -1009,7 +1011,7 @@ impl Connection {
         };
         let mut ce = CodingList::default();
         for (name, value) in headers {
-            if name.eq_ignore_ascii_case("content-encoding") {
+            if name_is(name, "content-encoding") {
                 ce.add_header(value);
             } else if let Some(header) =
                 note_response_header(&mut head, &self.interest, name, value)
@@ -2134,10 +2136,10 @@ fn scan_headers(
         seen |= bit;
     };
     for h in headers {
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+        if name_is(h.name, "transfer-encoding") {
             note(&mut facts, DuplicateHeader::TransferEncoding);
             facts.codings.transfer.add_header(h.value);
-        } else if h.name.eq_ignore_ascii_case("content-length") {
+        } else if name_is(h.name, "content-length") {
             note(&mut facts, DuplicateHeader::ContentLength);
             length = match (length, parse_content_length(h.value)) {
                 (Length::Invalid, _) | (_, None) => Length::Invalid,
@@ -2145,7 +2147,7 @@ fn scan_headers(
                 (Length::Valid(a), Some(b)) if a == b => Length::Valid(a),
                 (Length::Valid(_) | Length::Conflicting, Some(_)) => Length::Conflicting,
             };
-        } else if h.name.eq_ignore_ascii_case("content-encoding") {
+        } else if name_is(h.name, "content-encoding") {
             note(&mut facts, DuplicateHeader::ContentEncoding);
             facts.codings.content.add_header(h.value);
         } else if let Some(dup) = visit(h.name, h.value) {
