@@ -613,3 +613,31 @@ fn a_short_first_segment_waits_for_its_head_end_and_a_broken_head_is_counted_at_
         "{out:?}"
     );
 }
+
+#[test]
+fn json_media_types_are_read_as_media_type_reads_them() {
+    let lowered = |ct: &str| {
+        let mt = media_type(ct);
+        mt == "application/json" || mt.ends_with("+json")
+    };
+    for ct in [
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        " application/json ",
+        "application/vnd.api+JSON",
+        "+json",
+        "json",
+        "text/plain",
+        "",
+        ";application/json",
+        "application/json;",
+        "application/jsonx",
+        "é+json",
+        "+jsoné",
+        "éjson",
+        "application/problem+json ; q=1",
+        "application/json\t",
+    ] {
+        assert_eq!(is_json(ct), lowered(ct), "{ct:?}");
+    }
+}
