@@ -95,7 +95,7 @@ impl From<ParseError> for crate::model::JsonRpcError {
 }
 
 /// The fields of a JSON-RPC object, borrowed from the input.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Envelope<'a> {
     jsonrpc: Option<Cow<'a, str>>,
     /// Valid JSON text.
@@ -151,6 +151,12 @@ fn parse_error(e: &serde_json::Error) -> ParseError {
 impl<'a> Envelope<'a> {
     /// The envelope of one message. Of duplicate members the first counts.
     fn parse(text: &'a str) -> Result<Envelope<'a>, ParseError> {
+        Self::parse_reading(text, true)
+    }
+
+    /// [`Self::parse`]; `in_pass`: whether `params` and `result` are read in the pass that
+    /// steps over them (false only in a test that holds both ways to the same answer).
+    fn parse_reading(text: &'a str, in_pass: bool) -> Result<Envelope<'a>, ParseError> {
         // `params` is validated by serde as a raw value: serde also finds its end, so that it
         // is walked once (not skimmed, then validated). Only a container: serde and the skim
         // end a number or literal differently. Where serde fails the skim steps over it and
@@ -159,6 +165,7 @@ impl<'a> Envelope<'a> {
         let mut checked_params: Option<&'a RawValue> = None;
         let mut read_result: Option<(ResultFields<'a>, &'a str)> = None;
         let members = skim::object_members_measured(text, |key, rest| match key {
+            _ if !in_pass => None,
             "\"params\"" if checked_params.is_none() && rest.starts_with(['{', '[']) => {
                 let mut values =
                     serde_json::Deserializer::from_str(rest).into_iter::<&'a RawValue>();
@@ -306,6 +313,16 @@ impl<'a> ResultFields<'a> {
     /// would fail.
     fn leading_object(text: &'a str) -> Option<(ResultFields<'a>, usize)> {
         let (members, len) = skim::leading_object_members(text, |_, _| None)?;
+        // A malformed literal holding a quote or an opening bracket (`x{`) ends where the
+        // member grammar says, but the envelope's bracket count would not have ended the
+        // object there: such text is left to the old path, which rejects it.
+        let odd_literal = members.iter().any(|(_, value)| {
+            !value.starts_with(['"', '{', '['])
+                && value.bytes().any(|b| matches!(b, b'"' | b'{' | b'['))
+        });
+        if odd_literal {
+            return None;
+        }
         Some((Self::of_members(members).ok()?, len))
     }
 
@@ -347,7 +364,7 @@ impl<'a> ResultFields<'a> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct ErrorObject<'a> {
     #[serde(default)]
     code: Option<i64>,
@@ -738,6 +755,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]} x}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"content" []}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"\x":1}}"#,
+            // Literals that a bracket count and the member grammar end differently.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":x{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1"}"}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\" :{\"result\":{\"serverInfo\":\"\",\"params\"::,\"par\\u0061ms\":\"\"},\"result\":nul{l\r\n,\"structuredContent\":\"\u{1}\"}}",
         ] {
             assert_eq!(
                 parse(bad.as_bytes()).err(),
@@ -745,5 +766,139 @@ mod tests {
                 "{bad}"
             );
         }
+        assert_eq!(
+            parse(br#"{"jsonrpc":"1.0","id":1,"result":{"a":x{}}"#).err(),
+            Some(ParseError::InvalidJson)
+        );
+    }
+
+    /// Envelopes from a small grammar, some with bytes inserted, removed or replaced: read
+    /// with `params` and `result` taken in the stepping pass, and without, they are the same.
+    #[test]
+    fn reading_in_the_stepping_pass_changes_nothing_on_generated_envelopes() {
+        struct Rng(u64);
+        impl Rng {
+            fn below(&mut self, n: usize) -> usize {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                (self.0 % n as u64) as usize
+            }
+            fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
+                from[self.below(from.len())]
+            }
+        }
+        const KEYS: &[&str] = &[
+            r#""jsonrpc""#,
+            r#""id""#,
+            r#""method""#,
+            r#""params""#,
+            r#""params""#,
+            r#""result""#,
+            r#""result""#,
+            r#""error""#,
+            r#""par\u0061ms""#,
+            r#""resul\u0074""#,
+            r#""\x""#,
+            r#""content""#,
+            r#""capabilities""#,
+            r#""structuredContent""#,
+            r#""protocolVersion""#,
+            r#""serverInfo""#,
+            r#""_meta""#,
+            r#""tools""#,
+            r#""name""#,
+            r#""a""#,
+        ];
+        const LITERALS: &[&str] = &[
+            "true", "false", "tru", "nul", "1e", "-", "01", "1.5", "-0", "5x", "x{", "1\"", "7",
+        ];
+        const STRING_PARTS: &[&str] = &[
+            "a", "\\\"", "\\\\", "}", "]", "{", "[", "é", "\\n", "\\u0061", "\\q", "\u{1}", ",",
+            ":",
+        ];
+        const WHITESPACE: &[&str] = &["", "", "", " ", "\n", "\t ", "\r\n"];
+        fn value(r: &mut Rng, depth: usize, s: &mut String) {
+            match r.below(if depth > 3 { 7 } else { 10 }) {
+                0 => s.push_str("null"),
+                1 | 2 => s.push_str(r.pick(LITERALS)),
+                3..=5 => {
+                    s.push('"');
+                    for _ in 0..r.below(4) {
+                        s.push_str(r.pick(STRING_PARTS));
+                    }
+                    s.push('"');
+                }
+                6 => s.push_str(r.pick(&["", "}", "]", "{", "[", ",", ":"])),
+                7 => {
+                    s.push('[');
+                    for i in 0..r.below(4) {
+                        if i > 0 {
+                            s.push(',');
+                        }
+                        s.push_str(r.pick(WHITESPACE));
+                        value(r, depth + 1, s);
+                    }
+                    s.push(']');
+                }
+                _ => object(r, depth + 1, s),
+            }
+        }
+        fn object(r: &mut Rng, depth: usize, s: &mut String) {
+            s.push('{');
+            if depth == 0 && r.below(3) > 0 {
+                s.push_str(r#""jsonrpc":"2.0","id":1,"#);
+            }
+            for i in 0..r.below(if depth == 0 { 6 } else { 4 }) {
+                if i > 0 {
+                    s.push(',');
+                }
+                s.push_str(r.pick(WHITESPACE));
+                s.push_str(r.pick(KEYS));
+                s.push_str(r.pick(WHITESPACE));
+                s.push(':');
+                s.push_str(r.pick(WHITESPACE));
+                value(r, depth, s);
+            }
+            s.push('}');
+        }
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let (mut read, mut failed) = (0, 0);
+        for _ in 0..60_000 {
+            let mut text = String::new();
+            object(&mut r, 0, &mut text);
+            if r.below(3) == 0 {
+                let mut chars: Vec<char> = text.chars().collect();
+                for _ in 0..=r.below(3) {
+                    let at = r.below(chars.len());
+                    let c = r.pick(&["{", "}", "[", "]", "\"", "\\", ",", ":", " ", "x"]);
+                    let c = c.chars().next().unwrap_or(' ');
+                    match r.below(3) {
+                        0 => {
+                            chars.remove(at);
+                        }
+                        1 => chars.insert(at, c),
+                        _ => chars[at] = c,
+                    }
+                    if chars.is_empty() {
+                        break;
+                    }
+                }
+                text = chars.into_iter().collect();
+            }
+            let in_pass = format!("{:?}", Envelope::parse_reading(&text, true));
+            let after = format!("{:?}", Envelope::parse_reading(&text, false));
+            assert_eq!(in_pass, after, "{text:?}");
+            if in_pass.starts_with("Ok") {
+                read += 1;
+            } else {
+                failed += 1;
+            }
+        }
+        // Both outcomes are well represented.
+        assert!(
+            read > 10_000 && failed > 10_000,
+            "{read} read, {failed} failed"
+        );
     }
 }
