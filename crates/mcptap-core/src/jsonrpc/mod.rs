@@ -129,7 +129,9 @@ fn plain_integer(raw: &str) -> bool {
     }
 }
 
-/// A member's key without its quotes, decoded only if it has escapes.
+/// A member's key without its quotes, decoded only if it has escapes. Inlined: called for
+/// every member, and the call cost more than the plain key's check.
+#[inline(always)]
 fn key_text(raw: &str) -> Option<Cow<'_, str>> {
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
     // A plain loop: keys are a few bytes, shorter than a memchr call is worth.
@@ -151,12 +153,12 @@ fn parse_error(e: &serde_json::Error) -> ParseError {
 impl<'a> Envelope<'a> {
     /// The envelope of one message. Of duplicate members the first counts.
     fn parse(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        Self::parse_reading(text, true)
+        Self::parse_reading::<true>(text)
     }
 
-    /// [`Self::parse`]; `in_pass`: whether `params` and `result` are read in the pass that
+    /// [`Self::parse`]; `IN_PASS`: whether `params` and `result` are read in the pass that
     /// steps over them (false only in a test that holds both ways to the same answer).
-    fn parse_reading(text: &'a str, in_pass: bool) -> Result<Envelope<'a>, ParseError> {
+    fn parse_reading<const IN_PASS: bool>(text: &'a str) -> Result<Envelope<'a>, ParseError> {
         // `params` is validated by serde as a raw value: serde also finds its end, so that it
         // is walked once (not skimmed, then validated). Only a container: serde and the skim
         // end a number or literal differently. Where serde fails the skim steps over it and
@@ -165,7 +167,7 @@ impl<'a> Envelope<'a> {
         let mut checked_params: Option<&'a RawValue> = None;
         let mut read_result: Option<(ResultFields<'a>, &'a str)> = None;
         let members = skim::object_members_measured(text, |key, rest| match key {
-            _ if !in_pass => None,
+            _ if !IN_PASS => None,
             "\"params\"" if checked_params.is_none() && rest.starts_with(['{', '[']) => {
                 let mut values =
                     serde_json::Deserializer::from_str(rest).into_iter::<&'a RawValue>();
@@ -316,9 +318,9 @@ impl<'a> ResultFields<'a> {
         // A malformed literal holding a quote or an opening bracket (`x{`) ends where the
         // member grammar says, but the envelope's bracket count would not have ended the
         // object there: such text is left to the old path, which rejects it.
-        let odd_literal = members.iter().any(|(_, value)| {
-            !value.starts_with(['"', '{', '['])
-                && value.bytes().any(|b| matches!(b, b'"' | b'{' | b'['))
+        let odd_literal = members.iter().any(|(_, value)| match value.as_bytes() {
+            [b'"' | b'{' | b'[', ..] => false,
+            literal => literal.iter().any(|b| matches!(b, b'"' | b'{' | b'[')),
         });
         if odd_literal {
             return None;
@@ -886,8 +888,8 @@ mod tests {
                 }
                 text = chars.into_iter().collect();
             }
-            let in_pass = format!("{:?}", Envelope::parse_reading(&text, true));
-            let after = format!("{:?}", Envelope::parse_reading(&text, false));
+            let in_pass = format!("{:?}", Envelope::parse_reading::<true>(&text));
+            let after = format!("{:?}", Envelope::parse_reading::<false>(&text));
             assert_eq!(in_pass, after, "{text:?}");
             if in_pass.starts_with("Ok") {
                 read += 1;

@@ -21,6 +21,9 @@ pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
 /// [`object_members`], where `measure` may step over a value itself: given the raw key and the
 /// text from the value's first byte, it returns the value's length, or `None` to have it
 /// skimmed as usual. (A caller that validates a value anyway walks it once, not twice.)
+// Not inlined: inlined into the envelope's parser it made that too large for its own callees
+// (the key reader) to be inlined, a net loss.
+#[inline(never)]
 pub fn object_members_measured<'a>(
     text: &'a str,
     measure: impl FnMut(&str, &'a str) -> Option<usize>,
