@@ -2010,6 +2010,15 @@ impl<D: Detector> Tracker<D> {
     }
 
     fn valid_session_id(&self, id: Option<&str>, out: &mut Vec<Output>) -> Option<String> {
+        self.checked_session_id(id, out).map(str::to_string)
+    }
+
+    /// [`Self::valid_session_id`] without the copy, for a caller that may not keep it.
+    fn checked_session_id<'i>(
+        &self,
+        id: Option<&'i str>,
+        out: &mut Vec<Output>,
+    ) -> Option<&'i str> {
         let id = id?;
         let ok = session::is_valid_session_id(id, self.limits.max_session_id_len);
         if !ok {
@@ -2017,7 +2026,7 @@ impl<D: Detector> Tracker<D> {
                 limit: Limit::InvalidSessionId,
             }));
         }
-        ok.then(|| id.to_string())
+        ok.then_some(id)
     }
 
     /// The lineage of a request from `ctx` with `head`: `name` is the client's clientInfo
@@ -2396,12 +2405,12 @@ impl<D: Detector> Tracker<D> {
             server: ctx.server,
             status: head.status,
         }));
-        let learned = self.valid_session_id(headers::response_session_id(&head), out);
+        let learned = self.checked_session_id(headers::response_session_id(&head), out);
         let Some(ex) = self.transactions.get_mut((ctx.flow, exchange)) else {
             return;
         };
         if ex.session_id.is_none() && is_2xx(head.status) && ex.era != Era::Modern {
-            ex.session_id = learned;
+            ex.session_id = learned.map(str::to_string);
         }
         let status = head.status;
         let is_delete = ex.head.method() == "DELETE";
