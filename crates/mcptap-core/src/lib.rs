@@ -10,6 +10,7 @@
 //! (session state) → [`detect`] (alerts), with [`model`] as the leaf every layer shares and
 //! [`pipeline`] as the driver. [`limits`], a leaf like [`model`], holds every bound of every layer.
 
+mod ascii;
 pub mod decode;
 pub mod detect;
 pub mod flow_shard;

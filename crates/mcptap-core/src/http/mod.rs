@@ -11,10 +11,10 @@ mod buffer;
 pub mod chunked;
 pub mod coding;
 mod head_text;
-mod names;
 pub mod proxy;
 pub mod sse;
 
+use crate::ascii::eq_ignore_case;
 use crate::http::sse::{SseItem, SseParser};
 pub use crate::model::{
     AbandonReason, DuplicateHeader, FramingAnomaly, UndecodableFlowReason, UndecodableReason,
@@ -23,7 +23,6 @@ use buffer::grow_for;
 use chunked::ChunkedDecoder;
 use coding::{BodyDecoder, Coding, CodingList};
 use head_text::{HeadText, Span};
-use names::name_is;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
@@ -300,18 +299,18 @@ fn note_request_header(
     value: &[u8],
     within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
-    let (header, duplicate) = if name_is(name, "host") {
+    let (header, duplicate) = if eq_ignore_case(name, "host") {
         (RequestHeader::Host, DuplicateHeader::Host)
-    } else if name_is(name, "accept") {
+    } else if eq_ignore_case(name, "accept") {
         (RequestHeader::Accept, DuplicateHeader::Accept)
-    } else if name_is(name, "content-type") {
+    } else if eq_ignore_case(name, "content-type") {
         (RequestHeader::ContentType, DuplicateHeader::ContentType)
-    } else if name_is(name, "upgrade") {
+    } else if eq_ignore_case(name, "upgrade") {
         (RequestHeader::Upgrade, DuplicateHeader::Other)
-    } else if name_is(name, "x-forwarded-for") {
+    } else if eq_ignore_case(name, "x-forwarded-for") {
         combine_list(&mut head.forwarded_for, value);
         return None;
-    } else if name_is(name, "forwarded") {
+    } else if eq_ignore_case(name, "forwarded") {
         combine_list(&mut head.forwarded, value);
         return None;
     } else if !interest.request_header_prefix.is_empty()
@@ -330,7 +329,7 @@ fn note_request_header(
         let i = interest
             .request_headers
             .iter()
-            .position(|n| name_is(name, n))?;
+            .position(|n| eq_ignore_case(name, n))?;
         // Which duplicate it is is found only for a duplicate (most heads have none).
         (RequestHeader::Extracted(i), DuplicateHeader::Other)
     };
@@ -361,7 +360,7 @@ fn note_response_header(
     name: &str,
     value: &[u8],
 ) -> Option<DuplicateHeader> {
-    if name_is(name, "content-type") {
+    if eq_ignore_case(name, "content-type") {
         let mt = media_type_of(value);
         match &head.media_type {
             None => head.media_type = Some(mt),
@@ -394,7 +393,7 @@ fn extract(
     into: &mut ExtractedHeaders,
     ambiguous: &mut bool,
 ) -> Option<DuplicateHeader> {
-    let i = names.iter().position(|n| name_is(name, n))?;
+    let i = names.iter().position(|n| eq_ignore_case(name, n))?;
     let slot = into.get_mut(i)?;
     // Which duplicate it is, only for a duplicate (most heads have none).
     note_first(
@@ -989,7 +988,7 @@ impl Connection {
         let mut head = RequestHead::new(method, path);
         let mut ce = CodingList::default();
         for (name, value) in headers {
-            if name_is(name, "content-encoding") {
+            if eq_ignore_case(name, "content-encoding") {
                 ce.add_header(value);
             } else if let Some(header) =
                 note_request_header(&mut head, &self.interest, name, value, HeadStr::default())
@@ -1022,7 +1021,7 @@ impl Connection {
         };
         let mut ce = CodingList::default();
         for (name, value) in headers {
-            if name_is(name, "content-encoding") {
+            if eq_ignore_case(name, "content-encoding") {
                 ce.add_header(value);
             } else if let Some(header) =
                 note_response_header(&mut head, &self.interest, name, value)
@@ -2147,10 +2146,10 @@ fn scan_headers(
         seen |= bit;
     };
     for h in headers {
-        if name_is(h.name, "transfer-encoding") {
+        if eq_ignore_case(h.name, "transfer-encoding") {
             note(&mut facts, DuplicateHeader::TransferEncoding);
             facts.codings.transfer.add_header(h.value);
-        } else if name_is(h.name, "content-length") {
+        } else if eq_ignore_case(h.name, "content-length") {
             note(&mut facts, DuplicateHeader::ContentLength);
             length = match (length, parse_content_length(h.value)) {
                 (Length::Invalid, _) | (_, None) => Length::Invalid,
@@ -2158,7 +2157,7 @@ fn scan_headers(
                 (Length::Valid(a), Some(b)) if a == b => Length::Valid(a),
                 (Length::Valid(_) | Length::Conflicting, Some(_)) => Length::Conflicting,
             };
-        } else if name_is(h.name, "content-encoding") {
+        } else if eq_ignore_case(h.name, "content-encoding") {
             note(&mut facts, DuplicateHeader::ContentEncoding);
             facts.codings.content.add_header(h.value);
         } else if let Some(dup) = visit(h.name, h.value) {

@@ -584,28 +584,7 @@ pub fn client_info_key(client_info: &Value) -> Box<str> {
 /// MCP session ids are visible ASCII; anything else is hostile or broken and never becomes a
 /// key.
 pub fn is_valid_session_id(id: &str, max_len: usize) -> bool {
-    !id.is_empty() && id.len() <= max_len && visible_ascii(id.as_bytes())
-}
-
-/// Whether every byte is visible ASCII (0x21..=0x7e), a word at a time: every request and
-/// response with a session id asks.
-fn visible_ascii(bytes: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let mut w = [0; 8];
-        w.copy_from_slice(word);
-        let w = u64::from_le_bytes(w);
-        // A byte below 0x21 borrows into its high bit; one from 0x7f up has it set, itself or
-        // once 1 is added (carries out of a 0xff byte only add to what is already found).
-        let below = w.wrapping_sub(ONES * 0x21) & !w;
-        let above = w.wrapping_add(ONES) | w;
-        if (below | above) & HIGHS != 0 {
-            return false;
-        }
-    }
-    words.remainder().iter().all(|b| (0x21..=0x7e).contains(b))
+    !id.is_empty() && id.len() <= max_len && crate::ascii::all_visible(id.as_bytes())
 }
 
 #[cfg(test)]
@@ -613,37 +592,6 @@ mod tests {
     use super::*;
     use crate::model::SharedJson;
     use serde_json::json;
-
-    #[test]
-    fn session_ids_are_visible_ascii_word_by_word_as_byte_by_byte() {
-        let plain = |b: &[u8]| b.iter().all(|b| (0x21..=0x7e).contains(b));
-        for len in 1..=20 {
-            for at in 0..len {
-                for byte in 0..=255u8 {
-                    for fill in [b'a', b'~', b'!'] {
-                        let mut id = vec![fill; len];
-                        id[at] = byte;
-                        assert_eq!(visible_ascii(&id), plain(&id), "{id:?}");
-                        if at + 1 < len {
-                            id[at + 1] = 0xff;
-                            assert_eq!(visible_ascii(&id), plain(&id), "{id:?}");
-                        }
-                    }
-                }
-            }
-        }
-        assert!(visible_ascii(b""));
-        assert!(!is_valid_session_id("", 64));
-        assert!(!is_valid_session_id("a b", 64));
-        assert!(is_valid_session_id(
-            "00000003-0003-4a5e-9c1d-c0715a485def",
-            64
-        ));
-        assert!(!is_valid_session_id(
-            "00000003-0003-4a5e-9c1d-c0715a485def",
-            35
-        ));
-    }
 
     #[test]
     fn handshake_cache_shares_readings_of_equal_texts_within_its_bound() {

@@ -1,6 +1,7 @@
-//! Header names compared without regard to ASCII case, a word (8 bytes) at a time: every head
-//! compares its names against the dozen a monitor reads, and `eq_ignore_ascii_case` folds
-//! both sides a byte at a time.
+//! ASCII checks a word (8 bytes) at a time, for the short texts every message has: header
+//! names compared without regard to case (each head's names against the dozen a monitor
+//! reads; `eq_ignore_ascii_case` folds both sides a byte at a time) and session ids checked as
+//! visible ASCII.
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -26,7 +27,7 @@ fn word_at(bytes: &[u8], at: usize) -> u64 {
 /// Whether `name` and `other` are equal ignoring ASCII case, exactly as
 /// `str::eq_ignore_ascii_case`.
 #[inline]
-pub(crate) fn name_is(name: &str, other: &str) -> bool {
+pub(crate) fn eq_ignore_case(name: &str, other: &str) -> bool {
     let (a, b) = (name.as_bytes(), other.as_bytes());
     let len = a.len();
     if len != b.len() {
@@ -54,6 +55,23 @@ pub(crate) fn name_is(name: &str, other: &str) -> bool {
     }
 }
 
+/// Whether every byte is visible ASCII (0x21..=0x7e), a word at a time: every request and
+/// response with a session id asks.
+pub(crate) fn all_visible(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = word_at(word, 0);
+        // A byte below 0x21 borrows into its high bit; one from 0x7f up has it set, itself or
+        // once 1 is added (carries out of a 0xff byte only add to what is already found).
+        let below = w.wrapping_sub(ONES * 0x21) & !w;
+        let above = w.wrapping_add(ONES) | w;
+        if (below | above) & HIGHS != 0 {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|b| (0x21..=0x7e).contains(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,7 +89,11 @@ mod tests {
                     let (Ok(a), Ok(b)) = (std::str::from_utf8(&a), std::str::from_utf8(&b)) else {
                         continue;
                     };
-                    assert_eq!(name_is(a, b), a.eq_ignore_ascii_case(b), "{a:?} {b:?}");
+                    assert_eq!(
+                        eq_ignore_case(a, b),
+                        a.eq_ignore_ascii_case(b),
+                        "{a:?} {b:?}"
+                    );
                 }
             }
         }
@@ -101,8 +123,43 @@ mod tests {
         ];
         for a in names {
             for b in names {
-                assert_eq!(name_is(a, b), a.eq_ignore_ascii_case(b), "{a:?} {b:?}");
+                assert_eq!(
+                    eq_ignore_case(a, b),
+                    a.eq_ignore_ascii_case(b),
+                    "{a:?} {b:?}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn visible_word_by_word_as_byte_by_byte() {
+        let plain = |b: &[u8]| b.iter().all(|b| (0x21..=0x7e).contains(b));
+        for len in 1..=20 {
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    for fill in [b'a', b'~', b'!'] {
+                        let mut id = vec![fill; len];
+                        id[at] = byte;
+                        assert_eq!(all_visible(&id), plain(&id), "{id:?}");
+                        if at + 1 < len {
+                            id[at + 1] = 0xff;
+                            assert_eq!(all_visible(&id), plain(&id), "{id:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(all_visible(b""));
+        assert!(!crate::mcp::session::is_valid_session_id("", 64));
+        assert!(!crate::mcp::session::is_valid_session_id("a b", 64));
+        assert!(crate::mcp::session::is_valid_session_id(
+            "00000003-0003-4a5e-9c1d-c0715a485def",
+            64
+        ));
+        assert!(!crate::mcp::session::is_valid_session_id(
+            "00000003-0003-4a5e-9c1d-c0715a485def",
+            35
+        ));
     }
 }
