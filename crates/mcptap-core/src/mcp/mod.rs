@@ -2699,6 +2699,7 @@ impl<D: Detector> Tracker<D> {
                 parked = Some(s.parked.swap_remove(at));
             }
         }
+        let from_parked = parked.is_some();
         let ex = match parked.as_mut() {
             Some(p) => p,
             None => match self.transactions.get_mut(target) {
@@ -2753,8 +2754,11 @@ impl<D: Detector> Tracker<D> {
         let sid = ex.session_id.clone();
         let lineage_id = ex.lineage_id.clone();
         let route = ex.route;
-        let header_pv = headers::request_protocol_version(&ex.head).map(str::to_string);
-        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), header_pv);
+        // A parked exchange is not in the table once answered: its header is read now.
+        let parked_pv = from_parked
+            .then(|| headers::request_protocol_version(&ex.head).map(str::to_string))
+            .flatten();
+        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), None);
         let still_open =
             ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
         if let Some(p) = parked.take()
@@ -2775,7 +2779,7 @@ impl<D: Detector> Tracker<D> {
         }
         let protocol_version = match self.transactions.get(target) {
             Some(ex) => self.protocol_version_of(ex, facts.as_deref()),
-            None => event.protocol_version.clone().or_else(|| {
+            None => parked_pv.or_else(|| {
                 facts
                     .as_ref()
                     .and_then(|f| f.declaration.as_ref())
