@@ -763,7 +763,7 @@ fn replay(
                 }
                 // On an error nothing is appended: the writer renders it again and reports it.
                 if let Some(line) = line {
-                    let _ = mcptap::sink::ndjson::render_line(ev, line);
+                    let _ = mcptap::sink::ndjson::render_event(ev, line);
                 }
             }
         };

@@ -8,9 +8,11 @@
 //! [`Unsupported`] error, on which the caller falls back to serde_json, which writes or rejects
 //! it as always.
 
+use mcptap_core::model::{Direction, Event, Exchange, Ipv4Text};
 use serde::ser::{self, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 use std::fmt;
+use std::net::SocketAddr;
 
 /// What [`to_vec`] could not write; the buffer then holds a partial line.
 #[derive(Debug)]
@@ -35,6 +37,123 @@ type Result<T = ()> = std::result::Result<T, Unsupported>;
 /// Appends `value` as compact JSON to `out`.
 pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result {
     value.serialize(&mut Serializer { out })
+}
+
+/// Appends `event` as compact JSON to `out`: an exchange event (most lines of a busy gateway)
+/// by [`write_exchange`], every other event by [`to_vec`].
+pub fn event_to_vec(event: &Event, out: &mut Vec<u8>) -> Result {
+    match event {
+        Event::Exchange(e) => write_exchange(e, out),
+        other => to_vec(other, out),
+    }
+}
+
+/// An exchange event, byte for byte as its derived `Serialize` (tagged by `Event`) writes it,
+/// without serde's field-by-field calls: each key with its punctuation is one copy, and only
+/// the values go through the serializer. The struct is destructured whole, so that a new
+/// field does not compile until it is written here; tests hold the output to serde_json's.
+fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
+    let Exchange {
+        v,
+        ts,
+        session_id,
+        server,
+        client,
+        method,
+        request_id,
+        tool,
+        protocol_version,
+        http_status,
+        media_type,
+        sse_events,
+        duration_ms,
+        answered,
+        error_code,
+        empty_content,
+        framing,
+        ambiguous,
+        era,
+        lineage_id,
+        direction,
+        input_required,
+    } = e;
+    out.reserve(512);
+    out.extend_from_slice(b"{\"event\":\"exchange\",\"v\":");
+    v.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"ts\":");
+    ts.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"session_id\":");
+    write_opt_str(out, session_id.as_deref());
+    out.extend_from_slice(b",\"server\":");
+    write_addr(out, server);
+    out.extend_from_slice(b",\"client\":");
+    write_addr(out, client);
+    out.extend_from_slice(b",\"method\":");
+    write_str(out, method);
+    out.extend_from_slice(b",\"request_id\":");
+    request_id.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"tool\":");
+    write_opt_str(out, tool.as_deref());
+    out.extend_from_slice(b",\"protocol_version\":");
+    write_opt_str(out, protocol_version.as_deref());
+    out.extend_from_slice(b",\"http_status\":");
+    let _ = CompactFormatter.write_u16(out, *http_status);
+    out.extend_from_slice(b",\"media_type\":");
+    write_str(out, media_type);
+    out.extend_from_slice(b",\"sse_events\":");
+    let _ = CompactFormatter.write_u32(out, *sse_events);
+    out.extend_from_slice(b",\"duration_ms\":");
+    duration_ms.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"answered\":");
+    write_bool(out, *answered);
+    out.extend_from_slice(b",\"error_code\":");
+    match error_code {
+        Some(code) => {
+            let _ = CompactFormatter.write_i64(out, *code);
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(empty) = empty_content {
+        out.extend_from_slice(b",\"empty_content\":");
+        write_bool(out, *empty);
+    }
+    out.extend_from_slice(b",\"framing\":");
+    framing.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"ambiguous\":");
+    write_bool(out, *ambiguous);
+    out.extend_from_slice(b",\"era\":");
+    write_str(out, era.as_str());
+    out.extend_from_slice(b",\"lineage_id\":");
+    write_opt_str(out, lineage_id.as_deref());
+    if *direction != Direction::ClientToServer {
+        out.extend_from_slice(b",\"direction\":");
+        direction.serialize(&mut Serializer { out: &mut *out })?;
+    }
+    if let Some(input) = input_required {
+        out.extend_from_slice(b",\"input_required\":");
+        input.serialize(&mut Serializer { out: &mut *out })?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => write_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_bool(out: &mut Vec<u8>, v: bool) {
+    out.extend_from_slice(if v { b"true" } else { b"false" });
+}
+
+/// An endpoint as the model's `addr` writes it: IPv4 without the formatting machinery.
+fn write_addr(out: &mut Vec<u8>, a: &SocketAddr) {
+    match a {
+        SocketAddr::V4(v4) => write_str(out, Ipv4Text::new(*v4.ip(), Some(v4.port())).as_str()),
+        SocketAddr::V6(_) => write_str(out, &a.to_string()),
+    }
 }
 
 /// The struct and field name serde_json's `RawValue` serializes its text under.
@@ -734,6 +853,119 @@ mod tests {
             }
         }
         assert!(written > 100, "only {written} fixture events");
+    }
+
+    #[test]
+    fn every_fixture_event_is_rendered_as_serde_json_writes_it() {
+        let mut exchanges = 0;
+        for (path, event) in crate::replay::fixture_events() {
+            let mut fast = Vec::new();
+            if event_to_vec(&event, &mut fast).is_ok() {
+                let slow = serde_json::to_vec(&event).expect("serde_json");
+                assert_eq!(
+                    String::from_utf8_lossy(&fast),
+                    String::from_utf8_lossy(&slow),
+                    "{path}"
+                );
+                exchanges += usize::from(matches!(event, Event::Exchange(_)));
+            }
+        }
+        assert!(exchanges > 100, "only {exchanges} fixture exchanges");
+    }
+
+    fn exchange_strategy() -> impl proptest::strategy::Strategy<Value = Exchange> {
+        use mcptap_core::model::{Era, FramingMode, InputRequired, Timestamp};
+        use proptest::prelude::*;
+        let text = "\\PC{0,12}|[\\x00-\\x7f]{0,20}";
+        let addr = prop_oneof![
+            (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+            (any::<[u16; 8]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+        ];
+        let id = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<u64>().prop_map(serde_json::Value::from),
+            text.prop_map(serde_json::Value::from),
+        ];
+        let strings = (
+            proptest::option::of(text),
+            text,
+            proptest::option::of(text),
+            proptest::option::of(text),
+            proptest::option::of(text),
+        );
+        let numbers = (
+            any::<i64>(),
+            any::<u16>(),
+            any::<u32>(),
+            prop_oneof![
+                any::<f64>(),
+                (0u32..100_000).prop_map(|n| f64::from(n) / 100.0)
+            ],
+            proptest::option::of(any::<i64>()),
+        );
+        let flags = (
+            any::<bool>(),
+            proptest::option::of(any::<bool>()),
+            any::<bool>(),
+            0..3usize,
+            0..4usize,
+            any::<bool>(),
+            proptest::option::of((
+                proptest::collection::vec(text, 0..3),
+                proptest::option::of(any::<bool>()),
+            )),
+        );
+        (addr.clone(), addr, id, strings, numbers, flags).prop_map(
+            |(server, client, request_id, strings, numbers, flags)| {
+                let (session_id, method, tool, protocol_version, lineage_id) = strings;
+                let (ts, http_status, sse_events, duration_ms, error_code) = numbers;
+                let (answered, empty_content, ambiguous, era, media, lenient, input) = flags;
+                Exchange {
+                    v: Default::default(),
+                    ts: Timestamp(ts),
+                    session_id,
+                    server,
+                    client,
+                    method,
+                    request_id,
+                    tool,
+                    protocol_version,
+                    http_status,
+                    media_type: ["json", "sse", "other", "none"][media],
+                    sse_events,
+                    duration_ms,
+                    answered,
+                    error_code,
+                    empty_content,
+                    framing: FramingMode::of(lenient),
+                    ambiguous,
+                    era: Era::ALL[era],
+                    lineage_id,
+                    direction: if ambiguous {
+                        Direction::ServerToClient
+                    } else {
+                        Direction::ClientToServer
+                    },
+                    input_required: input
+                        .map(|(requests, retried)| InputRequired { requests, retried }),
+                }
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_exchange_is_written_as_serde_json_writes_it(e in exchange_strategy()) {
+            let event = Event::Exchange(Box::new(e));
+            let mut fast = Vec::new();
+            event_to_vec(&event, &mut fast).expect("supported");
+            let slow = serde_json::to_vec(&event).expect("serde_json");
+            proptest::prop_assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&slow)
+            );
+        }
     }
 
     #[test]

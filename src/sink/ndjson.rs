@@ -26,6 +26,18 @@ pub fn render_line<T: serde::Serialize + ?Sized>(value: &T, line: &mut Vec<u8>) 
     Ok(())
 }
 
+/// Appends `event` to `line` as one NDJSON line, as [`render_line`] does, with the exchange
+/// events written by the exchange writer.
+pub fn render_event(event: &Event, line: &mut Vec<u8>) -> io::Result<()> {
+    let start = line.len();
+    if super::json::event_to_vec(event, line).is_err() {
+        line.truncate(start);
+        return render_line(event, line);
+    }
+    line.push(b'\n');
+    Ok(())
+}
+
 /// Keep the line buffer after a very large event only up to this size.
 const LINE_BUFFER_KEEP: usize = 64 << 10;
 
@@ -38,16 +50,23 @@ impl<W: Write> NdjsonWriter<W> {
     }
 
     pub fn write(&mut self, event: &Event) -> io::Result<()> {
-        self.write_value(event)
+        self.write_with(|line| render_event(event, line))
     }
 
     /// Any serialisable line (the totals events, which the binary makes, not the core).
     pub fn write_value<T: serde::Serialize + ?Sized>(&mut self, value: &T) -> io::Result<()> {
+        self.write_with(|line| render_line(value, line))
+    }
+
+    fn write_with(
+        &mut self,
+        render: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
+    ) -> io::Result<()> {
         self.line.clear();
         if self.line.capacity() > LINE_BUFFER_KEEP {
             self.line.shrink_to(LINE_BUFFER_KEEP);
         }
-        render_line(value, &mut self.line)?;
+        render(&mut self.line)?;
         self.out.write_all(&self.line)
     }
 
