@@ -81,7 +81,10 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     out.extend_from_slice(b"{\"event\":\"exchange\",\"v\":");
     v.serialize(&mut Serializer { out: &mut *out })?;
     out.extend_from_slice(b",\"ts\":");
-    ts.serialize(&mut Serializer { out: &mut *out })?;
+    match ts.rfc3339_bytes() {
+        Some(text) => write_plain(out, &text),
+        None => ts.serialize(&mut Serializer { out: &mut *out })?,
+    }
     out.extend_from_slice(b",\"session_id\":");
     write_opt_str(out, session_id.as_deref());
     out.extend_from_slice(b",\"server\":");
@@ -99,7 +102,7 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     out.extend_from_slice(b",\"http_status\":");
     let _ = CompactFormatter.write_u16(out, *http_status);
     out.extend_from_slice(b",\"media_type\":");
-    write_str(out, media_type);
+    write_label(out, media_type);
     out.extend_from_slice(b",\"sse_events\":");
     let _ = CompactFormatter.write_u32(out, *sse_events);
     out.extend_from_slice(b",\"duration_ms\":");
@@ -122,12 +125,12 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     out.extend_from_slice(b",\"ambiguous\":");
     write_bool(out, *ambiguous);
     out.extend_from_slice(b",\"era\":");
-    write_str(out, era.as_str());
+    write_label(out, era.as_str());
     out.extend_from_slice(b",\"lineage_id\":");
     write_opt_str(out, lineage_id.as_deref());
     if *direction != Direction::ClientToServer {
         out.extend_from_slice(b",\"direction\":");
-        direction.serialize(&mut Serializer { out: &mut *out })?;
+        write_label(out, direction.as_str());
     }
     if let Some(input) = input_required {
         out.extend_from_slice(b",\"input_required\":");
@@ -151,9 +154,26 @@ fn write_bool(out: &mut Vec<u8>, v: bool) {
 /// An endpoint as the model's `addr` writes it: IPv4 without the formatting machinery.
 fn write_addr(out: &mut Vec<u8>, a: &SocketAddr) {
     match a {
-        SocketAddr::V4(v4) => write_str(out, Ipv4Text::new(*v4.ip(), Some(v4.port())).as_str()),
+        SocketAddr::V4(v4) => write_plain(out, Ipv4Text::new(*v4.ip(), Some(v4.port())).as_bytes()),
         SocketAddr::V6(_) => write_str(out, &a.to_string()),
     }
+}
+
+/// A label of the model's (`json`, `legacy`, ...): nothing in it to escape.
+fn write_label(out: &mut Vec<u8>, label: &'static str) {
+    debug_assert!(
+        !any_escape(label.as_bytes()),
+        "label {label:?} needs escaping"
+    );
+    write_plain(out, label.as_bytes());
+}
+
+/// Text made of digits and punctuation that JSON does not escape (times, addresses), quoted.
+fn write_plain(out: &mut Vec<u8>, text: &[u8]) {
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text);
+    out.push(b'"');
 }
 
 /// The struct and field name serde_json's `RawValue` serializes its text under.

@@ -243,7 +243,12 @@ impl Ipv4Text {
     }
 
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
+    /// The text's bytes: ASCII digits, dots and a colon.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
