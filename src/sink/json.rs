@@ -479,6 +479,7 @@ impl<'a, 'b> Compound<'a, 'b> {
         }
     }
 
+    #[inline(always)]
     fn separate(&mut self) {
         if !std::mem::take(&mut self.first) {
             self.ser.out.push(b',');
@@ -493,6 +494,7 @@ impl<'a, 'b> Compound<'a, 'b> {
     /// `key` is a struct's field name: an identifier (or a rename) of ours, with nothing to
     /// escape, so it is copied without the check (a test holds every fixture event to
     /// serde_json's output).
+    #[inline(always)]
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
         if self.raw {
             return value.serialize(MapKey {
@@ -568,6 +570,7 @@ macro_rules! struct_like {
         impl ser::$trait for Compound<'_, '_> {
             type Ok = ();
             type Error = Unsupported;
+            #[inline(always)]
             fn serialize_field<T: Serialize + ?Sized>(
                 &mut self,
                 key: &'static str,
