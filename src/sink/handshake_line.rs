@@ -5,7 +5,7 @@
 //! instructions (13–15 % of a replay's time); written directly, a fraction of that. The test
 //! below holds both writers to the same output for every handshake of every fixture.
 
-use mcptap_core::model::{Handshake, Ipv4Text, Timestamp};
+use mcptap_core::model::{Handshake, Ipv4Text, SharedJson, Timestamp};
 use std::io::Write;
 use std::sync::OnceLock;
 
@@ -68,17 +68,17 @@ pub fn write(format: LineFormat, now: Timestamp, h: &Handshake, out: &mut Vec<u8
     if let Some(host) = &h.host {
         line.str("host", host);
     }
-    line.display("path", &h.path);
+    line.display_str("path", &h.path);
     if let Some(v) = &h.protocol_version_requested {
         line.str("protocol_version_requested", v);
     }
     if let Some(v) = &h.protocol_version {
         line.str("protocol_version", v);
     }
-    line.json_display("client_info", &h.client_info);
-    line.json_display("server_info", &h.server_info);
-    line.json_display("client_capabilities", &h.client_capabilities);
-    line.json_display("server_capabilities", &h.server_capabilities);
+    line.json_text("client_info", &h.client_info);
+    line.json_text("server_info", &h.server_info);
+    line.json_text("client_capabilities", &h.client_capabilities);
+    line.json_text("server_capabilities", &h.server_capabilities);
     if let Some(diff) = &h.diff {
         line.json_str("diff", diff);
     }
@@ -214,13 +214,41 @@ impl Line<'_> {
     }
 
     fn num(&mut self, name: &str, v: i64) {
+        use serde_json::ser::Formatter;
         let o = self.name(name);
-        let _ = write!(o, "{v}");
+        // The digits Display writes, without the formatting machinery.
+        let _ = serde_json::ser::CompactFormatter.write_i64(o, v);
     }
 
     fn bool(&mut self, name: &str, v: bool) {
         let o = self.name(name);
         o.extend_from_slice(if v { b"true" } else { b"false" });
+    }
+
+    /// A `%` field of a string: as [`Self::display`], the text copied rather than formatted.
+    fn display_str(&mut self, name: &str, v: &str) {
+        let json = self.is_json();
+        let o = self.name(name);
+        if json {
+            o.push(b'"');
+            crate::sink::json::escape_contents(o, v.as_bytes());
+            o.push(b'"');
+        } else {
+            o.extend_from_slice(v.as_bytes());
+        }
+    }
+
+    /// [`Self::json_display`] of a value with its JSON text at hand: the text copied.
+    fn json_text(&mut self, name: &str, v: &SharedJson) {
+        let json = self.is_json();
+        let o = self.name(name);
+        if json {
+            o.push(b'"');
+            crate::sink::json::escape_contents(o, v.text().as_bytes());
+            o.push(b'"');
+        } else {
+            o.extend_from_slice(v.text().as_bytes());
+        }
     }
 
     /// `%json(v)`: the value's JSON, raw in text, as a JSON string in JSON.
