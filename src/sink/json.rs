@@ -8,7 +8,7 @@
 //! [`Unsupported`] error, on which the caller falls back to serde_json, which writes or rejects
 //! it as always.
 
-use mcptap_core::model::{Direction, Event, Exchange, Ipv4Text};
+use mcptap_core::model::{Direction, Event, Exchange, Handshake, Ipv4Text, SessionEnd, Timestamp};
 use serde::ser::{self, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 use std::fmt;
@@ -39,13 +39,148 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result {
     value.serialize(&mut Serializer { out })
 }
 
-/// Appends `event` as compact JSON to `out`: an exchange event (most lines of a busy gateway)
-/// by [`write_exchange`], every other event by [`to_vec`].
+/// Appends `event` as compact JSON to `out`: exchange, handshake and session_end events (the
+/// lines of a busy gateway) by writers of their own, alerts by [`to_vec`].
 pub fn event_to_vec(event: &Event, out: &mut Vec<u8>) -> Result {
     match event {
         Event::Exchange(e) => write_exchange(e, out),
+        Event::Handshake(h) => write_handshake(h, out),
+        Event::SessionEnd(e) => write_session_end(e, out),
         other => to_vec(other, out),
     }
+}
+
+/// A handshake event, as [`write_exchange`] writes an exchange.
+fn write_handshake(h: &Handshake, out: &mut Vec<u8>) -> Result {
+    let Handshake {
+        v,
+        ts,
+        session_id,
+        seq,
+        outcome,
+        http_status,
+        error_code,
+        error_message,
+        client,
+        server,
+        host,
+        path,
+        protocol_version_requested,
+        protocol_version,
+        client_info,
+        server_info,
+        client_capabilities,
+        server_capabilities,
+        diff,
+        client_near_miss,
+        predecessor_session_id,
+        lineage,
+        era,
+        source,
+        lineage_id,
+        method,
+        supported_versions,
+    } = h;
+    out.reserve(1024);
+    out.extend_from_slice(b"{\"event\":\"handshake\",\"v\":");
+    v.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"ts\":");
+    write_time(out, *ts)?;
+    out.extend_from_slice(b",\"session_id\":");
+    write_opt_str(out, session_id.as_deref());
+    out.extend_from_slice(b",\"seq\":");
+    let _ = CompactFormatter.write_u32(out, *seq);
+    out.extend_from_slice(b",\"outcome\":");
+    outcome.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"http_status\":");
+    let _ = CompactFormatter.write_u16(out, *http_status);
+    out.extend_from_slice(b",\"error_code\":");
+    write_opt_i64(out, *error_code);
+    out.extend_from_slice(b",\"error_message\":");
+    write_opt_str(out, error_message.as_deref());
+    out.extend_from_slice(b",\"client\":");
+    write_addr(out, client);
+    out.extend_from_slice(b",\"server\":");
+    write_addr(out, server);
+    out.extend_from_slice(b",\"host\":");
+    write_opt_str(out, host.as_deref());
+    out.extend_from_slice(b",\"path\":");
+    write_str(out, path);
+    out.extend_from_slice(b",\"protocol_version_requested\":");
+    write_opt_str(out, protocol_version_requested.as_deref());
+    out.extend_from_slice(b",\"protocol_version\":");
+    write_opt_str(out, protocol_version.as_deref());
+    // Each value's JSON text, copied as serde_json copies a raw value.
+    out.extend_from_slice(b",\"client_info\":");
+    out.extend_from_slice(client_info.text().as_bytes());
+    out.extend_from_slice(b",\"server_info\":");
+    out.extend_from_slice(server_info.text().as_bytes());
+    out.extend_from_slice(b",\"client_capabilities\":");
+    out.extend_from_slice(client_capabilities.text().as_bytes());
+    out.extend_from_slice(b",\"server_capabilities\":");
+    out.extend_from_slice(server_capabilities.text().as_bytes());
+    out.extend_from_slice(b",\"diff\":");
+    diff.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"client_near_miss\":");
+    write_bool(out, *client_near_miss);
+    out.extend_from_slice(b",\"predecessor_session_id\":");
+    write_opt_str(out, predecessor_session_id.as_deref());
+    out.extend_from_slice(b",\"lineage\":");
+    lineage.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"era\":");
+    write_label(out, era.as_str());
+    out.extend_from_slice(b",\"source\":");
+    write_label(out, source.as_str());
+    out.extend_from_slice(b",\"lineage_id\":");
+    write_opt_str(out, lineage_id.as_deref());
+    if let Some(method) = method {
+        out.extend_from_slice(b",\"method\":");
+        write_str(out, method);
+    }
+    if let Some(versions) = supported_versions {
+        out.extend_from_slice(b",\"supported_versions\":");
+        versions.serialize(&mut Serializer { out: &mut *out })?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A session_end event, as [`write_exchange`] writes an exchange.
+fn write_session_end(e: &SessionEnd, out: &mut Vec<u8>) -> Result {
+    let SessionEnd {
+        v,
+        ts,
+        session_id,
+        server,
+        reason,
+        handshakes,
+        requests,
+        alerts,
+        lineage_id,
+    } = e;
+    out.reserve(256);
+    out.extend_from_slice(b"{\"event\":\"session_end\",\"v\":");
+    v.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"ts\":");
+    write_time(out, *ts)?;
+    out.extend_from_slice(b",\"session_id\":");
+    write_opt_str(out, session_id.as_deref());
+    out.extend_from_slice(b",\"server\":");
+    write_addr(out, server);
+    out.extend_from_slice(b",\"reason\":");
+    reason.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"handshakes\":");
+    let _ = CompactFormatter.write_u32(out, *handshakes);
+    out.extend_from_slice(b",\"requests\":");
+    let _ = CompactFormatter.write_u64(out, *requests);
+    out.extend_from_slice(b",\"alerts\":");
+    let _ = CompactFormatter.write_u32(out, *alerts);
+    if let Some(lineage_id) = lineage_id {
+        out.extend_from_slice(b",\"lineage_id\":");
+        write_str(out, lineage_id);
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// An exchange event, byte for byte as its derived `Serialize` (tagged by `Event`) writes it,
@@ -81,10 +216,7 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     out.extend_from_slice(b"{\"event\":\"exchange\",\"v\":");
     v.serialize(&mut Serializer { out: &mut *out })?;
     out.extend_from_slice(b",\"ts\":");
-    match ts.rfc3339_bytes() {
-        Some(text) => write_plain(out, &text),
-        None => ts.serialize(&mut Serializer { out: &mut *out })?,
-    }
+    write_time(out, *ts)?;
     out.extend_from_slice(b",\"session_id\":");
     write_opt_str(out, session_id.as_deref());
     out.extend_from_slice(b",\"server\":");
@@ -110,12 +242,7 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     out.extend_from_slice(b",\"answered\":");
     write_bool(out, *answered);
     out.extend_from_slice(b",\"error_code\":");
-    match error_code {
-        Some(code) => {
-            let _ = CompactFormatter.write_i64(out, *code);
-        }
-        None => out.extend_from_slice(b"null"),
-    }
+    write_opt_i64(out, *error_code);
     if let Some(empty) = empty_content {
         out.extend_from_slice(b",\"empty_content\":");
         write_bool(out, *empty);
@@ -138,6 +265,24 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     }
     out.push(b'}');
     Ok(())
+}
+
+/// A time as its `Serialize` writes it: digits and punctuation, copied quoted.
+fn write_time(out: &mut Vec<u8>, ts: Timestamp) -> Result {
+    match ts.rfc3339_bytes() {
+        Some(text) => write_plain(out, &text),
+        None => ts.serialize(&mut Serializer { out: &mut *out })?,
+    }
+    Ok(())
+}
+
+fn write_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
+    match v {
+        Some(v) => {
+            let _ = CompactFormatter.write_i64(out, v);
+        }
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
@@ -880,7 +1025,7 @@ mod tests {
 
     #[test]
     fn every_fixture_event_is_rendered_as_serde_json_writes_it() {
-        let mut exchanges = 0;
+        let mut counts = [0usize; 3];
         for (path, event) in crate::replay::fixture_events() {
             let mut fast = Vec::new();
             if event_to_vec(&event, &mut fast).is_ok() {
@@ -890,10 +1035,18 @@ mod tests {
                     String::from_utf8_lossy(&slow),
                     "{path}"
                 );
-                exchanges += usize::from(matches!(event, Event::Exchange(_)));
+                match event {
+                    Event::Exchange(_) => counts[0] += 1,
+                    Event::Handshake(_) => counts[1] += 1,
+                    Event::SessionEnd(_) => counts[2] += 1,
+                    Event::Alert(_) => {}
+                }
             }
         }
-        assert!(exchanges > 100, "only {exchanges} fixture exchanges");
+        assert!(
+            counts.iter().all(|n| *n > 15),
+            "fixture exchanges, handshakes, session ends: {counts:?}"
+        );
     }
 
     fn exchange_strategy() -> impl proptest::strategy::Strategy<Value = Exchange> {
@@ -975,6 +1128,141 @@ mod tests {
                 }
             },
         )
+    }
+
+    fn handshake_strategy() -> impl proptest::strategy::Strategy<Value = Handshake> {
+        use mcptap_core::model::{
+            Era, HandshakeDiff, HandshakeSource, Outcome, PathDiff, SharedJson,
+        };
+        use proptest::prelude::*;
+        let text = "\\PC{0,12}|[\\x00-\\x7f]{0,20}";
+        let opt = || proptest::option::of(text);
+        let json = prop_oneof![
+            Just(SharedJson::default()),
+            text.prop_map(|t| SharedJson::new(serde_json::json!({ "name": t, "n": [1, 2.5] }))),
+        ];
+        let diff = proptest::option::of(
+            (
+                proptest::collection::vec(text, 0..3),
+                proptest::collection::vec(text, 0..3),
+            )
+                .prop_map(|(removed, added)| HandshakeDiff {
+                    client: PathDiff { removed, added },
+                    server: PathDiff::default(),
+                }),
+        );
+        let strings = (opt(), opt(), opt(), text, opt(), opt(), opt(), opt(), opt());
+        let jsons = (json.clone(), json.clone(), json.clone(), json);
+        let rest = (
+            any::<i64>(),
+            any::<u32>(),
+            any::<u16>(),
+            proptest::option::of(any::<i64>()),
+            any::<bool>(),
+            0..3usize,
+            0..3usize,
+            proptest::option::of(proptest::collection::vec(text, 0..3)),
+            (diff.clone(), diff),
+        );
+        let addrs = (any::<[u8; 4]>(), any::<[u16; 8]>(), any::<u16>());
+        (strings, jsons, rest, addrs).prop_map(|(strings, jsons, rest, addrs)| {
+            let (
+                session_id,
+                error_message,
+                host,
+                path,
+                requested,
+                version,
+                predecessor,
+                lineage_id,
+                method,
+            ) = strings;
+            let (client_info, server_info, client_capabilities, server_capabilities) = jsons;
+            let (ts, seq, http_status, error_code, near_miss, era, source, supported, diffs) = rest;
+            let (v4, v6, port) = addrs;
+            Handshake {
+                v: Default::default(),
+                ts: Timestamp(ts),
+                session_id,
+                seq,
+                outcome: if near_miss {
+                    Outcome::Accepted
+                } else {
+                    Outcome::Rejected
+                },
+                http_status,
+                error_code,
+                error_message,
+                client: SocketAddr::from((v4, port)),
+                server: SocketAddr::from((v6, port)),
+                host,
+                path,
+                protocol_version_requested: requested,
+                protocol_version: version,
+                client_info,
+                server_info,
+                client_capabilities,
+                server_capabilities,
+                diff: diffs.0,
+                client_near_miss: near_miss,
+                predecessor_session_id: predecessor,
+                lineage: diffs.1,
+                era: Era::ALL[era],
+                source: HandshakeSource::ALL[source % HandshakeSource::ALL.len()],
+                lineage_id,
+                method,
+                supported_versions: supported,
+            }
+        })
+    }
+
+    fn same_as_serde_json(
+        event: &Event,
+    ) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
+        let mut fast = Vec::new();
+        event_to_vec(event, &mut fast).expect("supported");
+        let slow = serde_json::to_vec(event).expect("serde_json");
+        proptest::prop_assert_eq!(
+            String::from_utf8_lossy(&fast),
+            String::from_utf8_lossy(&slow)
+        );
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_handshake_is_written_as_serde_json_writes_it(h in handshake_strategy()) {
+            same_as_serde_json(&Event::Handshake(Box::new(h)))?;
+        }
+
+        #[test]
+        fn any_session_end_is_written_as_serde_json_writes_it(
+            ts in proptest::prelude::any::<i64>(),
+            session_id in proptest::option::of("\\PC{0,12}"),
+            v6 in proptest::prelude::any::<bool>(),
+            counts in proptest::prelude::any::<(u32, u64, u32)>(),
+            reason in 0..4usize,
+            lineage_id in proptest::option::of("[\\x00-\\x7f]{0,20}"),
+        ) {
+            use mcptap_core::model::EndReason;
+            let server = if v6 {
+                SocketAddr::from(([0xfe80, 0, 0, 0, 0, 0, 0, 1], 8080))
+            } else {
+                SocketAddr::from(([10, 0, 0, 1], 443))
+            };
+            let reason = [EndReason::Deleted, EndReason::Expired, EndReason::Idle, EndReason::Evicted][reason];
+            same_as_serde_json(&Event::SessionEnd(SessionEnd {
+                v: Default::default(),
+                ts: Timestamp(ts),
+                session_id,
+                server,
+                reason,
+                handshakes: counts.0,
+                requests: counts.1,
+                alerts: counts.2,
+                lineage_id,
+            }))?;
+        }
     }
 
     proptest::proptest! {
