@@ -145,6 +145,12 @@ impl Line<'_> {
         let o = self.name(name);
         if json {
             json_string(o, v);
+        } else if crate::sink::json::plain_printable(v.as_bytes()) {
+            // Nothing for Debug to escape (nearly always): copied, quoted.
+            o.reserve(v.len() + 2);
+            o.push(b'"');
+            o.extend_from_slice(v.as_bytes());
+            o.push(b'"');
         } else if v.bytes().all(|b| matches!(b, b' '..=b'~')) {
             // Printable ASCII: Debug escapes only quotes and backslashes, done here without
             // the formatting machinery (which goes a character at a time).
@@ -284,7 +290,7 @@ impl Line<'_> {
 }
 
 fn json_string(o: &mut Vec<u8>, s: &str) {
-    let _ = serde_json::to_writer(&mut *o, s);
+    crate::sink::json::write_str(o, s);
 }
 
 /// Writes what it is given as the contents of a JSON string, escaped as `serde_json` escapes

@@ -357,7 +357,7 @@ fn needs_escape(word: u64) -> bool {
 
 /// `s` as a JSON string, quotes included.
 #[inline]
-fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     if any_escape(bytes) {
         return write_escaping(out, bytes);
@@ -368,10 +368,28 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Whether any byte of `bytes` needs an escape, a word at a time: the last word overlaps the
-/// one before it, or is padded with spaces when the string is shorter than a word.
+/// Whether any byte of `bytes` needs an escape, a word at a time.
 #[inline]
 fn any_escape(bytes: &[u8]) -> bool {
+    any_word(bytes, needs_escape)
+}
+
+/// Whether `bytes` are printable ASCII (0x20 to 0x7e) other than `"` and `\`: text that a
+/// JSON string and Rust's `Debug` both write as it is.
+pub(crate) fn plain_printable(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte from 0x7f up has its high bit set, itself or once 1 is added (a carry out of a
+    // 0xff byte only adds to what is already found).
+    !any_word(bytes, |w| {
+        needs_escape(w) || (w | w.wrapping_add(ONES)) & HIGHS != 0
+    })
+}
+
+/// Whether `test` finds anything in a word of `bytes`: the last word overlaps the one before
+/// it, or is padded with spaces (which no test finds) when `bytes` is shorter than a word.
+#[inline]
+fn any_word(bytes: &[u8], test: impl Fn(u64) -> bool) -> bool {
     let word_at = |at: usize| {
         let mut w = [0; 8];
         w.copy_from_slice(&bytes[at..at + 8]);
@@ -382,16 +400,16 @@ fn any_escape(bytes: &[u8]) -> bool {
         for (i, &b) in bytes.iter().enumerate() {
             padded = (padded & !(0xff << (8 * i))) | (u64::from(b) << (8 * i));
         }
-        return needs_escape(padded);
+        return test(padded);
     }
     let mut at = 0;
     while at + 8 < bytes.len() {
-        if needs_escape(word_at(at)) {
+        if test(word_at(at)) {
             return true;
         }
         at += 8;
     }
-    needs_escape(word_at(bytes.len() - 8))
+    test(word_at(bytes.len() - 8))
 }
 
 /// [`write_str`] for a string with something to escape: byte by byte.
@@ -936,6 +954,22 @@ mod tests {
                     s.insert(at, escaped);
                     let (fast, slow) = both(s.as_str());
                     assert_eq!(fast, slow, "{s:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_printable_is_printable_ascii_without_quotes_and_backslashes() {
+        let plain = |b: u8| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\';
+        for len in 0..=20 {
+            for at in 0..len.max(1) {
+                for b in 0..=255u8 {
+                    let mut s = vec![b'x'; len];
+                    if let Some(slot) = s.get_mut(at) {
+                        *slot = b;
+                    }
+                    assert_eq!(plain_printable(&s), s.iter().all(|&c| plain(c)), "{s:?}");
                 }
             }
         }
