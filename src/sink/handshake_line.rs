@@ -276,7 +276,13 @@ impl Line<'_> {
         if self.is_json() {
             self.json_display(name, v);
         } else {
-            let text = serde_json::to_string(v).unwrap_or_default();
+            // The JSON writer's bytes are serde_json's; what it does not handle, serde_json
+            // writes.
+            let mut text = Vec::with_capacity(256);
+            let text = match crate::sink::json::to_vec(v, &mut text) {
+                Ok(()) => String::from_utf8(text).unwrap_or_default(),
+                Err(_) => serde_json::to_string(v).unwrap_or_default(),
+            };
             self.str(name, &text);
         }
     }
