@@ -8,7 +8,9 @@
 //! [`Unsupported`] error, on which the caller falls back to serde_json, which writes or rejects
 //! it as always.
 
-use mcptap_core::model::{Direction, Event, Exchange, Handshake, Ipv4Text, SessionEnd, Timestamp};
+use mcptap_core::model::{
+    Direction, Event, Exchange, Handshake, Ipv4Text, SchemaVersion, SessionEnd, Timestamp,
+};
 use serde::ser::{self, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 use std::fmt;
@@ -81,13 +83,7 @@ fn write_handshake(h: &Handshake, out: &mut Vec<u8>) -> Result {
         method,
         supported_versions,
     } = h;
-    out.reserve(1024);
-    out.extend_from_slice(b"{\"event\":\"handshake\",\"v\":");
-    v.serialize(&mut Serializer { out: &mut *out })?;
-    out.extend_from_slice(b",\"ts\":");
-    write_time(out, *ts)?;
-    out.extend_from_slice(b",\"session_id\":");
-    write_opt_str(out, session_id.as_deref());
+    write_start(out, b"handshake", v, *ts, session_id.as_deref(), 1024)?;
     out.extend_from_slice(b",\"seq\":");
     let _ = CompactFormatter.write_u32(out, *seq);
     out.extend_from_slice(b",\"outcome\":");
@@ -158,13 +154,7 @@ fn write_session_end(e: &SessionEnd, out: &mut Vec<u8>) -> Result {
         alerts,
         lineage_id,
     } = e;
-    out.reserve(256);
-    out.extend_from_slice(b"{\"event\":\"session_end\",\"v\":");
-    v.serialize(&mut Serializer { out: &mut *out })?;
-    out.extend_from_slice(b",\"ts\":");
-    write_time(out, *ts)?;
-    out.extend_from_slice(b",\"session_id\":");
-    write_opt_str(out, session_id.as_deref());
+    write_start(out, b"session_end", v, *ts, session_id.as_deref(), 256)?;
     out.extend_from_slice(b",\"server\":");
     write_addr(out, server);
     out.extend_from_slice(b",\"reason\":");
@@ -212,13 +202,7 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
         direction,
         input_required,
     } = e;
-    out.reserve(512);
-    out.extend_from_slice(b"{\"event\":\"exchange\",\"v\":");
-    v.serialize(&mut Serializer { out: &mut *out })?;
-    out.extend_from_slice(b",\"ts\":");
-    write_time(out, *ts)?;
-    out.extend_from_slice(b",\"session_id\":");
-    write_opt_str(out, session_id.as_deref());
+    write_start(out, b"exchange", v, *ts, session_id.as_deref(), 512)?;
     out.extend_from_slice(b",\"server\":");
     write_addr(out, server);
     out.extend_from_slice(b",\"client\":");
@@ -264,6 +248,28 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
         input.serialize(&mut Serializer { out: &mut *out })?;
     }
     out.push(b'}');
+    Ok(())
+}
+
+/// What every event starts with: `{"event":"<tag>","v":..,"ts":..,"session_id":..`, with room
+/// for `capacity` bytes of the line.
+fn write_start(
+    out: &mut Vec<u8>,
+    tag: &[u8],
+    v: &SchemaVersion,
+    ts: Timestamp,
+    session_id: Option<&str>,
+    capacity: usize,
+) -> Result {
+    out.reserve(capacity);
+    out.extend_from_slice(b"{\"event\":\"");
+    out.extend_from_slice(tag);
+    out.extend_from_slice(b"\",\"v\":");
+    v.serialize(&mut Serializer { out: &mut *out })?;
+    out.extend_from_slice(b",\"ts\":");
+    write_time(out, ts)?;
+    out.extend_from_slice(b",\"session_id\":");
+    write_opt_str(out, session_id);
     Ok(())
 }
 
