@@ -443,8 +443,8 @@ fn raw_text(raw: Option<&serde_json::value::RawValue>) -> &str {
 /// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
 fn exchange_of(
     ex: &ExchangeState,
-    method: &str,
-    tool: Option<&str>,
+    method: String,
+    tool: Option<String>,
     request_id: Value,
     protocol_version: Option<String>,
 ) -> Exchange {
@@ -456,9 +456,9 @@ fn exchange_of(
         session_id: ex.session_id.clone(),
         server: ex.server,
         client: ex.client,
-        method: method.to_string(),
+        method,
         request_id,
-        tool: tool.map(str::to_string),
+        tool,
         protocol_version,
         http_status: ex.response.as_ref().map_or(0, |r| r.status),
         media_type: media_label(mt),
@@ -2751,14 +2751,13 @@ impl<D: Detector> Tracker<D> {
         let findings = std::mem::take(&mut request.findings);
         // The whole request side is only needed for a handshake.
         let origin = (method == "initialize").then(|| ex.origin());
-        let sid = ex.session_id.clone();
-        let lineage_id = ex.lineage_id.clone();
         let route = ex.route;
         // A parked exchange is not in the table once answered: its header is read now.
         let parked_pv = from_parked
             .then(|| headers::request_protocol_version(&ex.head).map(str::to_string))
             .flatten();
-        let mut event = exchange_of(ex, &method, tool.as_deref(), id.to_value(), None);
+        // The event owns the exchange's strings; what follows reads them there.
+        let mut event = exchange_of(ex, method, tool, id.to_value(), None);
         let still_open =
             ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
         if let Some(p) = parked.take()
@@ -2787,34 +2786,33 @@ impl<D: Detector> Tracker<D> {
                     .map(str::to_string)
             }),
         };
-        let protocol_version = protocol_version.or_else(|| {
-            sid.as_ref()
+        event.protocol_version = protocol_version.or_else(|| {
+            event
+                .session_id
+                .as_ref()
                 .and_then(|s| self.sessions.get(&(ctx.server, s.clone())))
                 .and_then(|s| s.protocol_version.as_deref().map(str::to_string))
         });
-        event.protocol_version = protocol_version.clone();
-        let empty_content = (method == "tools/call")
+        event.empty_content = (event.method == "tools/call")
             .then(|| result.as_ref().map(ResultFields::is_empty_tool_content))
             .flatten();
-        let request_id = event.request_id.clone();
         event.http_status = status;
         event.media_type = media_label(mt.as_deref());
         event.sse_events = sse_events;
         event.duration_ms = ts.millis_since(event.ts);
         event.answered = true;
         event.error_code = error.as_ref().map(|(c, _)| *c);
-        event.empty_content = empty_content;
         let concluded = Concluded {
             ts,
             server: ctx.server,
             client,
             era,
-            lineage_id: lineage_id.as_deref(),
+            lineage_id: event.lineage_id.as_deref(),
             route,
-            session_id: sid.as_deref(),
-            method: &method,
-            tool: tool.as_deref(),
-            request_id: &request_id,
+            session_id: event.session_id.as_deref(),
+            method: &event.method,
+            tool: event.tool.as_deref(),
+            request_id: &event.request_id,
             status,
             media_type: mt.as_deref(),
             error_code: event.error_code,
@@ -2822,13 +2820,18 @@ impl<D: Detector> Tracker<D> {
             findings: &findings,
             result: result.as_ref(),
             framing,
-            protocol_version: protocol_version.as_deref(),
+            protocol_version: event.protocol_version.as_deref(),
             answered: true,
         };
         let mut alerts = Vec::new();
         let input = self.conclude(&concluded, out, &mut alerts);
-        if let (Some(kinds), Some(lid)) = (input, &lineage_id) {
-            event.input_required = Some(InputRequired {
+        // The event goes here in the output, before the alerts: it is put there once the
+        // review below, which reads it, is done.
+        let mut event_at = Some(out.len());
+        if let (Some(kinds), Some(lid)) = (input, &event.lineage_id) {
+            // An `InputRequiredResult` (rare): the exchange is held until its lineage retries.
+            let mut held = event.clone();
+            held.input_required = Some(InputRequired {
                 requests: kinds,
                 retried: None,
             });
@@ -2836,29 +2839,19 @@ impl<D: Detector> Tracker<D> {
                 ctx.server,
                 lid,
                 route,
-                &method,
-                tool.as_deref(),
+                &event.method,
+                event.tool.as_deref(),
                 ts,
-                Box::new(event),
+                Box::new(held),
                 out,
             );
-        } else {
-            out.push(Output::Event(Event::Exchange(Box::new(event))));
+            event_at = None;
         }
         out.append(&mut alerts);
-        let alert_ctx = AlertCtx {
-            session_id: sid.as_deref(),
-            lineage_id: lineage_id.as_deref(),
-            era,
-            protocol_version: protocol_version.as_deref(),
-            server: ctx.server,
-            client,
-            framing,
-        };
         let review = AnswerReview {
-            method: &method,
-            tool: tool.as_deref(),
-            request_id: &request_id,
+            method: &event.method,
+            tool: event.tool.as_deref(),
+            request_id: &event.request_id,
             http_status: status,
             is_error: error.is_some(),
             shape,
@@ -2867,39 +2860,65 @@ impl<D: Detector> Tracker<D> {
             accept: accept.as_deref(),
             ambiguous,
         };
-        match (&sid, era) {
+        let alert_ctx = AlertCtx {
+            session_id: event.session_id.as_deref(),
+            lineage_id: event.lineage_id.as_deref(),
+            era,
+            protocol_version: event.protocol_version.as_deref(),
+            server: ctx.server,
+            client,
+            framing,
+        };
+        self.review_answer(ctx, ts, &id, &review, &alert_ctx, out);
+        if let Some(at) = event_at {
+            out.insert(at, Output::Event(Event::Exchange(Box::new(event))));
+        }
+    }
+
+    /// The answer-shape review of an answered request: against its session's modes, or a
+    /// stateless legacy endpoint's (modern servers choose per request: nothing to compare).
+    fn review_answer(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        id: &Id,
+        review: &AnswerReview<'_>,
+        alert_ctx: &AlertCtx<'_>,
+        out: &mut Vec<Output>,
+    ) {
+        match (alert_ctx.session_id, alert_ctx.era) {
             (Some(sid), _) => {
-                let key = (ctx.server, sid.clone());
+                let key = (ctx.server, sid.to_string());
                 let Some(session) = self.sessions.get_mut(&key) else {
                     return;
                 };
-                session.in_flight.remove(&id);
+                session.in_flight.remove(id);
                 let review = AnswerReview {
                     streaming_negotiated: session.streaming_negotiated,
-                    ..review
+                    ..*review
                 };
                 let alert = self.detector.answer(&mut session.detection, &review);
                 session.alerts += u32::from(alert.is_some());
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
             }
-            // A stateless legacy server: its response mode belongs to the endpoint, per
-            // method and tool. (Modern servers choose per request: nothing to compare.)
             (None, Era::Legacy) => {
-                let Some(lid) = &lineage_id else { return };
+                let Some(lid) = alert_ctx.lineage_id else {
+                    return;
+                };
                 let streaming = self
                     .sessions
                     .get(&session::lineage_key(ctx.server, lid))
                     .is_some_and(|s| s.streaming_negotiated);
-                let key = session::endpoint_key(ctx.server, &method, tool.as_deref());
+                let key = session::endpoint_key(ctx.server, review.method, review.tool);
                 self.sync_server_entry(&key, ts, out);
-                self.ensure(&key, client, ts, false, out);
+                self.ensure(&key, alert_ctx.client, ts, false, out);
                 let Some(endpoint) = self.sessions.get_mut(&key) else {
                     return;
                 };
                 let review = AnswerReview {
                     streaming_negotiated: streaming,
-                    ..review
+                    ..*review
                 };
                 let alert = self.detector.answer(&mut endpoint.detection, &review);
                 self.publish_server_entry(&key);
@@ -3635,7 +3654,7 @@ impl<D: Detector> Tracker<D> {
                 let pv = headers::request_protocol_version(&ex.head)
                     .map(str::to_string)
                     .or_else(|| negotiated.clone());
-                let event = exchange_of(&ex, &r.method, r.tool.as_deref(), r.id.to_value(), pv);
+                let event = exchange_of(&ex, r.method.clone(), r.tool.clone(), r.id.to_value(), pv);
                 out.push(Output::Event(Event::Exchange(Box::new(event))));
             }
         }
@@ -3823,8 +3842,8 @@ impl<D: Detector> Tracker<D> {
             let pv = self.protocol_version_of(&ex, r.facts.as_deref());
             let mut event = exchange_of(
                 &ex,
-                &r.method,
-                r.tool.as_deref(),
+                r.method.clone(),
+                r.tool.clone(),
                 request_id.clone(),
                 pv.clone(),
             );
