@@ -144,7 +144,7 @@ impl Line<'_> {
         let json = self.is_json();
         let o = self.name(name);
         if json {
-            json_string(o, v);
+            crate::sink::json::write_str(o, v);
         } else if crate::sink::json::plain_printable(v.as_bytes()) {
             // Nothing for Debug to escape (nearly always): copied, quoted.
             o.reserve(v.len() + 2);
@@ -181,7 +181,7 @@ impl Line<'_> {
                 if json {
                     o.push(b'"');
                 }
-                o.extend_from_slice(text.as_str().as_bytes());
+                o.extend_from_slice(text.as_bytes());
                 if json {
                     o.push(b'"');
                 }
@@ -214,7 +214,7 @@ impl Line<'_> {
                 o.push(b'"');
             }
             Some(b) => o.extend_from_slice(&b),
-            None if json => json_string(o, &ts.rfc3339()),
+            None if json => crate::sink::json::write_str(o, &ts.rfc3339()),
             None => o.extend_from_slice(ts.rfc3339().as_bytes()),
         }
     }
@@ -293,10 +293,6 @@ impl Line<'_> {
             Line::Json(o) => o.extend_from_slice(b"},\"target\":\"mcptap::handshake\"}\n"),
         }
     }
-}
-
-fn json_string(o: &mut Vec<u8>, s: &str) {
-    crate::sink::json::write_str(o, s);
 }
 
 /// Writes what it is given as the contents of a JSON string, escaped as `serde_json` escapes
