@@ -8,6 +8,7 @@
 //! they end and whether they are empty.
 
 mod skim;
+mod valid;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -49,7 +50,7 @@ pub enum Message<'a> {
     Request {
         id: Id,
         method: Cow<'a, str>,
-        params: Option<&'a RawValue>,
+        params: Option<Params<'a>>,
     },
     Notification {
         method: Cow<'a, str>,
@@ -94,6 +95,82 @@ impl From<ParseError> for crate::model::JsonRpcError {
     }
 }
 
+/// A request's `params`: valid JSON text, and its top-level members when it is an object read
+/// by the pass that validated it.
+#[derive(Debug, Clone)]
+pub struct Params<'a> {
+    text: &'a str,
+    members: Option<Vec<(&'a str, &'a str)>>,
+}
+
+impl<'a> Params<'a> {
+    /// Params serde_json has validated (no members read).
+    fn checked(raw: &'a RawValue) -> Self {
+        Params {
+            text: raw.get(),
+            members: None,
+        }
+    }
+
+    /// `text` read both ways a message's params are: with its members found while validating
+    /// (for a valid object) and validated by serde_json alone.
+    #[cfg(test)]
+    pub(crate) fn both_ways(text: &'a str) -> Vec<Params<'a>> {
+        let mut ways = Vec::new();
+        if let Some(valid) = valid::leading_container(text).filter(|v| v.len == text.len()) {
+            ways.push(Params {
+                text,
+                members: valid.members,
+            });
+        }
+        if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
+            ways.push(Params::checked(raw));
+        }
+        ways
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &'a str {
+        self.text
+    }
+
+    /// The members of an object, as (raw key with its quotes, raw value), when they were read
+    /// while validating (`None` says nothing about the type).
+    pub fn members(&self) -> Option<&[(&'a str, &'a str)]> {
+        self.members.as_deref()
+    }
+
+    /// The raw values of the members named `names`, read as serde_json reads a struct of
+    /// optional fields: unknown members are ignored, `null` is absent, and a name given twice
+    /// fails the struct. `None` when the members were not read: serde_json must read the text.
+    pub fn fields<const N: usize>(
+        &self,
+        names: [&str; N],
+    ) -> Option<Result<[Option<&'a str>; N], RepeatedField>> {
+        let members = self.members()?;
+        let mut found: [Option<&'a str>; N] = [None; N];
+        let mut seen = [false; N];
+        for (key, value) in members {
+            // Keys were validated: decoding cannot fail.
+            let Some(key) = key_text(key) else {
+                return Some(Err(RepeatedField));
+            };
+            let Some(at) = names.iter().position(|n| *n == key) else {
+                continue;
+            };
+            if std::mem::replace(&mut seen[at], true) {
+                return Some(Err(RepeatedField));
+            }
+            found[at] = (*value != "null").then_some(*value);
+        }
+        Some(Ok(found))
+    }
+}
+
+/// A struct's field given twice, which serde_json refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepeatedField;
+
 /// The fields of a JSON-RPC object, borrowed from the input.
 #[derive(Debug, Default)]
 struct Envelope<'a> {
@@ -101,7 +178,7 @@ struct Envelope<'a> {
     /// Valid JSON text.
     id: Option<&'a str>,
     method: Option<Cow<'a, str>>,
-    params: Option<&'a RawValue>,
+    params: Option<Params<'a>>,
     result: Option<ResultFields<'a>>,
     error: Option<ErrorObject<'a>>,
 }
@@ -159,21 +236,22 @@ impl<'a> Envelope<'a> {
     /// [`Self::parse`]; `IN_PASS`: whether `params` and `result` are read in the pass that
     /// steps over them (false only in a test that holds both ways to the same answer).
     fn parse_reading<const IN_PASS: bool>(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        // `params` is validated by serde as a raw value: serde also finds its end, so that it
-        // is walked once (not skimmed, then validated). Only a container: serde and the skim
-        // end a number or literal differently. Where serde fails the skim steps over it and
-        // the validation below reports the error as before.
+        // `params` is validated as serde_json would, in the pass that finds its end and its
+        // members, so that it is walked once (not skimmed, then validated, then read). Only a
+        // container: serde and the skim end a number or literal differently. Where that fails
+        // the skim steps over it and serde's validation below reports the error as before.
         // Likewise a `result` object is read for its members in the pass that steps over it.
-        let mut checked_params: Option<&'a RawValue> = None;
+        let mut checked_params: Option<Params<'a>> = None;
         let mut read_result: Option<(ResultFields<'a>, &'a str)> = None;
         let members = skim::object_members_measured(text, |key, rest| match key {
             _ if !IN_PASS => None,
-            "\"params\"" if checked_params.is_none() && rest.starts_with(['{', '[']) => {
-                let mut values =
-                    serde_json::Deserializer::from_str(rest).into_iter::<&'a RawValue>();
-                let raw = values.next()?.ok()?;
-                checked_params = Some(raw);
-                Some(values.byte_offset())
+            "\"params\"" if checked_params.is_none() => {
+                let valid = valid::leading_container(rest)?;
+                checked_params = Some(Params {
+                    text: rest.get(..valid.len)?,
+                    members: valid.members,
+                });
+                Some(valid.len)
             }
             "\"result\"" if read_result.is_none() => {
                 let (fields, len) = ResultFields::leading_object(rest)?;
@@ -220,9 +298,9 @@ impl<'a> Envelope<'a> {
                 "id" if env.id.is_none() => env.id = Some(id_member(raw)?),
                 "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
                 "params" if env.params.is_none() => {
-                    env.params = Some(match checked_params {
-                        Some(checked) if std::ptr::eq(checked.get(), raw) => checked,
-                        _ => raw_member(raw)?,
+                    env.params = Some(match checked_params.take() {
+                        Some(checked) if std::ptr::eq(checked.text, raw) => checked,
+                        _ => Params::checked(raw_member(raw)?),
                     });
                 }
                 "result" if env.result.is_none() => {
@@ -446,13 +524,22 @@ pub fn to_value(raw: Option<&RawValue>) -> Result<Value, ParseError> {
 }
 
 /// `params.name` of a `tools/call`.
-pub fn tool_name(params: Option<&RawValue>) -> Option<String> {
-    let text = params?.get();
+pub fn tool_name(params: Option<&Params<'_>>) -> Option<String> {
+    let params = params?;
+    let text = params.get();
+    if let Some(members) = params.members() {
+        return named_member(members);
+    }
     // `params` is valid JSON (serde checked it as a raw value): the skimmer finds `name`
     // without decoding the arguments beside it, which serde would walk byte by byte.
     let Some(members) = skim::object_members(text) else {
         return named_by_serde(text);
     };
+    named_member(&members)
+}
+
+/// [`tool_name`] of an object's members.
+fn named_member(members: &[(&str, &str)]) -> Option<String> {
     let mut names = members
         .iter()
         .filter(|(key, _)| key_text(key).as_deref() == Some("name"));
@@ -501,7 +588,20 @@ mod tests {
         ];
         for (params, expected) in cases {
             let raw = raw(params);
-            assert_eq!(tool_name(Some(&raw)).as_deref(), expected, "{params}");
+            let checked = Params::checked(&raw);
+            assert_eq!(tool_name(Some(&checked)).as_deref(), expected, "{params}");
+            // Read from the members the validating pass found, as the envelope does.
+            let message = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{params}}}"#);
+            let parsed = parse_str(&message).expect("request");
+            let Some(Message::Request { params: read, .. }) = parsed.first() else {
+                panic!("{parsed:?}")
+            };
+            assert_eq!(
+                read.as_ref().and_then(Params::members).is_some(),
+                params.trim_start().starts_with('{'),
+                "{params}"
+            );
+            assert_eq!(tool_name(read.as_ref()).as_deref(), expected, "{params}");
             assert_eq!(
                 named_by_serde(params).as_deref(),
                 expected,
@@ -523,7 +623,7 @@ mod tests {
             panic!("{m:?}")
         };
         assert_eq!((id.0.as_str(), method.as_ref()), ("1", "tools/call"));
-        assert_eq!(tool_name(*params).as_deref(), Some("x"));
+        assert_eq!(tool_name(params.as_ref()).as_deref(), Some("x"));
         let m = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(
             matches!(&m[0], Message::Notification { method } if method == "notifications/initialized")
@@ -706,7 +806,9 @@ mod tests {
     fn members_read_in_the_stepping_pass_agree_with_reading_them_after() {
         let params_of = |text: &str| match parse(text.as_bytes()) {
             Ok(m) => match m.first() {
-                Some(Message::Request { params, .. }) => Ok(params.map(|p| p.get().to_string())),
+                Some(Message::Request { params, .. }) => {
+                    Ok(params.as_ref().map(|p| p.get().to_string()))
+                }
                 _ => Err(None),
             },
             Err(e) => Err(Some(e)),
@@ -888,7 +990,18 @@ mod tests {
                 }
                 text = chars.into_iter().collect();
             }
-            let in_pass = format!("{:?}", Envelope::parse_reading::<true>(&text));
+            let mut in_pass = Envelope::parse_reading::<true>(&text);
+            // Members found while validating are the skimmer's members of the same text; the
+            // other way does not read them.
+            if let Ok(Envelope {
+                params: Some(params),
+                ..
+            }) = &mut in_pass
+                && let Some(members) = params.members.take()
+            {
+                assert_eq!(Some(members), skim::object_members(params.text), "{text:?}");
+            }
+            let in_pass = format!("{in_pass:?}");
             let after = format!("{:?}", Envelope::parse_reading::<false>(&text));
             assert_eq!(in_pass, after, "{text:?}");
             if in_pass.starts_with("Ok") {

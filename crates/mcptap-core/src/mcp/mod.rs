@@ -2137,14 +2137,16 @@ impl<D: Detector> Tracker<D> {
                             Message::Request { id, method, params } => {
                                 let method = method.into_owned();
                                 let tool = (method == "tools/call")
-                                    .then(|| jsonrpc::tool_name(params))
+                                    .then(|| jsonrpc::tool_name(params.as_ref()))
                                     .flatten();
                                 let init_params = (method == "initialize")
-                                    .then(|| params.and_then(|p| checked_params(p.get(), out)))
+                                    .then(|| {
+                                        params.as_ref().and_then(|p| checked_params(p.get(), out))
+                                    })
                                     .flatten();
                                 let facts = params
-                                    .filter(|p| header_modern || modern::may_declare(p))
-                                    .and_then(|p| modern::request_facts(p, method == "tools/call"))
+                                    .filter(|p| header_modern || modern::may_declare(p.get()))
+                                    .and_then(|p| modern::request_facts(&p, method == "tools/call"))
                                     .map(Box::new);
                                 requests.push(PendingRequest {
                                     id,

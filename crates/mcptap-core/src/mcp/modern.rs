@@ -24,10 +24,10 @@ pub fn is_modern_version(v: &str) -> bool {
 
 /// Whether a request's params may carry modern declarations: a byte search before any parse,
 /// so legacy requests pay almost nothing.
-pub fn may_declare(params: &RawValue) -> bool {
+pub fn may_declare(params: &str) -> bool {
     // `str::contains` needs no searcher built per call (memmem's would cost more than the
     // search on small params).
-    params.get().contains(META_MARKER)
+    params.contains(META_MARKER)
 }
 
 /// Longest value text kept in a finding (header and body values may be large or secret-ish).
@@ -116,8 +116,29 @@ struct Info<'a> {
     version: Option<Cow<'a, str>>,
 }
 
-fn raw_str(raw: Option<&RawValue>) -> Option<String> {
-    raw.and_then(|r| serde_json::from_str::<Cow<'_, str>>(r.get()).ok())
+/// [`Params`] with its members as JSON text, however they were read.
+struct Fields<'a> {
+    meta: Option<Meta<'a>>,
+    name: Option<&'a str>,
+    uri: Option<&'a str>,
+    arguments: Option<&'a str>,
+    input_responses: Option<&'a str>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(p: Params<'a>) -> Self {
+        Fields {
+            meta: p.meta,
+            name: p.name.map(RawValue::get),
+            uri: p.uri.map(RawValue::get),
+            arguments: p.arguments.map(RawValue::get),
+            input_responses: p.input_responses.map(RawValue::get),
+        }
+    }
+}
+
+fn raw_str(raw: Option<&str>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<Cow<'_, str>>(r).ok())
         .map(Cow::into_owned)
 }
 
@@ -137,8 +158,27 @@ fn digest_of(parts: [Option<&RawValue>; 3]) -> u64 {
 
 /// The facts of one request's params (`None`: not an object the monitor can read).
 /// `keep_arguments`: keep `arguments` text for `Mcp-Param-*` checks.
-pub fn request_facts(params: &RawValue, keep_arguments: bool) -> Option<RequestFacts> {
-    let p: Params<'_> = serde_json::from_str(params.get()).ok()?;
+pub fn request_facts(
+    params: &crate::jsonrpc::Params<'_>,
+    keep_arguments: bool,
+) -> Option<RequestFacts> {
+    let p = match params.fields(["_meta", "name", "uri", "arguments", "inputResponses"]) {
+        // The members were found while validating: only `_meta` is read further.
+        Some(fields) => {
+            let [meta, name, uri, arguments, input_responses] = fields.ok()?;
+            Fields {
+                meta: match meta {
+                    Some(meta) => Some(serde_json::from_str::<Meta<'_>>(meta).ok()?),
+                    None => None,
+                },
+                name,
+                uri,
+                arguments,
+                input_responses,
+            }
+        }
+        None => Fields::of(serde_json::from_str(params.get()).ok()?),
+    };
     let declaration = p.meta.and_then(|m| {
         if m.protocol_version.is_none() && m.capabilities.is_none() && m.client_info.is_none() {
             return None;
@@ -155,7 +195,8 @@ pub fn request_facts(params: &RawValue, keep_arguments: bool) -> Option<RequestF
             })
             .unwrap_or_default();
         Some(Declaration {
-            protocol_version: raw_str(m.protocol_version).map(String::into_boxed_str),
+            protocol_version: raw_str(m.protocol_version.map(RawValue::get))
+                .map(String::into_boxed_str),
             capabilities: m.capabilities.map(|c| Box::from(c.get())),
             client_name,
             client_version,
@@ -166,9 +207,7 @@ pub fn request_facts(params: &RawValue, keep_arguments: bool) -> Option<RequestF
     Some(RequestFacts {
         declaration,
         name_or_uri: raw_str(p.name).or_else(|| raw_str(p.uri)),
-        arguments: keep_arguments
-            .then(|| p.arguments.map(|a| Box::from(a.get())))
-            .flatten(),
+        arguments: keep_arguments.then(|| p.arguments.map(Box::from)).flatten(),
         input_responses: p.input_responses.is_some(),
     })
 }
@@ -412,10 +451,6 @@ fn values_agree(header: &str, body: &Value) -> bool {
 mod tests {
     use super::*;
 
-    fn raw(s: &str) -> Box<RawValue> {
-        RawValue::from_string(s.to_string()).unwrap()
-    }
-
     #[test]
     fn versions() {
         assert!(is_modern_version("2026-07-28"));
@@ -425,13 +460,26 @@ mod tests {
         assert!(!is_modern_version("DRAFT-2026"));
     }
 
+    /// The facts of `params`, the same whichever way the params were read.
+    fn facts(params: &str, keep_arguments: bool) -> Option<RequestFacts> {
+        let ways = crate::jsonrpc::Params::both_ways(params);
+        let facts: Vec<_> = ways
+            .iter()
+            .map(|p| request_facts(p, keep_arguments))
+            .collect();
+        assert!(!facts.is_empty(), "{params}");
+        assert!(
+            facts.windows(2).all(|f| f[0] == f[1]),
+            "{params}: {facts:?}"
+        );
+        facts.into_iter().next().flatten()
+    }
+
     #[test]
     fn declarations_and_digests() {
-        let p = raw(
-            r#"{"name":"t","arguments":{"a":1},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#,
-        );
-        assert!(may_declare(&p));
-        let f = request_facts(&p, true).unwrap();
+        let p = r#"{"name":"t","arguments":{"a":1},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#;
+        assert!(may_declare(p));
+        let f = facts(p, true).unwrap();
         let d = f.declaration.clone().unwrap();
         assert_eq!(d.protocol_version.as_deref(), Some("2026-07-28"));
         assert_eq!(d.capabilities.as_deref(), Some(r#"{"sampling":{}}"#));
@@ -439,21 +487,76 @@ mod tests {
         assert_eq!(f.name_or_uri.as_deref(), Some("t"));
         assert_eq!(f.arguments.as_deref(), Some(r#"{"a":1}"#));
         // The progress token differs per request; the digest does not.
-        let q = raw(
-            r#"{"name":"t","_meta":{"progressToken":8,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#,
-        );
+        let q = r#"{"name":"t","_meta":{"progressToken":8,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}"#;
         assert_eq!(
-            request_facts(&q, false)
-                .unwrap()
-                .declaration
-                .unwrap()
-                .digest,
+            facts(q, false).unwrap().declaration.unwrap().digest,
             d.digest
         );
-        let legacy = raw(r#"{"name":"t","arguments":{}}"#);
-        assert!(!may_declare(&legacy));
-        assert_eq!(request_facts(&legacy, false).unwrap().declaration, None);
-        assert_eq!(request_facts(&raw("[1]"), false), None);
+        let legacy = r#"{"name":"t","arguments":{}}"#;
+        assert!(!may_declare(legacy));
+        assert_eq!(facts(legacy, false).unwrap().declaration, None);
+        assert_eq!(facts("[1]", false), None);
+    }
+
+    #[test]
+    fn members_read_while_validating_give_serdes_facts() {
+        // Each shape serde's struct reading treats specially: nulls, repeats, escaped keys,
+        // `_meta` of the wrong type or as an array, and unknown members.
+        for params in [
+            r#"{"name":null,"uri":"file:///a","arguments":null,"inputResponses":null}"#,
+            r#"{"name":"a","name":"b"}"#,
+            r#"{"name":"a","n\u0061me":"b"}"#,
+            r#"{"_meta":null,"name":"x"}"#,
+            r#"{"_meta":{},"_meta":{}}"#,
+            r#"{"_meta":5,"name":"x"}"#,
+            r#"{"_meta":["2026-07-28",{"tools":{}},{"name":"c"}],"name":"x"}"#,
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":null,"io.modelcontextprotocol/clientInfo":{"name":"c"}}}"#,
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}"#,
+            r#"{"_meta":{"io.modelcontextprotocol/clientInfo":7}}"#,
+            r#"{"other":[1,{"name":"inner"}],"name":"t\u00e9","inputResponses":{"r":{}}}"#,
+            r#"{ "name" : "spaced" , "arguments" : { "a" : [ 1 , 2 ] } }"#,
+            r#"{}"#,
+        ] {
+            facts(params, true);
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "name",
+        "n\\u0061me",
+        "uri",
+        "arguments",
+        "inputResponses",
+        "_meta",
+        "_met\\u0061",
+        "other",
+    ];
+    const VALUES: &[&str] = &[
+        "null",
+        "\"t\"",
+        "\"t\\u00e9\"",
+        "7",
+        "[1,{}]",
+        "{}",
+        "{\"a\":[1,2]}",
+        "{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}",
+        "{\"io.modelcontextprotocol/clientInfo\":{\"name\":\"c\"},\"progressToken\":1}",
+        "{\"io.modelcontextprotocol/protocolVersion\":null}",
+        "[\"2026-07-28\"]",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn facts_of_generated_params_agree_both_ways(
+            members in proptest::collection::vec((0..KEYS.len(), 0..VALUES.len()), 0..6),
+            keep in proptest::prelude::any::<bool>(),
+        ) {
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("\"{}\" : {}", KEYS[*k], VALUES[*v]))
+                .collect();
+            facts(&format!("{{ {} }}", body.join(" , ")), keep);
+        }
     }
 
     #[test]
