@@ -21,9 +21,14 @@ pub struct Container<'a> {
     /// Its length: the text up to and including the closing bracket.
     pub len: usize,
     /// An object's top-level members as (raw key with its quotes, raw value), in order;
-    /// `None` for an array.
+    /// `None` for an array, and for an object of more than [`MAX_MEMBERS`] (callers read
+    /// those the slower way).
     pub members: Option<Vec<(&'a str, &'a str)>>,
 }
+
+/// Most members recorded: params name a handful, and a hostile object of millions of tiny
+/// members must not become a list several times its size.
+pub const MAX_MEMBERS: usize = 64;
 
 /// The object or array `text` starts with (no whitespace before it), if it is valid JSON up to
 /// its closing bracket; what follows is not looked at.
@@ -71,10 +76,14 @@ pub fn leading_container(text: &str) -> Option<Container<'_>> {
                 return Some(Container { len: i, members });
             }
             if depth == 1
-                && let Some(members) = members.as_mut()
+                && let Some(list) = members.as_mut()
             {
-                let (key_start, key_end, value_start) = member;
-                members.push((text.get(key_start..key_end)?, text.get(value_start..i)?));
+                if list.len() == MAX_MEMBERS {
+                    members = None;
+                } else {
+                    let (key_start, key_end, value_start) = member;
+                    list.push((text.get(key_start..key_end)?, text.get(value_start..i)?));
+                }
             }
             i = skip_ws(b, i);
             match *b.get(i)? {
@@ -286,13 +295,15 @@ mod tests {
         assert_eq!(ours.as_ref().map(|c| c.len), theirs, "{text:?}");
         if let Some(c) = ours {
             let whole = &text[..c.len];
-            assert_eq!(
-                c.members,
-                whole
-                    .starts_with('{')
-                    .then(|| super::super::skim::object_members(whole).expect("members")),
-                "{text:?}"
-            );
+            let expected = whole
+                .starts_with('{')
+                .then(|| {
+                    super::super::skim::object_members(whole)
+                        .expect("members")
+                        .to_vec()
+                })
+                .filter(|m| m.len() <= MAX_MEMBERS);
+            assert_eq!(c.members, expected, "{text:?}");
         }
     }
 
@@ -317,6 +328,35 @@ mod tests {
         assert_eq!(
             leading_container("{}").expect("valid").members,
             Some(vec![])
+        );
+    }
+
+    #[test]
+    fn members_beyond_the_cap_are_not_listed() {
+        let object = |n: usize| {
+            let body: Vec<String> = (0..n).map(|i| format!("\"k{i}\":{i}")).collect();
+            format!("{{{}}}", body.join(","))
+        };
+        let at_cap = object(MAX_MEMBERS);
+        let c = leading_container(&at_cap).expect("valid");
+        assert_eq!(c.members.map(|m| m.len()), Some(MAX_MEMBERS));
+        let over = object(MAX_MEMBERS + 1);
+        let c = leading_container(&over).expect("valid");
+        assert_eq!((c.len, c.members), (over.len(), None));
+        check(&over);
+        // Read the slower way, the facts are the same.
+        let message = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}}"#,
+            over.replacen("\"k0\":0", "\"name\":\"t\"", 1)
+        );
+        let parsed = super::super::parse_str(&message).expect("request");
+        let Some(super::super::Message::Request { params, .. }) = parsed.first() else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(params.as_ref().and_then(|p| p.members()), None);
+        assert_eq!(
+            super::super::tool_name(params.as_ref()).as_deref(),
+            Some("t")
         );
     }
 
