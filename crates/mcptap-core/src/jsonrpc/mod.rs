@@ -95,6 +95,29 @@ impl From<ParseError> for crate::model::JsonRpcError {
     }
 }
 
+/// JSON text known to be valid (checked by serde_json or by the validating pass), borrowed
+/// from a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Json<'a>(&'a str);
+
+impl<'a> Json<'a> {
+    /// `text` if it is one JSON value with no whitespace around it.
+    fn checked(text: &'a str) -> Result<Self, ParseError> {
+        if valid::whole_value(text) {
+            return Ok(Json(text));
+        }
+        // serde_json says why not (or, should the pass above refuse valid JSON, accepts it).
+        serde_json::from_str::<&RawValue>(text)
+            .map(|raw| Json(raw.get()))
+            .map_err(|e| parse_error(&e))
+    }
+
+    /// The JSON text.
+    pub fn get(self) -> &'a str {
+        self.0
+    }
+}
+
 /// A request's `params`: valid JSON text, and its top-level members when it is an object read
 /// by the pass that validated it.
 #[derive(Debug, Clone)]
@@ -331,15 +354,15 @@ pub struct ResultFields<'a> {
     pub content: Option<&'a str>,
     /// Raw JSON text, never parsed.
     pub structured_content: Option<&'a str>,
-    pub capabilities: Option<&'a RawValue>,
-    pub protocol_version: Option<&'a RawValue>,
-    pub server_info: Option<&'a RawValue>,
+    pub capabilities: Option<Json<'a>>,
+    pub protocol_version: Option<Json<'a>>,
+    pub server_info: Option<Json<'a>>,
     /// `server/discover`: `supportedVersions`.
-    pub supported_versions: Option<&'a RawValue>,
+    pub supported_versions: Option<Json<'a>>,
     /// `_meta` (a discover result's serverInfo lives there).
-    pub meta: Option<&'a RawValue>,
+    pub meta: Option<Json<'a>>,
     /// An `InputRequiredResult`'s `inputRequests` (MRTR).
-    pub input_requests: Option<&'a RawValue>,
+    pub input_requests: Option<Json<'a>>,
     /// `tools/list`: `tools`, raw JSON text, parsed only when it names `x-mcp-header`.
     pub tools: Option<&'a str>,
 }
@@ -415,8 +438,7 @@ impl<'a> ResultFields<'a> {
             let Some(key) = key_text(key) else {
                 return Err(ParseError::InvalidJson);
             };
-            let parsed =
-                || serde_json::from_str::<&'a RawValue>(value).map_err(|e| parse_error(&e));
+            let parsed = || Json::checked(value);
             match key.as_ref() {
                 "content" => {
                     r.content.get_or_insert(value);
@@ -516,7 +538,7 @@ fn classify(env: Envelope<'_>) -> Option<Message<'_>> {
 
 /// Raw JSON to a `Value`, for the rare places that keep a whole object (capabilities).
 /// Absent is `Null`; nesting beyond serde_json's recursion limit is an error.
-pub fn to_value(raw: Option<&RawValue>) -> Result<Value, ParseError> {
+pub fn to_value(raw: Option<Json<'_>>) -> Result<Value, ParseError> {
     match raw {
         None => Ok(Value::Null),
         Some(r) => serde_json::from_str(r.get()).map_err(|_| ParseError::InvalidJson),

@@ -436,7 +436,7 @@ struct Concluded<'a> {
 }
 
 /// A member's JSON text, "" when absent.
-fn raw_text(raw: Option<&serde_json::value::RawValue>) -> &str {
+fn raw_text(raw: Option<jsonrpc::Json<'_>>) -> &str {
     raw.map_or("", |r| r.get())
 }
 
