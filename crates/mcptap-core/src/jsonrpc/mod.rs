@@ -124,6 +124,8 @@ impl<'a> Json<'a> {
 pub struct Params<'a> {
     text: &'a str,
     members: Option<Vec<(&'a str, &'a str)>>,
+    /// The deepest nesting of objects and arrays, when the validating pass read it.
+    deepest: Option<usize>,
 }
 
 impl<'a> Params<'a> {
@@ -132,6 +134,7 @@ impl<'a> Params<'a> {
         Params {
             text: raw.get(),
             members: None,
+            deepest: None,
         }
     }
 
@@ -144,6 +147,7 @@ impl<'a> Params<'a> {
             ways.push(Params {
                 text,
                 members: valid.members,
+                deepest: Some(valid.deepest),
             });
         }
         if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
@@ -155,6 +159,12 @@ impl<'a> Params<'a> {
     /// The JSON text.
     pub fn get(&self) -> &'a str {
         self.text
+    }
+
+    /// The deepest nesting of objects and arrays in it, when the pass that validated it
+    /// measured that.
+    pub fn deepest(&self) -> Option<usize> {
+        self.deepest
     }
 
     /// The members of an object, as (raw key with its quotes, raw value), when they were read
@@ -273,6 +283,7 @@ impl<'a> Envelope<'a> {
                 checked_params = Some(Params {
                     text: rest.get(..valid.len)?,
                     members: valid.members,
+                    deepest: Some(valid.deepest),
                 });
                 Some(valid.len)
             }
@@ -1015,6 +1026,22 @@ mod tests {
             let mut in_pass = Envelope::parse_reading::<true>(&text);
             // Members found while validating are the skimmer's members of the same text; the
             // other way does not read them.
+            if let Ok(Envelope {
+                params: Some(params),
+                ..
+            }) = &mut in_pass
+                && let Some(deepest) = params.deepest.take()
+            {
+                fn depth(v: &Value) -> usize {
+                    match v {
+                        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+                        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+                        _ => 0,
+                    }
+                }
+                let value: Value = serde_json::from_str(params.text).expect("valid params");
+                assert_eq!(deepest, depth(&value), "{text:?}");
+            }
             if let Ok(Envelope {
                 params: Some(params),
                 ..

@@ -24,6 +24,8 @@ pub struct Container<'a> {
     /// `None` for an array, and for an object of more than [`MAX_MEMBERS`] (callers read
     /// those the slower way).
     pub members: Option<Vec<(&'a str, &'a str)>>,
+    /// The deepest nesting of objects and arrays in it (1 for a container of scalars).
+    pub deepest: usize,
 }
 
 /// Most members recorded: params name a handful, and a hostile object of millions of tiny
@@ -62,6 +64,7 @@ fn container(text: &str, list_members: bool) -> Option<Container<'_>> {
     };
     let mut members = (top_is_object && list_members).then(|| Vec::with_capacity(8));
     let mut open = BracketStack::default();
+    let mut deepest = 0;
     // The key and value start of the top-level member being read.
     let mut member: (usize, usize, usize) = (0, 0, 0);
     let mut i = 0;
@@ -71,6 +74,7 @@ fn container(text: &str, list_members: bool) -> Option<Container<'_>> {
             b'"' => i = string_end(b, i)?,
             c @ (b'{' | b'[') => {
                 open.push(c == b'{')?;
+                deepest = deepest.max(open.depth());
                 i = skip_ws(b, i + 1);
                 let close = if c == b'{' { b'}' } else { b']' };
                 if b.get(i) == Some(&close) {
@@ -94,7 +98,11 @@ fn container(text: &str, list_members: bool) -> Option<Container<'_>> {
         loop {
             let depth = open.depth();
             if depth == 0 {
-                return Some(Container { len: i, members });
+                return Some(Container {
+                    len: i,
+                    members,
+                    deepest,
+                });
             }
             if depth == 1
                 && let Some(list) = members.as_mut()
@@ -355,7 +363,9 @@ mod tests {
             ]
         );
         let c = leading_container("[1, [], {}]x").expect("valid");
-        assert_eq!((c.len, c.members), (11, None));
+        assert_eq!((c.len, c.members, c.deepest), (11, None, 2));
+        let c = leading_container(r#"{"a":"[[[","b":[{"c":[]}]}"#).expect("valid");
+        assert_eq!(c.deepest, 4);
         assert_eq!(
             leading_container("{}").expect("valid").members,
             Some(vec![])

@@ -2140,9 +2140,7 @@ impl<D: Detector> Tracker<D> {
                                     .then(|| jsonrpc::tool_name(params.as_ref()))
                                     .flatten();
                                 let init_params = (method == "initialize")
-                                    .then(|| {
-                                        params.as_ref().and_then(|p| checked_params(p.get(), out))
-                                    })
+                                    .then(|| params.as_ref().and_then(|p| checked_params(p, out)))
                                     .flatten();
                                 let facts = params
                                     .filter(|p| header_modern || modern::may_declare(p.get()))
@@ -4032,8 +4030,12 @@ const MAX_PARAMS_DEPTH: usize = 128;
 
 /// `initialize` params kept as text, checked now (one pass, no tree built) so that hostile
 /// ones, nested beyond what the handshake will parse, are counted when they arrive.
-fn checked_params(text: &str, out: &mut Vec<Output>) -> Option<Box<str>> {
-    if nesting_depth(text.as_bytes()) <= MAX_PARAMS_DEPTH {
+fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option<Box<str>> {
+    let text = params.get();
+    let depth = params
+        .deepest()
+        .unwrap_or_else(|| nesting_depth(text.as_bytes()));
+    if depth <= MAX_PARAMS_DEPTH {
         return Some(Box::from(text));
     }
     out.push(Output::Telemetry(Telemetry::JsonRpcError {
@@ -4086,5 +4088,24 @@ mod tests {
         assert_eq!(nesting_depth(br#"{"a":[{"b":[]}]}"#), 4);
         assert_eq!(nesting_depth(br#"{"a":"[[[{{{","b":"\"[[["}"#), 1);
         assert_eq!(nesting_depth(b"1"), 0);
+    }
+
+    /// The validating pass measures the depth the handshake's limit is checked against.
+    #[test]
+    fn the_validating_pass_measures_the_same_depth() {
+        let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        for text in [
+            r#"{}"#.to_string(),
+            r#"{"a":[{"b":[]}]}"#.to_string(),
+            r#"{"a":"[[[{{{","b":"\"[[["}"#.to_string(),
+            r#"[[],[[{}]],{"x":[[[]]]}]"#.to_string(),
+            deep(127),
+            deep(128),
+            deep(300),
+        ] {
+            let ways = crate::jsonrpc::Params::both_ways(&text);
+            let measured = ways.iter().find_map(|p| p.deepest());
+            assert_eq!(measured, Some(nesting_depth(text.as_bytes())), "{text}");
+        }
     }
 }
