@@ -556,6 +556,32 @@ pub fn to_value(raw: Option<Json<'_>>) -> Result<Value, ParseError> {
     }
 }
 
+/// The deepest array/object nesting of a JSON text (strings skipped, escapes honoured).
+pub(crate) fn nesting_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// `params.name` of a `tools/call`.
 pub fn tool_name(params: Option<&Params<'_>>) -> Option<String> {
     let params = params?;
@@ -597,6 +623,14 @@ fn named_by_serde(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nesting_depth_skips_strings_and_escapes() {
+        assert_eq!(nesting_depth(br#"{}"#), 1);
+        assert_eq!(nesting_depth(br#"{"a":[{"b":[]}]}"#), 4);
+        assert_eq!(nesting_depth(br#"{"a":"[[[{{{","b":"\"[[["}"#), 1);
+        assert_eq!(nesting_depth(b"1"), 0);
+    }
 
     #[test]
     fn tool_names_read_by_the_skimmer_are_serdes() {
@@ -1032,15 +1066,7 @@ mod tests {
             }) = &mut in_pass
                 && let Some(deepest) = params.deepest.take()
             {
-                fn depth(v: &Value) -> usize {
-                    match v {
-                        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-                        Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
-                        _ => 0,
-                    }
-                }
-                let value: Value = serde_json::from_str(params.text).expect("valid params");
-                assert_eq!(deepest, depth(&value), "{text:?}");
+                assert_eq!(deepest, nesting_depth(params.text.as_bytes()), "{text:?}");
             }
             if let Ok(Envelope {
                 params: Some(params),

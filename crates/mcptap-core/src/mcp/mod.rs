@@ -4034,7 +4034,7 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
     let text = params.get();
     let depth = params
         .deepest()
-        .unwrap_or_else(|| nesting_depth(text.as_bytes()));
+        .unwrap_or_else(|| jsonrpc::nesting_depth(text.as_bytes()));
     if depth <= MAX_PARAMS_DEPTH {
         return Some(Box::from(text));
     }
@@ -4042,32 +4042,6 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
         reason: crate::model::JsonRpcError::InvalidJson,
     }));
     None
-}
-
-/// The deepest array/object nesting of a JSON text (strings skipped, escapes honoured).
-fn nesting_depth(json: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
-    for &b in json {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
 }
 
 /// How an exchange was framed (strict or lenient) and whether a header made it ambiguous.
@@ -4080,15 +4054,7 @@ fn framing_of(ex: &ExchangeState) -> (FramingMode, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::nesting_depth;
-
-    #[test]
-    fn nesting_depth_skips_strings_and_escapes() {
-        assert_eq!(nesting_depth(br#"{}"#), 1);
-        assert_eq!(nesting_depth(br#"{"a":[{"b":[]}]}"#), 4);
-        assert_eq!(nesting_depth(br#"{"a":"[[[{{{","b":"\"[[["}"#), 1);
-        assert_eq!(nesting_depth(b"1"), 0);
-    }
+    use crate::jsonrpc::nesting_depth;
 
     /// The validating pass measures the depth the handshake's limit is checked against.
     #[test]
