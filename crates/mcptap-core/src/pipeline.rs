@@ -1200,6 +1200,10 @@ impl Pipeline {
         events: &mut Vec<HttpEvent>,
         out: &mut Vec<Output>,
     ) {
+        // Most segments (acknowledgements, body bytes a parser holds) give no event.
+        if events.is_empty() {
+            return;
+        }
         for ev in events.drain(..) {
             match (ctx, ev) {
                 (_, HttpEvent::Error(e)) => {
