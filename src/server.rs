@@ -91,7 +91,8 @@ impl Default for ServerLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerEvent {
     /// `accept` failed for lack of file descriptors (EMFILE/ENFILE): backed off, and closed
-    /// the connection idle the longest to free one.
+    /// the connection idle the longest to free one, if it had been idle for
+    /// [`FD_LIMIT_MIN_IDLE`].
     FdLimit,
     /// `accept` failed otherwise (backed off briefly).
     AcceptError,
@@ -175,14 +176,28 @@ struct Connections {
     open: HashMap<u64, (Arc<AtomicU64>, Arc<Notify>)>,
 }
 
+/// At the descriptor limit only a connection idle this long is closed to free one. Linux fails
+/// `accept` with EMFILE whenever no descriptor is free, even with nothing waiting to be
+/// accepted: without this, the connection accepted with the last free descriptor, before it
+/// sent its request, was the one closed.
+const FD_LIMIT_MIN_IDLE: Duration = Duration::from_secs(1);
+
 impl Connections {
     /// Closes the connection idle the longest; false when there is none.
     fn close_most_idle(&mut self) -> bool {
+        self.close_idle_since(u64::MAX)
+    }
+
+    /// Closes the connection idle the longest if its last activity was at or before
+    /// `before_ms`; false when there is none.
+    fn close_idle_since(&mut self, before_ms: u64) -> bool {
         let Some(id) = self
             .open
             .iter()
-            .min_by_key(|(id, (last, _))| (last.load(Ordering::Relaxed), **id))
-            .map(|(id, _)| *id)
+            .map(|(id, (last, _))| (last.load(Ordering::Relaxed), *id))
+            .filter(|(last, _)| *last <= before_ms)
+            .min()
+            .map(|(_, id)| id)
         else {
             return false;
         };
@@ -198,7 +213,8 @@ fn is_fd_limit(e: &std::io::Error) -> bool {
 }
 
 /// Serves until `shutdown` turns true. Never spins: a failing `accept` backs off (up to a
-/// second) and, at the descriptor limit, frees one by closing the connection idle the longest.
+/// second) and, at the descriptor limit, frees one by closing the connection idle the longest
+/// (if idle for [`FD_LIMIT_MIN_IDLE`]).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ServerState>,
@@ -232,9 +248,10 @@ pub async fn serve(
                 } else {
                     ServerEvent::AcceptError
                 });
-                if fd_limit {
+                let min_idle_ms = u64::try_from(FD_LIMIT_MIN_IDLE.as_millis()).unwrap_or(0);
+                if fd_limit && let Some(before) = millis_since(start).checked_sub(min_idle_ms) {
                     let mut c = connections.lock().unwrap_or_else(|p| p.into_inner());
-                    c.close_most_idle();
+                    c.close_idle_since(before);
                 }
                 backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
                 tracing::debug!("metrics endpoint: accept failed: {e}; retrying in {backoff:?}");
@@ -301,5 +318,37 @@ pub async fn serve(
                 .open
                 .remove(&id);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_activity(at_ms: &[u64]) -> (Connections, Vec<Arc<Notify>>) {
+        let mut c = Connections::default();
+        let mut closers = Vec::new();
+        for (id, at) in at_ms.iter().enumerate() {
+            let close = Arc::new(Notify::new());
+            c.open
+                .insert(id as u64, (Arc::new(AtomicU64::new(*at)), close.clone()));
+            closers.push(close);
+        }
+        (c, closers)
+    }
+
+    #[test]
+    fn at_the_descriptor_limit_only_a_connection_idle_long_enough_is_closed() {
+        // Activity at 5 s and 9.5 s; now 10 s: only the first has been idle a second.
+        let (mut c, _closers) = with_activity(&[5_000, 9_500]);
+        assert!(c.close_idle_since(9_000));
+        assert_eq!(c.open.keys().copied().collect::<Vec<_>>(), vec![1]);
+        // The connection just accepted stays open, however full the table is.
+        assert!(!c.close_idle_since(9_000));
+        assert_eq!(c.open.len(), 1);
+        // The connection cap closes the one idle the longest whatever its age.
+        assert!(c.close_most_idle());
+        assert!(c.open.is_empty());
+        assert!(!c.close_most_idle());
     }
 }
