@@ -624,6 +624,22 @@ fn named_by_serde(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// xorshift64: the generated-text tests' choices, the same on every run.
+    pub(super) struct Rng(pub(super) u64);
+
+    impl Rng {
+        pub(super) fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        pub(super) fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
+            from[self.below(from.len())]
+        }
+    }
+
     #[test]
     fn nesting_depth_skips_strings_and_escapes() {
         assert_eq!(nesting_depth(br#"{}"#), 1);
@@ -947,18 +963,6 @@ mod tests {
     /// with `params` and `result` taken in the stepping pass, and without, they are the same.
     #[test]
     fn reading_in_the_stepping_pass_changes_nothing_on_generated_envelopes() {
-        struct Rng(u64);
-        impl Rng {
-            fn below(&mut self, n: usize) -> usize {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                (self.0 % n as u64) as usize
-            }
-            fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
-                from[self.below(from.len())]
-            }
-        }
         const KEYS: &[&str] = &[
             r#""jsonrpc""#,
             r#""id""#,

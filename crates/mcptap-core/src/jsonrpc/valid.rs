@@ -532,18 +532,7 @@ mod tests {
     /// A JSON document from `seed`, written with varied whitespace, number forms and escapes;
     /// with `faults`, some tokens are replaced by near misses serde_json refuses.
     fn document(seed: u64, faults: bool) -> String {
-        struct Rng(u64);
-        impl Rng {
-            fn below(&mut self, n: usize) -> usize {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                (self.0 % n as u64) as usize
-            }
-            fn pick<'p>(&mut self, from: &[&'p str]) -> &'p str {
-                from[self.below(from.len())]
-            }
-        }
+        use super::super::tests::Rng;
         const WS: &[&str] = &["", "", " ", "\n  ", "\t", "\r\n"];
         const SCALARS: &[&str] = &[
             "0",
