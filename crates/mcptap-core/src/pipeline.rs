@@ -1001,6 +1001,16 @@ impl Pipeline {
             }
             return false;
         }
+        if seg.payload.is_empty()
+            && !(seg.flags.syn || seg.flags.fin || seg.flags.rst || seg.truncated)
+            && !(!may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack))
+            && flow.streams[half].ignores_empty_push()
+        {
+            // A pure acknowledgement: no bytes, no state, no events; only the budget is fitted
+            // as after any segment.
+            self.fit_budget(0, out);
+            return may_release;
+        }
         let mut report = PushReport::default();
         let mut events = std::mem::take(&mut self.http_events);
         if !may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack) {

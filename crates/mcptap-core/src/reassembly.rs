@@ -68,6 +68,13 @@ impl Reassembler {
         self.buffered
     }
 
+    /// Whether pushing a segment without payload or FIN would change nothing: the stream has
+    /// started, is not finished, and waits on no FIN or cut (pure acknowledgements, a quarter
+    /// of small-packet traffic, then need no push).
+    pub fn ignores_empty_push(&self) -> bool {
+        self.next_seq.is_some() && !self.finished && self.fin_at.is_none() && self.cut_at.is_none()
+    }
+
     /// Whether an acknowledgement `ack` from the other direction covers bytes of this stream
     /// not delivered yet: the other side answered data the capture has not shown us so far.
     pub fn acks_undelivered(&self, ack: u32) -> bool {
@@ -411,6 +418,61 @@ mod tests {
         assert_eq!(c.bytes, b"abcd??????XYZ");
         assert_eq!(rep.gaps, vec![(GapReason::Snaplen, 6)]);
         assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    /// Where [`Reassembler::ignores_empty_push`] says so (the pipeline then skips the push),
+    /// an empty push leaves the stream, the consumer and the report as they were; where it
+    /// does not, one of them may change.
+    #[test]
+    fn an_empty_push_the_stream_ignores_changes_nothing() {
+        type Step = fn(&mut Reassembler, &mut Collect, &mut PushReport);
+        let steps: [(&str, Step, bool); 7] = [
+            ("new", |_, _, _| {}, false),
+            ("syn", |r, _, _| r.on_syn(99), true),
+            ("data", |r, c, rep| r.push(100, b"abc", false, c, rep), true),
+            ("hole", |r, c, rep| r.push(110, b"xyz", false, c, rep), true),
+            (
+                "cut",
+                |r, c, rep| r.push_cut(103, b"de", false, c, rep),
+                false,
+            ),
+            (
+                "fin ahead",
+                |r, c, rep| r.push(120, b"", true, c, rep),
+                false,
+            ),
+            (
+                "finished",
+                |r, c, rep| r.flush(GapReason::Closed, c, rep),
+                false,
+            ),
+        ];
+        for end in 0..steps.len() {
+            let mut r = Reassembler::new(1 << 20);
+            let mut c = Collect::default();
+            let mut rep = PushReport::default();
+            for (_, step, _) in &steps[..=end] {
+                step(&mut r, &mut c, &mut rep);
+            }
+            let (name, _, ignores) = steps[end];
+            assert_eq!(r.ignores_empty_push(), ignores, "after {name}");
+            if ignores {
+                let before = (
+                    format!("{r:?}"),
+                    c.bytes.clone(),
+                    c.gaps.clone(),
+                    format!("{rep:?}"),
+                );
+                r.push(105, b"", false, &mut c, &mut rep);
+                let after = (
+                    format!("{r:?}"),
+                    c.bytes.clone(),
+                    c.gaps.clone(),
+                    format!("{rep:?}"),
+                );
+                assert_eq!(before, after, "after {name}");
+            }
+        }
     }
 
     #[derive(Default)]
