@@ -8,6 +8,7 @@ use mcptap_core::mcp::caps::scope;
 use mcptap_core::model::Output;
 use mcptap_core::model::{
     AbandonReason, AlertKind, Era, Event, FramingAnomaly, HandshakeSource, HttpError, Telemetry,
+    method_label,
 };
 use mcptap_core::pipeline::PacketStats;
 use prometheus::{
@@ -17,27 +18,6 @@ use prometheus::{
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Mutex;
-
-/// Methods that get their own label value.
-const KNOWN_METHODS: &[&str] = &[
-    "initialize",
-    "notifications/initialized",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "resources/templates/list",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-];
 
 /// HTTP statuses that get their own `status` label value: the codes MCP servers, gateways and
 /// proxies answer with. Any other code is bucketed by its class (`1xx` … `5xx`) or `other`, so
@@ -57,14 +37,6 @@ pub fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
         Some(class) => CLASSES.get(class).copied().unwrap_or("other").into(),
         None => "other".into(),
     }
-}
-
-fn method_label(method: &str) -> &str {
-    KNOWN_METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
 }
 
 /// Maps server addresses to bounded label values.
@@ -840,7 +812,7 @@ impl Metrics {
             } => {
                 let server = self.server(*server);
                 self.requests
-                    .with_label_values(&[&server, method_label(method), era.as_str()])
+                    .with_label_values(&[server.as_str(), method, era.as_str()])
                     .inc();
             }
             Telemetry::HeaderMismatch { server, header } => {
@@ -1026,7 +998,7 @@ mod tests {
             m.observe(&Output::Telemetry(Telemetry::Request {
                 era: mcptap_core::model::Era::Legacy,
                 server: SocketAddr::from(([10, 0, 0, 1], port)),
-                method: "x/unknown".into(),
+                method: method_label("x/unknown"),
             }));
         }
         let text = m.render();

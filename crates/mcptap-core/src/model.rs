@@ -1036,6 +1036,37 @@ label_enum! {
     }
 }
 
+/// Methods that get a label value of their own; any other is `other`, so that no client can
+/// mint series.
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+/// A method's metric label: the method when it is a known MCP method, else `other`.
+pub fn method_label(method: &str) -> &'static str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
 /// The monitor's own health, one typed value per noteworthy thing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Telemetry {
@@ -1066,7 +1097,8 @@ pub enum Telemetry {
     },
     Request {
         server: SocketAddr,
-        method: String,
+        /// The method's label ([`method_label`]): a label value, never the wire's text.
+        method: &'static str,
         era: Era,
     },
     SessionStarted {
@@ -1253,6 +1285,15 @@ pub struct HandshakeDiff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_method_label_is_a_known_method_or_other() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("initialize"), "initialize");
+        for unknown in ["tools/call2", "TOOLS/CALL", "", "x/unknown"] {
+            assert_eq!(method_label(unknown), "other", "{unknown:?}");
+        }
+    }
 
     /// The formatting the fast path replaced, as the reference.
     fn reference(ts: Timestamp) -> String {

@@ -2231,7 +2231,7 @@ impl<D: Detector> Tracker<D> {
         for r in &requests {
             out.push(Output::Telemetry(Telemetry::Request {
                 server: ctx.server,
-                method: r.method.clone(),
+                method: crate::model::method_label(&r.method),
                 era,
             }));
         }
