@@ -1056,6 +1056,7 @@ const KNOWN_METHODS: &[&str] = &[
     "sampling/createMessage",
     "elicitation/create",
     "roots/list",
+    "server/discover",
 ];
 
 /// A method's metric label: the method when it is a known MCP method, else `other`.
@@ -1290,6 +1291,7 @@ mod tests {
     fn a_method_label_is_a_known_method_or_other() {
         assert_eq!(method_label("tools/call"), "tools/call");
         assert_eq!(method_label("initialize"), "initialize");
+        assert_eq!(method_label("server/discover"), "server/discover");
         for unknown in ["tools/call2", "TOOLS/CALL", "", "x/unknown"] {
             assert_eq!(method_label(unknown), "other", "{unknown:?}");
         }
