@@ -2036,7 +2036,7 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
                     status,
                     ..Default::default()
                 });
-                let (length, mut facts) = scan_headers(resp.headers, &mut |name, value| {
+                let (length, mut facts) = scan_headers(resp.headers, |name, value| {
                     note_response_header(&mut head, interest, name, value)
                 });
                 facts.bare_lf = head_has_bare_lf(buf, len, resp.headers);
@@ -2077,7 +2077,7 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
                     req.path.unwrap_or(""),
                 ));
                 let within = HeadStr::of(buf.get(..len).unwrap_or_default());
-                let (length, mut facts) = scan_headers(req.headers, &mut |name, value| {
+                let (length, mut facts) = scan_headers(req.headers, |name, value| {
                     note_request_header(&mut head, interest, name, value, within)
                 });
                 facts.bare_lf = head_has_bare_lf(buf, len, req.headers);
@@ -2134,7 +2134,7 @@ fn parse_content_length(value: &[u8]) -> Option<u64> {
 /// passing every other header to `visit`, which says when one is a counted duplicate.
 fn scan_headers(
     headers: &[httparse::Header<'_>],
-    visit: &mut dyn FnMut(&str, &[u8]) -> Option<DuplicateHeader>,
+    mut visit: impl FnMut(&str, &[u8]) -> Option<DuplicateHeader>,
 ) -> (Length, HeadFacts) {
     let mut facts = HeadFacts::default();
     let mut length = Length::Absent;
