@@ -641,3 +641,56 @@ fn json_media_types_are_read_as_media_type_reads_them() {
         assert_eq!(is_json(ct), lowered(ct), "{ct:?}");
     }
 }
+
+/// The head-end search against the line-by-line reading it replaced: every string over LF, CR
+/// and one other byte up to 9 bytes, every end (`LF LF`, `LF CR LF`) and near miss at every
+/// offset of lines 0 to 60 bytes long, and generated text with CR and LF between other bytes.
+#[test]
+fn a_head_end_is_found_where_line_by_line_reading_finds_it() {
+    fn by_lines(bytes: &[u8]) -> bool {
+        memchr::memchr_iter(b'\n', bytes).any(|at| {
+            matches!(bytes.get(at + 1), Some(b'\n'))
+                || (bytes.get(at + 1) == Some(&b'\r') && bytes.get(at + 2) == Some(&b'\n'))
+        })
+    }
+    let check = |bytes: &[u8]| {
+        assert_eq!(holds_head_end(Some(bytes)), by_lines(bytes), "{bytes:?}");
+    };
+    check(b"");
+    for len in 1..=9u32 {
+        for mut code in 0..3usize.pow(len) {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    let b = [b'\n', b'\r', b'a'][code % 3];
+                    code /= 3;
+                    b
+                })
+                .collect();
+            check(&bytes);
+        }
+    }
+    for len in 0..=60 {
+        for piece in [&b"\n\n"[..], b"\n\r\n", b"\n\r", b"\r\n", b"\n", b"\n\ra\n"] {
+            for at in 0..=len {
+                let mut bytes = vec![b'a'; len];
+                bytes.splice(at..at, piece.iter().copied());
+                check(&bytes);
+            }
+        }
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let len = (state % 90) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| match (state.rotate_left(i as u32 * 7) >> 3) % 10 {
+                0 => b'\n',
+                1 => b'\r',
+                _ => b'x',
+            })
+            .collect();
+        check(&bytes);
+    }
+}
