@@ -275,10 +275,11 @@ fn note_first(
     ambiguous: &mut bool,
     header: impl FnOnce() -> DuplicateHeader,
     value: &[u8],
+    within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
     match slot {
         None => {
-            *slot = Some(header_str(value));
+            *slot = Some(value_text(value, within).into_owned());
             None
         }
         Some(first) => {
@@ -359,9 +360,10 @@ fn note_response_header(
     interest: &Interest,
     name: &str,
     value: &[u8],
+    within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
     if eq_ignore_case(name, "content-type") {
-        let mt = media_type_of(value);
+        let mt = media_type_of(value, within);
         match &head.media_type {
             None => head.media_type = Some(mt),
             Some(first) => {
@@ -380,6 +382,7 @@ fn note_response_header(
             value,
             &mut head.extracted,
             &mut head.ambiguous,
+            within,
         )
     }
 }
@@ -392,6 +395,7 @@ fn extract(
     value: &[u8],
     into: &mut ExtractedHeaders,
     ambiguous: &mut bool,
+    within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
     let i = names.iter().position(|n| eq_ignore_case(name, n))?;
     let slot = into.get_mut(i)?;
@@ -401,6 +405,7 @@ fn extract(
         ambiguous,
         || DuplicateHeader::of_extracted(name),
         value,
+        within,
     )
 }
 
@@ -727,11 +732,14 @@ pub fn media_type(value: &str) -> String {
 }
 
 /// [`media_type`] of a raw header value, in one allocation.
-fn media_type_of(value: &[u8]) -> String {
+fn media_type_of(value: &[u8], within: HeadStr<'_>) -> String {
     let before_params = value.split(|b| *b == b';').next().unwrap_or_default();
-    match std::str::from_utf8(before_params) {
-        Ok(s) => s.trim().to_ascii_lowercase(),
-        Err(_) => String::from_utf8_lossy(before_params)
+    let text = within
+        .text_of(before_params)
+        .or_else(|| std::str::from_utf8(before_params).ok());
+    match text {
+        Some(s) => s.trim().to_ascii_lowercase(),
+        None => String::from_utf8_lossy(before_params)
             .trim()
             .to_ascii_lowercase(),
     }
@@ -1025,7 +1033,7 @@ impl Connection {
             if eq_ignore_case(name, "content-encoding") {
                 ce.add_header(value);
             } else if let Some(header) =
-                note_response_header(&mut head, &self.interest, name, value)
+                note_response_header(&mut head, &self.interest, name, value, HeadStr::default())
             {
                 out.push(HttpEvent::DuplicateHeader { header });
             }
@@ -2036,8 +2044,10 @@ fn parse_head_once(buf: &[u8], interest: &Interest) -> HeadParse {
                     status,
                     ..Default::default()
                 });
+                // Validated once, as a request head is: its values are then read as slices.
+                let within = HeadStr::of(buf.get(..len).unwrap_or_default());
                 let (length, mut facts) = scan_headers(resp.headers, |name, value| {
-                    note_response_header(&mut head, interest, name, value)
+                    note_response_header(&mut head, interest, name, value, within)
                 });
                 facts.bare_lf = head_has_bare_lf(buf, len, resp.headers);
                 let no_body = (100..200).contains(&status);

@@ -544,7 +544,17 @@ fn media_type_of_raw_values_is_the_media_type_of_their_text() {
         b"multipart/form-data; boundary=\"a;b\"",
     ];
     for v in values {
-        assert_eq!(media_type_of(v), media_type(&header_str(v)), "{v:?}");
+        assert_eq!(
+            media_type_of(v, HeadStr::default()),
+            media_type(&header_str(v)),
+            "{v:?}"
+        );
+        // Read as a slice of a head that is text: the same.
+        assert_eq!(
+            media_type_of(v, HeadStr::of(v)),
+            media_type(&header_str(v)),
+            "{v:?}"
+        );
     }
 }
 
