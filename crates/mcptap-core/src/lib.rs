@@ -23,6 +23,7 @@ pub mod model;
 pub mod pipeline;
 pub mod reassembly;
 pub mod shard;
+mod table_hash;
 pub mod usage;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::hash::{BuildHasher, Hash};
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
-use foldhash::HashMap;
+use crate::table_hash::HashMap;
 
 use crate::http::HttpEvent;
 use crate::mcp::GroupKey;

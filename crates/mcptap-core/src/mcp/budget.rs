@@ -3,8 +3,8 @@
 
 use super::session::{Session, SessionKey};
 use crate::model::Timestamp;
+use crate::table_hash::HashMap;
 use crate::usage::SharedUsage;
-use foldhash::HashMap;
 use std::sync::Arc;
 
 /// What one session costs besides its id and capability record: the boxed struct, its slot in

@@ -7,7 +7,7 @@
 
 use super::session::CapsRecord;
 use crate::model::Timestamp;
-use foldhash::HashMap;
+use crate::table_hash::HashMap;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 

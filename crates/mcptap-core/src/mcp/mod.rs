@@ -37,9 +37,9 @@ use crate::model::{
     Handshake, HandshakeDiff, HandshakeSource, InputRequired, Limit, Outcome, Output, PathDiff,
     SessionEnd, SharedAlert, SharedJson, SharedRequest, StreamEnd, Telemetry, Timestamp,
 };
+use crate::table_hash::HashMap;
 use crate::usage::SharedUsage;
 use budget::SessionTable;
-use foldhash::HashMap;
 use handshake::Answer;
 use identity::Identities;
 use lineage::{Ended, Lineage, LineageKey, StatelessLabels};
@@ -174,7 +174,7 @@ struct Fleet {
     /// Held exchanges per connection, and connections that closed while some were held
     /// (closed when the last is released).
     held_per_flow: HashMap<u64, usize>,
-    closed_flows: foldhash::HashSet<u64>,
+    closed_flows: crate::table_hash::HashSet<u64>,
     held_bytes: usize,
     dirty: Vec<SessionKey>,
     /// Sessions by their fleet-wide key (for conflicts).
@@ -187,7 +187,7 @@ struct Fleet {
     replayed: u64,
     /// Sessions the store did not have, looked up ahead of their turn (their connection
     /// waited for another): not asked again when their request comes.
-    absent: foldhash::HashSet<SessionKey>,
+    absent: crate::table_hash::HashSet<SessionKey>,
 }
 
 /// A request's JSON-RPC messages and whom they belong to, before its exchange is opened.

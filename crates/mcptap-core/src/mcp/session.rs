@@ -7,7 +7,7 @@ use super::text_cache::{CacheLimits, TextCache};
 use super::transactions::ExchangeState;
 use crate::jsonrpc::Id;
 use crate::model::{Era, Exchange, FailedAnswer, Timestamp};
-use foldhash::HashMap;
+use crate::table_hash::HashMap;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::net::SocketAddr;

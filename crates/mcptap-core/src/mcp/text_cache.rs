@@ -2,7 +2,7 @@
 //! same few handshakes and come back under the same few identities thousands of times, and
 //! what is a function of those texts is worked out once per distinct set.
 
-use foldhash::HashMap;
+use crate::table_hash::HashMap;
 use std::hash::BuildHasher;
 
 /// Values by the `N` texts they were computed from. Bounded in bytes (each entry charged its

@@ -5,7 +5,7 @@ use super::session::ExchangeKey;
 use crate::http::{RequestHead, ResponseHead};
 use crate::jsonrpc::Id;
 use crate::model::Timestamp;
-use foldhash::HashMap;
+use crate::table_hash::HashMap;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
