@@ -1004,9 +1004,12 @@ impl Pipeline {
             }
             return false;
         }
+        // A held segment that waited in vain (or whose flow ends): the peer got bytes of the
+        // other direction the capture lost, so the hole before them is declared now.
+        let skips_hole = !may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack);
         if seg.payload.is_empty()
             && !(seg.flags.syn || seg.flags.fin || seg.flags.rst || seg.truncated)
-            && !(!may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack))
+            && !skips_hole
             && flow.streams[half].ignores_empty_push()
         {
             // A pure acknowledgement: no bytes, no state, no events; only the budget is fitted
@@ -1016,9 +1019,7 @@ impl Pipeline {
         }
         let mut report = PushReport::default();
         let mut events = std::mem::take(&mut self.http_events);
-        if !may_hold && seg.flags.ack && flow.streams[1 - half].hole_acked(seg.ack) {
-            // A held segment that waited in vain (or whose flow ends): the peer got bytes of
-            // the other direction the capture lost, so the hole before them is declared now.
+        if skips_hole {
             let mut feed = HttpFeed {
                 conn: &mut flow.http,
                 half: 1 - half,
