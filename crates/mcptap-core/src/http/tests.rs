@@ -704,3 +704,61 @@ fn a_head_end_is_found_where_line_by_line_reading_finds_it() {
         check(&bytes);
     }
 }
+
+/// The bare-LF check against its definition (a line feed not after a carriage return, or a
+/// head not ending in CR LF): every string over LF, CR and one other byte up to 8 bytes, a
+/// bare LF at every offset of heads 0 to 60 bytes long, and generated text.
+#[test]
+fn a_bare_lf_is_found_wherever_it_is() {
+    fn by_bytes(head: &[u8]) -> bool {
+        let bare = head
+            .iter()
+            .enumerate()
+            .any(|(at, b)| *b == b'\n' && (at == 0 || head[at - 1] != b'\r'));
+        bare || !head.ends_with(b"\r\n")
+    }
+    let check = |bytes: &[u8]| {
+        assert_eq!(
+            head_has_bare_lf(bytes, bytes.len()),
+            by_bytes(bytes),
+            "{bytes:?}"
+        );
+    };
+    check(b"");
+    for len in 1..=8u32 {
+        for mut code in 0..3usize.pow(len) {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    let b = [b'\n', b'\r', b'a'][code % 3];
+                    code /= 3;
+                    b
+                })
+                .collect();
+            check(&bytes);
+        }
+    }
+    for len in 0..=60 {
+        for at in 0..=len {
+            let mut bytes: Vec<u8> = b"a\r\n".iter().copied().cycle().take(len).collect();
+            bytes.extend_from_slice(b"\r\n");
+            check(&bytes);
+            bytes.insert(at, b'\n');
+            check(&bytes);
+        }
+    }
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..100_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let len = (state % 90) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| match (state.rotate_left(i as u32 * 7) >> 3) % 12 {
+                0 => b'\n',
+                1..=3 => b'\r',
+                _ => b'x',
+            })
+            .collect();
+        check(&bytes);
+    }
+}
