@@ -2129,6 +2129,8 @@ impl<D: Detector> Tracker<D> {
             headers::request_protocol_version(head).is_some_and(modern::is_modern_version);
         let mut requests = Vec::new();
         let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
+        // The first initialize's clientInfo (name, version), if its params are kept.
+        let mut init_name: Option<Option<(String, Option<String>)>> = None;
         if !body.is_empty() {
             match jsonrpc::parse(body) {
                 Ok(msgs) => {
@@ -2142,6 +2144,14 @@ impl<D: Detector> Tracker<D> {
                                 let init_params = (method == "initialize")
                                     .then(|| params.as_ref().and_then(|p| checked_params(p, out)))
                                     .flatten();
+                                if method == "initialize" && init_name.is_none() {
+                                    init_name = Some(
+                                        params
+                                            .as_ref()
+                                            .filter(|_| init_params.is_some())
+                                            .and_then(init_client_name_of),
+                                    );
+                                }
                                 let facts = params
                                     .filter(|p| header_modern || modern::may_declare(p.get()))
                                     .and_then(|p| modern::request_facts(&p, method == "tools/call"))
@@ -2179,11 +2189,7 @@ impl<D: Detector> Tracker<D> {
             era = Era::Modern;
         }
         // Who this client is, for traffic without a session id and for handshakes.
-        let init_name = requests
-            .iter()
-            .find(|r| r.method == "initialize")
-            .and_then(|r| r.init_params.as_deref())
-            .and_then(init_client_name);
+        let init_name = init_name.flatten();
         let lineage = if session_id.is_none() || init_name.is_some() {
             let name = match (declaration, &init_name) {
                 (Some(d), _) if d.client_name.is_some() => d
@@ -3958,18 +3964,33 @@ fn init_client_name(params: &str) -> Option<(String, Option<String>)> {
     #[derive(serde::Deserialize)]
     struct Params {
         #[serde(rename = "clientInfo", default)]
-        client_info: Option<Info>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Info {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        version: Option<String>,
+        client_info: Option<ClientInfo>,
     }
     let p: Params = serde_json::from_str(params).ok()?;
     let info = p.client_info?;
     Some((info.name?, info.version))
+}
+
+/// An initialize's `clientInfo`, as [`init_client_name`] reads it.
+#[derive(serde::Deserialize)]
+struct ClientInfo {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+}
+
+/// [`init_client_name`] of params whose members were read while validating: only
+/// `clientInfo` is given to serde_json, not the whole (validated) params.
+fn init_client_name_of(params: &jsonrpc::Params<'_>) -> Option<(String, Option<String>)> {
+    match params.fields(["clientInfo"]) {
+        None => init_client_name(params.get()),
+        Some(Err(_)) => None,
+        Some(Ok([info])) => {
+            let info: ClientInfo = serde_json::from_str(info?).ok()?;
+            Some((info.name?, info.version))
+        }
+    }
 }
 
 /// The methods an `InputRequiredResult`'s `inputRequests` (a map of key to request) ask for.
@@ -4072,6 +4093,37 @@ mod tests {
             let ways = crate::jsonrpc::Params::both_ways(&text);
             let measured = ways.iter().find_map(|p| p.deepest());
             assert_eq!(measured, Some(nesting_depth(text.as_bytes())), "{text}");
+        }
+    }
+
+    /// An initialize's client name read from members found while validating is what
+    /// serde_json reads from the whole params: nulls, repeats, escaped keys, wrong types,
+    /// params and clientInfo as arrays.
+    #[test]
+    fn the_client_name_is_read_as_serde_reads_it() {
+        for text in [
+            r#"{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#,
+            r#"{"clientInfo":{"name":"c"}}"#,
+            r#"{"clientInfo":{"version":"1"}}"#,
+            r#"{"clientInfo":null}"#,
+            r#"{"clientInfo":{"name":null,"version":"1"}}"#,
+            r#"{"clientInfo":{"name":"a"},"clientInfo":{"name":"b"}}"#,
+            r#"{"clientInfo":{"name":"a","name":"b"}}"#,
+            r#"{"client\u0049nfo":{"n\u0061me":"\u00e9","version":"\"1\""}}"#,
+            r#"{"clientInfo":{"name":5}}"#,
+            r#"{"clientInfo":["c","1"]}"#,
+            r#"{"clientInfo":"c"}"#,
+            r#"[{"name":"c","version":"1"}]"#,
+            r#"{ "x" : [ { "clientInfo" : 1 } ] , "clientInfo" : { "name" : "s" , "v" : 2 } }"#,
+            r#"{}"#,
+        ] {
+            for p in crate::jsonrpc::Params::both_ways(text) {
+                assert_eq!(
+                    super::init_client_name_of(&p),
+                    super::init_client_name(text),
+                    "{text}"
+                );
+            }
         }
     }
 }
