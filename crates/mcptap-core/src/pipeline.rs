@@ -1662,7 +1662,17 @@ impl Drop for SessionStage {
     }
 }
 
+/// Counts what a push reported: gaps and overlaps (nearly always none, said inline).
+#[inline]
 fn report_telemetry(report: &PushReport, out: &mut Vec<Output>) {
+    if !report.gaps.is_empty() || report.conflicting_overlaps != 0 || report.identical_overlaps != 0
+    {
+        report_push_anomalies(report, out);
+    }
+}
+
+#[inline(never)]
+fn report_push_anomalies(report: &PushReport, out: &mut Vec<Output>) {
     for (reason, bytes) in &report.gaps {
         out.push(Output::Telemetry(Telemetry::TcpGap {
             reason: *reason,
