@@ -420,13 +420,35 @@ impl<'a> ResultFields<'a> {
             return Ok(Some(ResultFields::default()));
         }
         let members = skim::object_members(text).ok_or(ParseError::InvalidJson)?;
-        Self::of_members(members).map(Some)
+        Self::of_members(members, &[]).map(Some)
     }
 
     /// The members of the object `text` starts with, and its length; `None` where [`Self::parse`]
     /// would fail.
     fn leading_object(text: &'a str) -> Option<(ResultFields<'a>, usize)> {
-        let (members, len) = skim::leading_object_members(text, |_, _| None)?;
+        // The members read as JSON are validated in the pass that steps over them, not
+        // skimmed and then validated (plain keys; others are validated below as before).
+        let mut validated: [&'a str; MAX_VALIDATED_IN_PASS] = [""; MAX_VALIDATED_IN_PASS];
+        let mut count = 0;
+        let (members, len) = skim::leading_object_members(text, |key, rest| {
+            if !matches!(
+                key,
+                "\"capabilities\""
+                    | "\"protocolVersion\""
+                    | "\"serverInfo\""
+                    | "\"supportedVersions\""
+                    | "\"_meta\""
+                    | "\"inputRequests\""
+            ) {
+                return None;
+            }
+            let slot = validated.get_mut(count)?;
+            let len = valid::leading_value_len(rest)?;
+            *slot = rest.get(..len)?;
+            count += 1;
+            Some(len)
+        })?;
+        let validated = validated.get(..count).unwrap_or_default();
         // A malformed literal holding a quote or an opening bracket (`x{`) ends where the
         // member grammar says, but the envelope's bracket count would not have ended the
         // object there: such text is left to the old path, which rejects it.
@@ -437,10 +459,14 @@ impl<'a> ResultFields<'a> {
         if odd_literal {
             return None;
         }
-        Some((Self::of_members(members).ok()?, len))
+        Some((Self::of_members(members, validated).ok()?, len))
     }
 
-    fn of_members(members: Vec<(&'a str, &'a str)>) -> Result<ResultFields<'a>, ParseError> {
+    /// `validated`: member values already known to be valid JSON.
+    fn of_members(
+        members: Vec<(&'a str, &'a str)>,
+        validated: &[&'a str],
+    ) -> Result<ResultFields<'a>, ParseError> {
         let mut r = ResultFields {
             is_object: true,
             ..ResultFields::default()
@@ -449,7 +475,13 @@ impl<'a> ResultFields<'a> {
             let Some(key) = key_text(key) else {
                 return Err(ParseError::InvalidJson);
             };
-            let parsed = || Json::checked(value);
+            let parsed = || {
+                if validated.iter().any(|v| std::ptr::eq(*v, value)) {
+                    Ok(Json(value))
+                } else {
+                    Json::checked(value)
+                }
+            };
             match key.as_ref() {
                 "content" => {
                     r.content.get_or_insert(value);
@@ -476,6 +508,9 @@ impl<'a> ResultFields<'a> {
         Ok(r)
     }
 }
+
+/// Most result members validated while skimming (the six names, a few repeated).
+const MAX_VALIDATED_IN_PASS: usize = 8;
 
 #[derive(Debug, Deserialize)]
 struct ErrorObject<'a> {
@@ -981,6 +1016,9 @@ mod tests {
             r#""protocolVersion""#,
             r#""serverInfo""#,
             r#""_meta""#,
+            r#""supportedVersions""#,
+            r#""inputRequests""#,
+            r#""capabilit\u0069es""#,
             r#""tools""#,
             r#""name""#,
             r#""a""#,

@@ -54,6 +54,16 @@ pub fn whole_value(text: &str) -> bool {
     end == Some(b.len())
 }
 
+/// The length of the object, array or string `text` starts with, if it is valid JSON (for
+/// these the skim ends a value where serde_json does); `None` for anything else.
+pub fn leading_value_len(text: &str) -> Option<usize> {
+    match text.as_bytes().first()? {
+        b'{' | b'[' => container(text, false).map(|c| c.len),
+        b'"' => string_end(text.as_bytes(), 0),
+        _ => None,
+    }
+}
+
 /// [`leading_container`]; `list_members`: whether an object's members are listed.
 fn container(text: &str, list_members: bool) -> Option<Container<'_>> {
     let b = text.as_bytes();
