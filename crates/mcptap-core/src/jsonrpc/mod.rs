@@ -180,24 +180,41 @@ impl<'a> Params<'a> {
         &self,
         names: [&str; N],
     ) -> Option<Result<[Option<&'a str>; N], RepeatedField>> {
-        let members = self.members()?;
-        let mut found: [Option<&'a str>; N] = [None; N];
-        let mut seen = [false; N];
-        for (key, value) in members {
-            // Keys were validated: decoding cannot fail.
-            let Some(key) = key_text(key) else {
-                return Some(Err(RepeatedField));
-            };
-            let Some(at) = names.iter().position(|n| *n == key) else {
-                continue;
-            };
-            if std::mem::replace(&mut seen[at], true) {
-                return Some(Err(RepeatedField));
-            }
-            found[at] = (*value != "null").then_some(*value);
-        }
-        Some(Ok(found))
+        Some(pick_fields(self.members()?, names))
     }
+}
+
+/// [`Params::fields`] of the object `text` starts with, validated and its members listed in
+/// one pass. `None` if it is not a valid object of at most [`valid::MAX_MEMBERS`] members
+/// (serde_json must read it).
+pub fn object_fields<'a, const N: usize>(
+    text: &'a str,
+    names: [&str; N],
+) -> Option<Result<[Option<&'a str>; N], RepeatedField>> {
+    let object = valid::leading_container(text).filter(|c| c.len == text.len())?;
+    Some(pick_fields(&object.members?, names))
+}
+
+fn pick_fields<'a, const N: usize>(
+    members: &[(&'a str, &'a str)],
+    names: [&str; N],
+) -> Result<[Option<&'a str>; N], RepeatedField> {
+    let mut found: [Option<&'a str>; N] = [None; N];
+    let mut seen = [false; N];
+    for (key, value) in members {
+        // Keys were validated: decoding cannot fail.
+        let Some(key) = key_text(key) else {
+            return Err(RepeatedField);
+        };
+        let Some(at) = names.iter().position(|n| *n == key) else {
+            continue;
+        };
+        if std::mem::replace(&mut seen[at], true) {
+            return Err(RepeatedField);
+        }
+        found[at] = (*value != "null").then_some(*value);
+    }
+    Ok(found)
 }
 
 /// A struct's field given twice, which serde_json refuses.

@@ -116,9 +116,54 @@ struct Info<'a> {
     version: Option<Cow<'a, str>>,
 }
 
+/// [`Meta`] as JSON text, however it was read.
+struct MetaText<'a> {
+    protocol_version: Option<&'a str>,
+    capabilities: Option<&'a str>,
+    client_info: Option<&'a str>,
+}
+
+impl<'a> MetaText<'a> {
+    fn of(m: Meta<'a>) -> Self {
+        MetaText {
+            protocol_version: m.protocol_version.map(RawValue::get),
+            capabilities: m.capabilities.map(RawValue::get),
+            client_info: m.client_info.map(RawValue::get),
+        }
+    }
+
+    /// `_meta` (valid JSON) as serde_json reads it into [`Meta`]: an object's members are
+    /// listed by the validating pass (cheaper than serde_json's walk); anything else, or an
+    /// object of very many members, is read by serde_json, which reads a struct from an array
+    /// too. `None` where serde_json fails.
+    fn read(meta: &'a str) -> Option<Self> {
+        let fields = crate::jsonrpc::object_fields(
+            meta,
+            [
+                "io.modelcontextprotocol/protocolVersion",
+                "io.modelcontextprotocol/clientCapabilities",
+                "io.modelcontextprotocol/clientInfo",
+            ],
+        );
+        match fields {
+            None => serde_json::from_str::<Meta<'_>>(meta)
+                .ok()
+                .map(MetaText::of),
+            Some(fields) => {
+                let [protocol_version, capabilities, client_info] = fields.ok()?;
+                Some(MetaText {
+                    protocol_version,
+                    capabilities,
+                    client_info,
+                })
+            }
+        }
+    }
+}
+
 /// [`Params`] with its members as JSON text, however they were read.
 struct Fields<'a> {
-    meta: Option<Meta<'a>>,
+    meta: Option<MetaText<'a>>,
     name: Option<&'a str>,
     uri: Option<&'a str>,
     arguments: Option<&'a str>,
@@ -128,7 +173,7 @@ struct Fields<'a> {
 impl<'a> Fields<'a> {
     fn of(p: Params<'a>) -> Self {
         Fields {
-            meta: p.meta,
+            meta: p.meta.map(MetaText::of),
             name: p.name.map(RawValue::get),
             uri: p.uri.map(RawValue::get),
             arguments: p.arguments.map(RawValue::get),
@@ -142,13 +187,13 @@ fn raw_str(raw: Option<&str>) -> Option<String> {
         .map(Cow::into_owned)
 }
 
-fn digest_of(parts: [Option<&RawValue>; 3]) -> u64 {
+fn digest_of(parts: [Option<&str>; 3]) -> u64 {
     let mut h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170_6465).build_hasher();
     for p in parts {
         match p {
             Some(raw) => {
                 h.write_u8(1);
-                h.write(raw.get().as_bytes());
+                h.write(raw.as_bytes());
             }
             None => h.write_u8(0),
         }
@@ -168,7 +213,7 @@ pub fn request_facts(
             let [meta, name, uri, arguments, input_responses] = fields.ok()?;
             Fields {
                 meta: match meta {
-                    Some(meta) => Some(serde_json::from_str::<Meta<'_>>(meta).ok()?),
+                    Some(meta) => Some(MetaText::read(meta)?),
                     None => None,
                 },
                 name,
@@ -183,9 +228,7 @@ pub fn request_facts(
         if m.protocol_version.is_none() && m.capabilities.is_none() && m.client_info.is_none() {
             return None;
         }
-        let info: Option<Info<'_>> = m
-            .client_info
-            .and_then(|i| serde_json::from_str(i.get()).ok());
+        let info: Option<Info<'_>> = m.client_info.and_then(|i| serde_json::from_str(i).ok());
         let (client_name, client_version) = info
             .map(|i| {
                 (
@@ -195,12 +238,11 @@ pub fn request_facts(
             })
             .unwrap_or_default();
         Some(Declaration {
-            protocol_version: raw_str(m.protocol_version.map(RawValue::get))
-                .map(String::into_boxed_str),
-            capabilities: m.capabilities.map(|c| Box::from(c.get())),
+            protocol_version: raw_str(m.protocol_version).map(String::into_boxed_str),
+            capabilities: m.capabilities.map(Box::from),
             client_name,
             client_version,
-            client_info: m.client_info.map(|c| Box::from(c.get())),
+            client_info: m.client_info.map(Box::from),
             digest: digest_of([m.protocol_version, m.capabilities, m.client_info]),
         })
     });
@@ -521,6 +563,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_meta_of_many_members_is_read_as_serde_reads_it() {
+        let many: Vec<String> = (0..70).map(|i| format!("\"k{i}\":{i}")).collect();
+        let params = format!(
+            "{{\"_meta\":{{{},\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}}",
+            many.join(",")
+        );
+        let f = facts(&params, false).expect("facts");
+        assert_eq!(
+            f.declaration.and_then(|d| d.protocol_version).as_deref(),
+            Some("2026-07-28")
+        );
+    }
+
     const KEYS: &[&str] = &[
         "name",
         "n\\u0061me",
@@ -543,6 +599,11 @@ mod tests {
         "{\"io.modelcontextprotocol/clientInfo\":{\"name\":\"c\"},\"progressToken\":1}",
         "{\"io.modelcontextprotocol/protocolVersion\":null}",
         "[\"2026-07-28\"]",
+        "{\"io.modelcontextprotocol/protocolVersion\":\"a\",\"io.modelcontextprotocol/protocolVersion\":\"b\"}",
+        "{\"io.modelcontextprotocol/protocolV\\u0065rsion\":\"2026-07-\\u00328\",\"x\":[{}]}",
+        "{\"io.modelcontextprotocol/protocolVersion\":7,\"io.modelcontextprotocol/clientCapabilities\":{\"tools\":{}}}",
+        "{ \"io.modelcontextprotocol/clientCapabilities\" : { \"a\" : 1 } , \"io.modelcontextprotocol/clientInfo\" : null }",
+        "{\"io.modelcontextprotocol/clientInfo\":{\"name\":\"c\",\"name\":\"d\"}}",
     ];
 
     proptest::proptest! {
