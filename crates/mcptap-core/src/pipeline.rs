@@ -97,20 +97,62 @@ impl PacketStats {
 
 /// Canonical flow key: the lower endpoint first, so both directions find the same flow.
 /// Both endpoints of a connection, the lower first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct FlowKey(SocketAddr, SocketAddr);
+/// The third field packs two IPv4 endpoints into one integer (0 for other pairs), so that the
+/// order, the hash and the comparisons of a flow lookup on every packet are integer ones.
+#[derive(Debug, Clone, Copy)]
+struct FlowKey(SocketAddr, SocketAddr, u128);
+
+/// Set in a packed key: it holds two IPv4 endpoints.
+const PACKED_V4: u128 = 1 << 127;
 
 impl FlowKey {
     #[inline]
     fn of(a: SocketAddr, b: SocketAddr) -> FlowKey {
-        if a <= b { FlowKey(a, b) } else { FlowKey(b, a) }
+        match (a, b) {
+            (SocketAddr::V4(x), SocketAddr::V4(y)) => {
+                // Ordered as `SocketAddr` orders them: address, then port.
+                let (kx, ky) = (endpoint_bits(&x), endpoint_bits(&y));
+                let (lo, hi, klo, khi) = if kx <= ky {
+                    (a, b, kx, ky)
+                } else {
+                    (b, a, ky, kx)
+                };
+                FlowKey(
+                    lo,
+                    hi,
+                    PACKED_V4 | (u128::from(klo) << 48) | u128::from(khi),
+                )
+            }
+            _ if a <= b => FlowKey(a, b, 0),
+            _ => FlowKey(b, a, 0),
+        }
     }
 }
 
+/// An IPv4 endpoint as 48 bits: the address above the port.
+#[inline]
+fn endpoint_bits(e: &std::net::SocketAddrV4) -> u64 {
+    (u64::from(u32::from(*e.ip())) << 16) | u64::from(e.port())
+}
+
+impl PartialEq for FlowKey {
+    #[inline]
+    fn eq(&self, other: &FlowKey) -> bool {
+        self.2 == other.2 && (self.2 != 0 || (self.0 == other.0 && self.1 == other.1))
+    }
+}
+
+impl Eq for FlowKey {}
+
 /// Hashed as packed integers (see [`hash_endpoint_pair`]).
 impl Hash for FlowKey {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        hash_endpoint_pair(self.0, self.1, state);
+        if self.2 != 0 {
+            state.write_u128(self.2);
+        } else {
+            hash_endpoint_pair(self.0, self.1, state);
+        }
     }
 }
 
@@ -1395,7 +1437,7 @@ impl Pipeline {
             .map(|f| (f.id, f.key))
             .collect();
         // Flow ids, not hash order, decide the order of outputs: replays stay deterministic.
-        idle.sort_unstable();
+        idle.sort_unstable_by_key(|(id, _)| *id);
         for (id, key) in idle {
             self.remove_flow(key, Removal::Idle, out);
             self.end_unit(seq, FlowPhase::Idle, id, out);
@@ -1407,7 +1449,7 @@ impl Pipeline {
             .filter(|f| f.held.is_some())
             .map(|f| (f.id, f.key))
             .collect();
-        waiting.sort_unstable();
+        waiting.sort_unstable_by_key(|(id, _)| *id);
         for (id, key) in waiting {
             self.release_held(key, out);
             self.end_unit(seq, FlowPhase::Held, id, out);
@@ -1471,7 +1513,7 @@ impl Pipeline {
     /// Every flow ends with the input, in id order.
     fn remove_all(&mut self, seq: Option<u64>, out: &mut Vec<Output>) {
         let mut keys: Vec<(u64, FlowKey)> = self.flows.values().map(|f| (f.id, f.key)).collect();
-        keys.sort_unstable();
+        keys.sort_unstable_by_key(|(id, _)| *id);
         for (id, key) in keys {
             self.remove_flow(key, Removal::CaptureEnd, out);
             self.end_unit(seq, FlowPhase::Idle, id, out);
@@ -1694,6 +1736,47 @@ fn report_push_anomalies(report: &PushReport, out: &mut Vec<Output>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flow keys put the lower endpoint first as `SocketAddr` orders them, are equal exactly
+    /// when their endpoints are, and equal keys hash alike: IPv4 pairs (packed), IPv6 and
+    /// mixed pairs, ports and addresses that tie.
+    #[test]
+    fn flow_keys_order_compare_and_hash_as_their_endpoints() {
+        let addrs: Vec<SocketAddr> = [
+            "10.0.0.1:80",
+            "10.0.0.1:81",
+            "10.0.0.2:80",
+            "9.255.255.255:65535",
+            "255.255.255.255:0",
+            "0.0.0.0:0",
+            "[::1]:80",
+            "[::1]:81",
+            "[::ffff:10.0.0.1]:80",
+            "[fe80::1%2]:80",
+        ]
+        .iter()
+        .map(|a| a.parse().expect("addr"))
+        .collect();
+        let hash = |k: &FlowKey| {
+            std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::with_seed(7), k)
+        };
+        for &a in &addrs {
+            for &b in &addrs {
+                let k = FlowKey::of(a, b);
+                let expected = if a <= b { (a, b) } else { (b, a) };
+                assert_eq!((k.0, k.1), expected, "{a} {b}");
+                assert_eq!(k, FlowKey::of(b, a));
+                assert_eq!(hash(&k), hash(&FlowKey::of(b, a)));
+                for &c in &addrs {
+                    for &d in &addrs {
+                        let other = FlowKey::of(c, d);
+                        let same = expected == if c <= d { (c, d) } else { (d, c) };
+                        assert_eq!(k == other, same, "{a} {b} {c} {d}");
+                    }
+                }
+            }
+        }
+    }
 
     fn frame(client_port: u16, seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
         let mut b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
