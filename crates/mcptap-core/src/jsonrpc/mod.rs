@@ -286,32 +286,13 @@ impl<'a> Envelope<'a> {
     /// [`Self::parse`]; `IN_PASS`: whether `params` and `result` are read in the pass that
     /// steps over them (false only in a test that holds both ways to the same answer).
     fn parse_reading<const IN_PASS: bool>(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        // `params` is validated as serde_json would, in the pass that finds its end and its
-        // members, so that it is walked once (not skimmed, then validated, then read). Only a
-        // container: serde and the skim end a number or literal differently. Where that fails
-        // the skim steps over it and serde's validation below reports the error as before.
-        // Likewise a `result` object is read for its members in the pass that steps over it.
-        let mut checked_params: Option<Params<'a>> = None;
-        let mut read_result: Option<(ResultFields<'a>, &'a str)> = None;
-        let members = skim::object_members_measured(text, |key, rest| match key {
-            _ if !IN_PASS => None,
-            "\"params\"" if checked_params.is_none() => {
-                let valid = valid::leading_container(rest)?;
-                checked_params = Some(Params {
-                    text: rest.get(..valid.len)?,
-                    members: valid.members,
-                    deepest: Some(valid.deepest),
-                });
-                Some(valid.len)
-            }
-            "\"result\"" if read_result.is_none() => {
-                let (fields, len) = ResultFields::leading_object(rest)?;
-                read_result = Some((fields, rest.get(..len)?));
-                Some(len)
-            }
-            _ => None,
-        });
-        let Some(members) = members else {
+        let mut reader = EnvelopeReader::<'a, IN_PASS> {
+            env: Envelope::default(),
+            checked_params: None,
+            read_result: None,
+            error: None,
+        };
+        if skim::visit_object(text, &mut reader).is_none() {
             // Not an object: valid JSON of another type is not JSON-RPC.
             let json = !text.trim_start().starts_with('{')
                 && serde_json::from_str::<IgnoredAny>(text).is_ok();
@@ -320,54 +301,108 @@ impl<'a> Envelope<'a> {
             } else {
                 ParseError::InvalidJson
             });
-        };
-        let mut env = Envelope::default();
-        for (key, raw) in members {
-            let Some(key) = key_text(key) else {
-                return Err(ParseError::InvalidJson);
-            };
-            let raw_member = |raw: &'a str| {
-                serde_json::from_str::<&'a RawValue>(raw).map_err(|e| parse_error(&e))
-            };
-            // The members every message has are read without serde when they are plain (a
-            // serde call costs hundreds of instructions; these are a few bytes).
-            let str_member = |raw: &'a str| match plain_string(raw) {
-                Some(text) => Ok(Cow::Borrowed(text)),
-                None => serde_json::from_str::<Str<'a>>(raw)
-                    .map(|s| s.0)
-                    .map_err(|e| parse_error(&e)),
-            };
-            let id_member = |raw: &'a str| {
-                if plain_integer(raw) || plain_string(raw).is_some() {
-                    Ok(raw)
-                } else {
-                    raw_member(raw).map(RawValue::get)
-                }
-            };
-            match key.as_ref() {
-                "jsonrpc" if env.jsonrpc.is_none() => env.jsonrpc = Some(str_member(raw)?),
-                "id" if env.id.is_none() => env.id = Some(id_member(raw)?),
-                "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
-                "params" if env.params.is_none() => {
-                    env.params = Some(match checked_params.take() {
-                        Some(checked) if std::ptr::eq(checked.text, raw) => checked,
-                        _ => Params::checked(raw_member(raw)?),
-                    });
-                }
-                "result" if env.result.is_none() => {
-                    env.result = match read_result.take() {
-                        Some((fields, text)) if std::ptr::eq(text, raw) => Some(fields),
-                        _ => ResultFields::parse(raw)?,
-                    };
-                }
-                "error" if env.error.is_none() => {
-                    env.error = serde_json::from_str::<Option<ErrorObject<'a>>>(raw)
-                        .map_err(|e| parse_error(&e))?;
-                }
-                _ => {}
-            }
         }
-        Ok(env)
+        match reader.error {
+            Some(e) => Err(e),
+            None => Ok(reader.env),
+        }
+    }
+}
+
+/// Reads an envelope's members as the skim steps over them (no list of them is made). A
+/// member that cannot be read is the message's error, unless the object turns out malformed
+/// further on (then that is); members after it are not read.
+struct EnvelopeReader<'a, const IN_PASS: bool> {
+    env: Envelope<'a>,
+    // `params` is validated as serde_json would, in the pass that finds its end and its
+    // members, so that it is walked once (not skimmed, then validated, then read). Only a
+    // container: serde and the skim end a number or literal differently. Where that fails
+    // the skim steps over it and serde's validation below reports the error as before.
+    // Likewise a `result` object is read for its members in the pass that steps over it.
+    checked_params: Option<Params<'a>>,
+    read_result: Option<(ResultFields<'a>, &'a str)>,
+    error: Option<ParseError>,
+}
+
+impl<'a, const IN_PASS: bool> skim::MemberVisitor<'a> for EnvelopeReader<'a, IN_PASS> {
+    fn measure(&mut self, key: &str, rest: &'a str) -> Option<usize> {
+        match key {
+            _ if !IN_PASS => None,
+            "\"params\"" if self.checked_params.is_none() => {
+                let valid = valid::leading_container(rest)?;
+                self.checked_params = Some(Params {
+                    text: rest.get(..valid.len)?,
+                    members: valid.members,
+                    deepest: Some(valid.deepest),
+                });
+                Some(valid.len)
+            }
+            "\"result\"" if self.read_result.is_none() => {
+                let (fields, len) = ResultFields::leading_object(rest)?;
+                self.read_result = Some((fields, rest.get(..len)?));
+                Some(len)
+            }
+            _ => None,
+        }
+    }
+
+    fn member(&mut self, key: &'a str, raw: &'a str) {
+        if self.error.is_none()
+            && let Err(e) = self.read(key, raw)
+        {
+            self.error = Some(e);
+        }
+    }
+}
+
+impl<'a, const IN_PASS: bool> EnvelopeReader<'a, IN_PASS> {
+    /// One member, raw key with its quotes and raw value; of duplicate members the first
+    /// counts.
+    fn read(&mut self, key: &'a str, raw: &'a str) -> Result<(), ParseError> {
+        let Some(key) = key_text(key) else {
+            return Err(ParseError::InvalidJson);
+        };
+        let raw_member =
+            |raw: &'a str| serde_json::from_str::<&'a RawValue>(raw).map_err(|e| parse_error(&e));
+        // The members every message has are read without serde when they are plain (a serde
+        // call costs hundreds of instructions; these are a few bytes).
+        let str_member = |raw: &'a str| match plain_string(raw) {
+            Some(text) => Ok(Cow::Borrowed(text)),
+            None => serde_json::from_str::<Str<'a>>(raw)
+                .map(|s| s.0)
+                .map_err(|e| parse_error(&e)),
+        };
+        let id_member = |raw: &'a str| {
+            if plain_integer(raw) || plain_string(raw).is_some() {
+                Ok(raw)
+            } else {
+                raw_member(raw).map(RawValue::get)
+            }
+        };
+        let env = &mut self.env;
+        match key.as_ref() {
+            "jsonrpc" if env.jsonrpc.is_none() => env.jsonrpc = Some(str_member(raw)?),
+            "id" if env.id.is_none() => env.id = Some(id_member(raw)?),
+            "method" if env.method.is_none() => env.method = Some(str_member(raw)?),
+            "params" if env.params.is_none() => {
+                env.params = Some(match self.checked_params.take() {
+                    Some(checked) if std::ptr::eq(checked.text, raw) => checked,
+                    _ => Params::checked(raw_member(raw)?),
+                });
+            }
+            "result" if env.result.is_none() => {
+                env.result = match self.read_result.take() {
+                    Some((fields, text)) if std::ptr::eq(text, raw) => Some(fields),
+                    _ => ResultFields::parse(raw)?,
+                };
+            }
+            "error" if env.error.is_none() => {
+                env.error = serde_json::from_str::<Option<ErrorObject<'a>>>(raw)
+                    .map_err(|e| parse_error(&e))?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 

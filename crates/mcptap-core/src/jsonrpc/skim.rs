@@ -21,36 +21,82 @@ pub fn object_members(text: &str) -> Option<Vec<(&str, &str)>> {
 /// [`object_members`], where `measure` may step over a value itself: given the raw key and the
 /// text from the value's first byte, it returns the value's length, or `None` to have it
 /// skimmed as usual. (A caller that validates a value anyway walks it once, not twice.)
-// Not inlined: inlined into the envelope's parser it made that too large for its own callees
-// (the key reader) to be inlined, a net loss.
-#[inline(never)]
 pub fn object_members_measured<'a>(
     text: &'a str,
     measure: impl FnMut(&str, &'a str) -> Option<usize>,
 ) -> Option<Vec<(&'a str, &'a str)>> {
+    let mut list = Listed {
+        measure,
+        members: Vec::with_capacity(8),
+    };
+    visit_object(text, &mut list)?;
+    Some(list.members)
+}
+
+/// What reads an object's members as they are stepped over.
+pub trait MemberVisitor<'a> {
+    /// The length of the value at the start of `rest` (member `key`, raw with its quotes), or
+    /// `None` to have it skimmed.
+    fn measure(&mut self, key: &str, rest: &'a str) -> Option<usize>;
+    /// One member: raw key with its quotes, raw value.
+    fn member(&mut self, key: &'a str, value: &'a str);
+}
+
+/// Members into a list, with a measuring closure.
+struct Listed<'a, M> {
+    measure: M,
+    members: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a, M: FnMut(&str, &'a str) -> Option<usize>> MemberVisitor<'a> for Listed<'a, M> {
+    fn measure(&mut self, key: &str, rest: &'a str) -> Option<usize> {
+        (self.measure)(key, rest)
+    }
+
+    fn member(&mut self, key: &'a str, value: &'a str) {
+        self.members.push((key, value));
+    }
+}
+
+/// Gives `visitor` the members of the object `text` is (whitespace around it allowed), in
+/// order, without collecting them. `None` if `text` is not one well-formed object at the top
+/// level; the members before the fault were visited all the same.
+// Not inlined: inlined into the envelope's parser it made that too large for its own callees
+// (the key reader) to be inlined, a net loss.
+#[inline(never)]
+pub fn visit_object<'a>(text: &'a str, visitor: &mut impl MemberVisitor<'a>) -> Option<()> {
     let b = text.as_bytes();
     let i = skip_ws(b, 0);
-    let (members, len) = leading_object_members(text.get(i..)?, measure)?;
-    end(b, i + len).then_some(members)
+    let len = visit_leading_object(text.get(i..)?, visitor)?;
+    end(b, i + len).then_some(())
 }
 
 /// The members of the object that `text` starts with (no whitespace before it), and the
 /// object's length: what follows it is not looked at.
 pub fn leading_object_members<'a>(
     text: &'a str,
-    mut measure: impl FnMut(&str, &'a str) -> Option<usize>,
+    measure: impl FnMut(&str, &'a str) -> Option<usize>,
 ) -> Option<(Vec<(&'a str, &'a str)>, usize)> {
+    // A JSON-RPC envelope has up to five members, a result's object a few more: one
+    // allocation instead of one per doubling.
+    let mut list = Listed {
+        measure,
+        members: Vec::with_capacity(8),
+    };
+    let len = visit_leading_object(text, &mut list)?;
+    Some((list.members, len))
+}
+
+/// [`leading_object_members`] into `visitor`: the object's length.
+fn visit_leading_object<'a>(text: &'a str, visitor: &mut impl MemberVisitor<'a>) -> Option<usize> {
     let b = text.as_bytes();
     let mut i = 0;
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
-    // A JSON-RPC envelope has up to five members, a result's object a few more: one
-    // allocation instead of one per doubling.
-    let mut members = Vec::with_capacity(8);
     if b.get(i) == Some(&b'}') {
-        return Some((members, i + 1));
+        return Some(i + 1);
     }
     loop {
         if b.get(i) != Some(&b'"') {
@@ -63,16 +109,18 @@ pub fn leading_object_members<'a>(
             return None;
         }
         let start = skip_ws(b, i + 1);
-        let measured = text.get(start..).and_then(|rest| measure(key, rest));
+        let measured = text
+            .get(start..)
+            .and_then(|rest| visitor.measure(key, rest));
         let value_end = match measured {
             Some(len) => start.checked_add(len)?,
             None => skip_value(b, start)?,
         };
-        members.push((key, text.get(start..value_end)?));
+        visitor.member(key, text.get(start..value_end)?);
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),
-            Some(b'}') => return Some((members, i + 1)),
+            Some(b'}') => return Some(i + 1),
             _ => return None,
         }
     }
