@@ -2391,7 +2391,16 @@ impl<D: Detector> Tracker<D> {
         ts: Timestamp,
         out: &mut Vec<Output>,
     ) {
-        self.ensure(key, ctx.client, ts, true, out);
+        // A known session with its route (nearly every request): one lookup.
+        match self.sessions.get_mut(key) {
+            Some(s) => {
+                s.last_seen = ts;
+                if s.route.is_some() {
+                    return;
+                }
+            }
+            None => self.ensure(key, ctx.client, ts, true, out),
+        }
         // Its requests name it: a router that has not learned it routes them by the id.
         if self.sessions.get(key).is_some_and(|s| s.route.is_none()) {
             let route = self.identities.route_bucket(key.0, &key.1);
