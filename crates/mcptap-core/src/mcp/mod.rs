@@ -2230,7 +2230,7 @@ impl<D: Detector> Tracker<D> {
             session_id,
             era,
             mut requests,
-            client_answers,
+            mut client_answers,
             mut lineage_id,
             mut route,
         } = request;
@@ -2278,70 +2278,63 @@ impl<D: Detector> Tracker<D> {
             }
         }
         let mut server_answers = Vec::new();
-        if let Some(sid) = &session_id {
-            let key = (ctx.server, sid.clone());
-            self.touch_session(&key, ctx, ts, out);
-            let max_in_flight = self.limits.max_in_flight;
-            let fleet_key = (self.fleet.is_some()
-                && self
-                    .sessions
-                    .get(&key)
-                    .is_some_and(|s| s.fleet_key.is_none()))
-            .then(|| fleet_session_key(&self.identities.server_identity(ctx.server, &head), sid));
-            if let Some(s) = self.sessions.get_mut(&key) {
-                if let Some(k) = fleet_key {
-                    s.fleet_key = Some(k.into());
-                }
-                s.note_flow(ctx.flow);
-                if lineage_id.is_none() {
-                    lineage_id = s.lineage_id.clone();
-                }
-                if route.is_none() {
-                    route = s.route;
-                }
-                s.requests += requests.len() as u64;
-                if era == Era::HttpSse {
-                    s.era = Era::HttpSse;
-                }
-                for r in &requests {
-                    if s.in_flight.len() < max_in_flight {
-                        s.in_flight.insert(r.id.clone(), (ctx.flow, exchange));
+        let mut session_id = session_id;
+        if let Some(sid) = session_id.take() {
+            // The id moves into the key and back: no copy of it per request.
+            let key = (ctx.server, sid);
+            let noted = SessionRequest {
+                ctx,
+                exchange,
+                ts,
+                era,
+                max_in_flight: self.limits.max_in_flight,
+                head: &head,
+                requests: &requests,
+            };
+            // A known session with its route, outside fleet mode (nearly every request): one
+            // lookup.
+            let done = self.fleet.is_none()
+                && match self.sessions.get_mut(&key) {
+                    Some(s) if s.route.is_some() => {
+                        s.last_seen = ts;
+                        let answers = std::mem::take(&mut client_answers);
+                        noted.note(
+                            s,
+                            &key.1,
+                            None,
+                            answers,
+                            &mut server_answers,
+                            &mut lineage_id,
+                            &mut route,
+                        );
+                        true
                     }
-                }
-                for (id, code) in client_answers {
-                    let Some(at) = s.server_requests.iter().position(|r| r.id == id) else {
-                        continue;
-                    };
-                    // In order of arrival, so that the oldest is first when the table is full.
-                    let asked = s.server_requests.remove(at);
-                    server_answers.push(Box::new(Exchange {
-                        v: Default::default(),
-                        ts: asked.ts,
-                        session_id: Some(sid.clone()),
-                        server: ctx.server,
-                        client: ctx.client,
-                        method: asked.method.to_string(),
-                        request_id: id.to_value(),
-                        tool: None,
-                        protocol_version: headers::request_protocol_version(&head)
-                            .map(str::to_string)
-                            .or_else(|| s.protocol_version.as_deref().map(str::to_string)),
-                        http_status: 0,
-                        media_type: "none",
-                        sse_events: 0,
-                        duration_ms: ts.millis_since(asked.ts),
-                        answered: true,
-                        error_code: code,
-                        empty_content: None,
-                        framing: FramingMode::of(head.lenient),
-                        ambiguous: head.ambiguous,
-                        era: s.era,
-                        lineage_id: s.lineage_id.as_deref().map(str::to_string),
-                        direction: Direction::ServerToClient,
-                        input_required: None,
-                    }));
+                    _ => false,
+                };
+            if !done {
+                self.touch_session(&key, ctx, ts, out);
+                let fleet_key = (self.fleet.is_some()
+                    && self
+                        .sessions
+                        .get(&key)
+                        .is_some_and(|s| s.fleet_key.is_none()))
+                .then(|| {
+                    fleet_session_key(&self.identities.server_identity(ctx.server, &head), &key.1)
+                });
+                if let Some(s) = self.sessions.get_mut(&key) {
+                    let answers = std::mem::take(&mut client_answers);
+                    noted.note(
+                        s,
+                        &key.1,
+                        fleet_key,
+                        answers,
+                        &mut server_answers,
+                        &mut lineage_id,
+                        &mut route,
+                    );
                 }
             }
+            session_id = Some(key.1);
         }
         let opened = Box::new(ExchangeState {
             flow: ctx.flow,
@@ -4072,6 +4065,89 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
         reason: crate::model::JsonRpcError::InvalidJson,
     }));
     None
+}
+
+/// A request of a session, as the session notes it.
+struct SessionRequest<'r> {
+    ctx: FlowCtx,
+    exchange: u64,
+    ts: Timestamp,
+    era: Era,
+    max_in_flight: usize,
+    head: &'r RequestHead,
+    requests: &'r [PendingRequest],
+}
+
+impl SessionRequest<'_> {
+    /// Notes the request in session `s` (id `sid`): its flow, its requests in flight, the
+    /// client's answers to the server's requests (into `server_answers`). Fills in the lineage
+    /// and route the request did not name from the session's.
+    // `server_answers` is the exchange's list, boxed as it keeps them.
+    #[allow(clippy::too_many_arguments, clippy::vec_box)]
+    fn note<D>(
+        &self,
+        s: &mut session::Session<D>,
+        sid: &str,
+        fleet_key: Option<String>,
+        client_answers: Vec<(Id, Option<i64>)>,
+        server_answers: &mut Vec<Box<Exchange>>,
+        lineage_id: &mut Option<Box<str>>,
+        route: &mut Option<u16>,
+    ) {
+        let (ctx, head, ts) = (self.ctx, self.head, self.ts);
+        if let Some(k) = fleet_key {
+            s.fleet_key = Some(k.into());
+        }
+        s.note_flow(ctx.flow);
+        if lineage_id.is_none() {
+            *lineage_id = s.lineage_id.clone();
+        }
+        if route.is_none() {
+            *route = s.route;
+        }
+        s.requests += self.requests.len() as u64;
+        if self.era == Era::HttpSse {
+            s.era = Era::HttpSse;
+        }
+        for r in self.requests {
+            if s.in_flight.len() < self.max_in_flight {
+                s.in_flight.insert(r.id.clone(), (ctx.flow, self.exchange));
+            }
+        }
+        for (id, code) in client_answers {
+            let Some(at) = s.server_requests.iter().position(|r| r.id == id) else {
+                continue;
+            };
+            // In order of arrival, so that the oldest is first when the table is full.
+            let asked = s.server_requests.remove(at);
+            server_answers.push(Box::new(Exchange {
+                v: Default::default(),
+                ts: asked.ts,
+                session_id: Some(sid.to_string()),
+                server: ctx.server,
+                client: ctx.client,
+                method: asked.method.to_string(),
+                request_id: id.to_value(),
+                tool: None,
+                protocol_version: headers::request_protocol_version(head)
+                    .map(str::to_string)
+                    .or_else(|| s.protocol_version.as_deref().map(str::to_string)),
+                http_status: 0,
+                media_type: "none",
+                sse_events: 0,
+                duration_ms: ts.millis_since(asked.ts),
+                answered: true,
+                error_code: code,
+                empty_content: None,
+                framing: FramingMode::of(head.lenient),
+                ambiguous: head.ambiguous,
+                era: s.era,
+                lineage_id: s.lineage_id.as_deref().map(str::to_string),
+                direction: Direction::ServerToClient,
+                input_required: None,
+            }));
+        }
+    }
 }
 
 /// How an exchange was framed (strict or lenient) and whether a header made it ambiguous.
