@@ -107,6 +107,8 @@ pub struct Tracker<D: Detector> {
     /// Lineage ids and route buckets by (server endpoint, server identity, client identity,
     /// label): a client comes back under the same ones with every request.
     lineage_ids: TextCache<4, (Box<str>, u16)>,
+    /// What `server/discover` results seen before said (see [`DiscoverReading`]).
+    discovers: TextCache<3, DiscoverReading>,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -377,6 +379,8 @@ const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
 /// Most lineage ids kept worked out, whatever the byte bound (a gateway's clients come back
 /// under a few thousand identities).
 const MAX_CACHED_LINEAGE_IDS: usize = 16_384;
+/// Most distinct `server/discover` results whose reading is kept.
+const MAX_CACHED_DISCOVERS: usize = 256;
 /// Identities and labels longer than this are hashed every time (they are cut at 512 bytes).
 const MAX_CACHED_IDENTITY: usize = 512;
 
@@ -503,6 +507,11 @@ impl<D: Detector> Tracker<D> {
                 max_bytes: limits.max_session_bytes / 64,
                 max_entries: MAX_CACHED_LINEAGE_IDS,
                 max_text: MAX_CACHED_IDENTITY,
+            }),
+            discovers: TextCache::new(CacheLimits {
+                max_bytes: limits.max_session_bytes / 64,
+                max_entries: MAX_CACHED_DISCOVERS,
+                max_text: session::MAX_CACHED_TEXT,
             }),
             usage,
             published_lineage_bytes: 0,
@@ -3290,42 +3299,37 @@ impl<D: Detector> Tracker<D> {
         alerts: &mut Vec<Output>,
     ) {
         self.ensure(key, c.client, c.ts, false, out);
-        let caps_value = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
-        let mut versions: Vec<String> = result
-            .supported_versions
-            .and_then(|v| serde_json::from_str(v.get()).ok())
-            .unwrap_or_default();
-        // Compared with the first result version by version: the latest versions only, in a
-        // fixed order (a reordered list is the same list). Events show them as sent, as many.
-        let mut latest = versions.clone();
-        latest.sort_unstable();
-        latest.dedup();
-        if latest.len() > MAX_SUPPORTED_VERSIONS {
-            latest.drain(..latest.len() - MAX_SUPPORTED_VERSIONS);
-            versions.truncate(MAX_SUPPORTED_VERSIONS);
+        // Read once per distinct set of texts: the reading is a function of them.
+        let texts = [
+            raw_text(result.capabilities).as_bytes(),
+            raw_text(result.supported_versions).as_bytes(),
+            raw_text(result.meta).as_bytes(),
+        ];
+        let mut fresh = None;
+        let reading = match self.discovers.get(&texts) {
+            Some(reading) => reading,
+            None => &*fresh.insert(DiscoverReading::read(result)),
+        };
+        let DiscoverReading {
+            capabilities: caps_value,
+            versions,
+            latest,
+            versions_cut,
+            server_info,
+            digest,
+            record,
+        } = reading;
+        let digest = *digest;
+        if *versions_cut {
             out.push(Output::Telemetry(Telemetry::LimitHit {
                 limit: Limit::LineageDeclarations,
             }));
         }
-        let server_info = result
-            .meta
-            .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
-            .and_then(|m| m.get("io.modelcontextprotocol/serverInfo").cloned())
-            .unwrap_or(Value::Null);
-        let digest = {
-            use std::hash::BuildHasher;
-            foldhash::fast::FixedState::with_seed(0x6469_7363_6f76_6572).hash_one((
-                result.capabilities.map(|c| c.get()),
-                result.supported_versions.map(|c| c.get()),
-                session::compact_json(&server_info),
-            ))
-        };
         let Some(s) = self.sessions.get_mut(key) else {
             return;
         };
         s.handshakes += 1;
         let seq = s.handshakes;
-        let record = CapsRecord::new(&Value::Null, &caps_value);
         let ext = s.ext.get_or_insert_with(Box::default);
         let changed = ext.discover_digest != Some(digest);
         ext.discover_digest = Some(digest);
@@ -3364,7 +3368,7 @@ impl<D: Detector> Tracker<D> {
             }));
         }
         if s.baseline.is_none() {
-            s.baseline = Some(record);
+            s.baseline = Some(record.clone());
         }
         if changed {
             out.push(Output::Event(Event::Handshake(Box::new(Handshake {
@@ -3387,7 +3391,7 @@ impl<D: Detector> Tracker<D> {
                     .map(str::to_string),
                 protocol_version: c.protocol_version.map(str::to_string),
                 client_info: SharedJson::default(),
-                server_info: SharedJson::new(server_info),
+                server_info: SharedJson::new(server_info.clone()),
                 client_capabilities: SharedJson::default(),
                 server_capabilities: SharedJson::new(caps_value.clone()),
                 diff: diff.clone().map(|server| HandshakeDiff {
@@ -3414,10 +3418,10 @@ impl<D: Detector> Tracker<D> {
             diff: diff.as_ref().unwrap_or(&no_diff),
             paths_alerted,
             previous: &previous,
-            current: &caps_value,
+            current: caps_value,
             removed_versions: &removed_versions,
             versions_alerted,
-            supported_versions: &versions,
+            supported_versions: versions,
         });
         if let Some(ext) = self.sessions.get_mut(key).and_then(|s| s.ext.as_mut()) {
             for kind in &found {
@@ -3441,6 +3445,11 @@ impl<D: Detector> Tracker<D> {
         }
         for kind in found {
             alert_ctx.push(alerts, c.ts, Some(kind));
+        }
+        if let Some(reading) = fresh {
+            let value_bytes = reading.heap_bytes(&texts);
+            self.discovers.insert(&texts, reading, value_bytes);
+            self.publish_lineage_bytes();
         }
         self.recharge(key, c.ts, out);
     }
@@ -3642,7 +3651,8 @@ impl<D: Detector> Tracker<D> {
         let now = self.lineage.bytes()
             + self.stateless_labels.bytes()
             + self.handshakes.bytes()
-            + self.lineage_ids.bytes();
+            + self.lineage_ids.bytes()
+            + self.discovers.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;
@@ -4065,6 +4075,77 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
         reason: crate::model::JsonRpcError::InvalidJson,
     }));
     None
+}
+
+/// What a `server/discover` result says, as the session layer compares it: a function of its
+/// `capabilities`, `supportedVersions` and `_meta` texts, so read once per distinct set (a
+/// server answers every client's discover alike).
+#[derive(Debug)]
+struct DiscoverReading {
+    capabilities: Value,
+    /// `supportedVersions` as sent, at most [`MAX_SUPPORTED_VERSIONS`].
+    versions: Vec<String>,
+    /// The latest versions, sorted, without repeats: what is compared with the first result.
+    latest: Vec<String>,
+    /// More versions than are compared were sent (counted on every result).
+    versions_cut: bool,
+    /// `_meta`'s `io.modelcontextprotocol/serverInfo`.
+    server_info: Value,
+    /// Of the declared members: equal readings, equal digests.
+    digest: u64,
+    record: CapsRecord,
+}
+
+impl DiscoverReading {
+    fn read(result: &ResultFields<'_>) -> DiscoverReading {
+        let capabilities = jsonrpc::to_value(result.capabilities).unwrap_or(Value::Null);
+        let mut versions: Vec<String> = result
+            .supported_versions
+            .and_then(|v| serde_json::from_str(v.get()).ok())
+            .unwrap_or_default();
+        // Compared with the first result version by version: the latest versions only, in a
+        // fixed order (a reordered list is the same list). Events show them as sent, as many.
+        let mut latest = versions.clone();
+        latest.sort_unstable();
+        latest.dedup();
+        let versions_cut = latest.len() > MAX_SUPPORTED_VERSIONS;
+        if versions_cut {
+            latest.drain(..latest.len() - MAX_SUPPORTED_VERSIONS);
+            versions.truncate(MAX_SUPPORTED_VERSIONS);
+        }
+        let server_info = result
+            .meta
+            .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+            .and_then(|m| m.get("io.modelcontextprotocol/serverInfo").cloned())
+            .unwrap_or(Value::Null);
+        let digest = {
+            use std::hash::BuildHasher;
+            foldhash::fast::FixedState::with_seed(0x6469_7363_6f76_6572).hash_one((
+                result.capabilities.map(|c| c.get()),
+                result.supported_versions.map(|c| c.get()),
+                session::compact_json(&server_info),
+            ))
+        };
+        let record = CapsRecord::new(&Value::Null, &capabilities);
+        DiscoverReading {
+            capabilities,
+            versions,
+            latest,
+            versions_cut,
+            server_info,
+            digest,
+            record,
+        }
+    }
+
+    /// The heap it holds, at most: its trees by their texts' length, its lists, its record.
+    fn heap_bytes(&self, texts: &[&[u8]; 3]) -> usize {
+        let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
+        texts.iter().map(|t| t.len()).sum::<usize>() * session::VALUE_BYTES_PER_TEXT_BYTE
+            + strings(&self.versions)
+            + strings(&self.latest)
+            + self.record.heap_bytes()
+    }
 }
 
 /// A request of a session, as the session notes it.

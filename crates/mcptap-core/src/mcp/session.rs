@@ -145,14 +145,14 @@ pub type HandshakeTexts<'a> = [&'a str; 4];
 
 /// Texts longer than this are not cached: declarations are small, and a hostile one must not
 /// take the cache.
-const MAX_CACHED_TEXT: usize = 4096;
+pub(crate) const MAX_CACHED_TEXT: usize = 4096;
 
 /// Most readings kept, whatever the byte bound (a session layer built without a budget).
 const MAX_CACHED_HANDSHAKES: usize = 1024;
 
 /// Heap a parsed value tree takes per byte of its text, at most (maps' nodes, keys): the
 /// estimate charged for a cached tree.
-const VALUE_BYTES_PER_TEXT_BYTE: usize = 32;
+pub(crate) const VALUE_BYTES_PER_TEXT_BYTE: usize = 32;
 
 impl HandshakeCache {
     pub fn new(max_bytes: usize) -> Self {

@@ -323,6 +323,57 @@ fn discover_result(versions: &[String], caps: &Value) -> Value {
         "_meta":{"io.modelcontextprotocol/serverInfo":{"name":"srv","version":"1"}}})
 }
 
+/// Results repeated byte for byte are read once (a server answers every client's discover
+/// alike): what each answer says and alerts is as when each is read anew.
+#[test]
+fn repeated_discover_results_say_what_they_said() {
+    let mut h = Harness::new();
+    let full = discover_result(
+        &["2026-07-28".into(), "2027-01-01".into()],
+        &json!({"tools":{"listChanged":true},"prompts":{}}),
+    );
+    let narrowed = discover_result(
+        &["2026-07-28".into()],
+        &json!({"tools":{"listChanged":true}}),
+    );
+    let discover = |h: &mut Harness, ex: u64, result: &Value| {
+        h.answered(
+            ctx(ex),
+            ex,
+            modern_post("server/discover"),
+            declared(ex, "server/discover", &json!({})),
+            result.clone(),
+        );
+        let logged = h
+            .of("handshake")
+            .into_iter()
+            .filter(|e| e["source"] == "discover");
+        (logged.count(), h.of("alert").len())
+    };
+    // The first result is logged; its repeat is not.
+    assert_eq!(discover(&mut h, 1, &full), (1, 0));
+    assert_eq!(discover(&mut h, 2, &full), (1, 0));
+    // A narrowed result is logged and alerts (a capability and a version lost), once.
+    let (logged, alerts) = discover(&mut h, 3, &narrowed);
+    assert_eq!(logged, 2);
+    let kinds: Vec<Value> = h.of("alert").iter().map(|a| a["kind"].clone()).collect();
+    assert!(
+        alerts >= 1 && kinds.contains(&json!("capability_narrowing")),
+        "{kinds:?}"
+    );
+    assert_eq!(discover(&mut h, 4, &narrowed), (2, alerts));
+    // Back to the full set, then narrowed again: logged as changes, alerted no more.
+    assert_eq!(discover(&mut h, 5, &full), (3, alerts));
+    assert_eq!(discover(&mut h, 6, &narrowed), (4, alerts));
+    let seqs: Vec<Value> = h
+        .of("handshake")
+        .iter()
+        .filter(|e| e["source"] == "discover")
+        .map(|e| e["seq"].clone())
+        .collect();
+    assert_eq!(seqs, [json!(1), json!(3), json!(5), json!(6)]);
+}
+
 #[test]
 fn discover_versions_and_alerts_are_bounded() {
     let mut h = Harness::new();
