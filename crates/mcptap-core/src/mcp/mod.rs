@@ -109,6 +109,8 @@ pub struct Tracker<D: Detector> {
     lineage_ids: TextCache<4, (Box<str>, u16)>,
     /// What `server/discover` results seen before said (see [`DiscoverReading`]).
     discovers: TextCache<3, DiscoverReading>,
+    /// What request `_meta` texts seen before declared (see [`modern::read_meta`]).
+    declarations: TextCache<1, Option<Arc<modern::Declaration>>>,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -381,6 +383,8 @@ const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
 const MAX_CACHED_LINEAGE_IDS: usize = 16_384;
 /// Most distinct `server/discover` results whose reading is kept.
 const MAX_CACHED_DISCOVERS: usize = 256;
+/// Most distinct request `_meta` texts whose declaration is kept.
+const MAX_CACHED_DECLARATIONS: usize = 1024;
 /// Identities and labels longer than this are hashed every time (they are cut at 512 bytes).
 const MAX_CACHED_IDENTITY: usize = 512;
 
@@ -511,6 +515,11 @@ impl<D: Detector> Tracker<D> {
             discovers: TextCache::new(CacheLimits {
                 max_bytes: limits.max_session_bytes / 64,
                 max_entries: MAX_CACHED_DISCOVERS,
+                max_text: session::MAX_CACHED_TEXT,
+            }),
+            declarations: TextCache::new(CacheLimits {
+                max_bytes: limits.max_session_bytes / 64,
+                max_entries: MAX_CACHED_DECLARATIONS,
                 max_text: session::MAX_CACHED_TEXT,
             }),
             usage,
@@ -2140,6 +2149,7 @@ impl<D: Detector> Tracker<D> {
         let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
         // The first initialize's clientInfo (name, version), if its params are kept.
         let mut init_name: Option<Option<(String, Option<String>)>> = None;
+        let declarations_held = self.declarations.bytes();
         if !body.is_empty() {
             match jsonrpc::parse(body) {
                 Ok(msgs) => {
@@ -2163,7 +2173,14 @@ impl<D: Detector> Tracker<D> {
                                 }
                                 let facts = params
                                     .filter(|p| header_modern || modern::may_declare(p.get()))
-                                    .and_then(|p| modern::request_facts(&p, method == "tools/call"))
+                                    .and_then(|p| {
+                                        let cache = &mut self.declarations;
+                                        modern::request_facts_with(
+                                            &p,
+                                            method == "tools/call",
+                                            &mut |meta| cached_declaration(cache, meta),
+                                        )
+                                    })
                                     .map(Box::new);
                                 requests.push(PendingRequest {
                                     id,
@@ -2190,6 +2207,9 @@ impl<D: Detector> Tracker<D> {
                     return None;
                 }
             }
+        }
+        if self.declarations.bytes() != declarations_held {
+            self.publish_lineage_bytes();
         }
         let declaration = requests
             .iter()
@@ -3652,7 +3672,8 @@ impl<D: Detector> Tracker<D> {
             + self.stateless_labels.bytes()
             + self.handshakes.bytes()
             + self.lineage_ids.bytes()
-            + self.discovers.bytes();
+            + self.discovers.bytes()
+            + self.declarations.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;
@@ -4077,6 +4098,23 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
     None
 }
 
+/// [`modern::read_meta`] of `meta`, read once per distinct text.
+fn cached_declaration(
+    cache: &mut TextCache<1, Option<Arc<modern::Declaration>>>,
+    meta: &str,
+) -> Option<Option<Arc<modern::Declaration>>> {
+    let texts = [meta.as_bytes()];
+    if let Some(known) = cache.get(&texts) {
+        return Some(known.clone());
+    }
+    let declaration = modern::read_meta(meta)?.map(Arc::new);
+    let held = declaration.as_ref().map_or(0, |d| {
+        std::mem::size_of::<modern::Declaration>() + d.heap_bytes()
+    });
+    cache.insert(&texts, declaration.clone(), held);
+    Some(declaration)
+}
+
 /// What a `server/discover` result says, as the session layer compares it: a function of its
 /// `capabilities`, `supportedVersions` and `_meta` texts, so read once per distinct set (a
 /// server answers every client's discover alike).
@@ -4259,6 +4297,31 @@ mod tests {
             let ways = crate::jsonrpc::Params::both_ways(&text);
             let measured = ways.iter().find_map(|p| p.deepest());
             assert_eq!(measured, Some(nesting_depth(text.as_bytes())), "{text}");
+        }
+    }
+
+    /// A `_meta` reading from the cache is the reading itself, hit or miss: declarations,
+    /// nothing declared, and texts serde_json refuses (never kept).
+    #[test]
+    fn cached_declarations_are_the_readings() {
+        let mut cache = super::TextCache::new(super::CacheLimits {
+            max_bytes: 64 << 10,
+            max_entries: 16,
+            max_text: 4096,
+        });
+        for meta in [
+            r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"a","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"sampling":{}}}"#,
+            r#"{"progressToken":7}"#,
+            r#"{}"#,
+            r#"{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}"#,
+            r#"["2026-07-28"]"#,
+            r#"7"#,
+        ] {
+            let expected = super::modern::read_meta(meta);
+            for _ in 0..2 {
+                let got = super::cached_declaration(&mut cache, meta);
+                assert_eq!(got.map(|d| d.map(|d| (*d).clone())), expected, "{meta}");
+            }
         }
     }
 

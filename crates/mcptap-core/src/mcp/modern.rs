@@ -9,6 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 
 /// The first modern revision; later ones are later dates.
 pub const MODERN_SINCE: &str = "2026-07-28";
@@ -75,7 +76,8 @@ impl Declaration {
 /// What a request's params hold for the monitor: the declaration and the fields headers mirror.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct RequestFacts {
-    pub declaration: Option<Declaration>,
+    /// Shared: one reading of a `_meta` text serves every request that sends it.
+    pub declaration: Option<Arc<Declaration>>,
     /// `params.name` or `params.uri` (what `Mcp-Name` mirrors).
     pub name_or_uri: Option<String>,
     /// `tools/call` arguments as JSON text, kept only when `Mcp-Param-*` checks need them.
@@ -207,50 +209,77 @@ pub fn request_facts(
     params: &crate::jsonrpc::Params<'_>,
     keep_arguments: bool,
 ) -> Option<RequestFacts> {
-    let p = match params.fields(["_meta", "name", "uri", "arguments", "inputResponses"]) {
-        // The members were found while validating: only `_meta` is read further.
-        Some(fields) => {
-            let [meta, name, uri, arguments, input_responses] = fields.ok()?;
-            Fields {
-                meta: match meta {
-                    Some(meta) => Some(MetaText::read(meta)?),
+    request_facts_with(params, keep_arguments, &mut |meta| {
+        read_meta(meta).map(|d| d.map(Arc::new))
+    })
+}
+
+/// [`request_facts`], with `_meta` (when the pass that validated the params found it) read
+/// by `read`: [`read_meta`], or a cache of its answers (a lineage declares the same set with
+/// every request).
+pub fn request_facts_with(
+    params: &crate::jsonrpc::Params<'_>,
+    keep_arguments: bool,
+    read: &mut dyn FnMut(&str) -> Option<Option<Arc<Declaration>>>,
+) -> Option<RequestFacts> {
+    let (declaration, p) =
+        match params.fields(["_meta", "name", "uri", "arguments", "inputResponses"]) {
+            // The members were found while validating: only `_meta` is read further.
+            Some(fields) => {
+                let [meta, name, uri, arguments, input_responses] = fields.ok()?;
+                let declaration = match meta {
+                    Some(meta) => read(meta)?,
                     None => None,
-                },
-                name,
-                uri,
-                arguments,
-                input_responses,
+                };
+                let p = Fields {
+                    meta: None,
+                    name,
+                    uri,
+                    arguments,
+                    input_responses,
+                };
+                (declaration, p)
             }
-        }
-        None => Fields::of(serde_json::from_str(params.get()).ok()?),
-    };
-    let declaration = p.meta.and_then(|m| {
-        if m.protocol_version.is_none() && m.capabilities.is_none() && m.client_info.is_none() {
-            return None;
-        }
-        let info: Option<Info<'_>> = m.client_info.and_then(|i| serde_json::from_str(i).ok());
-        let (client_name, client_version) = info
-            .map(|i| {
-                (
-                    i.name.map(|n| Box::from(n.as_ref())),
-                    i.version.map(|v| Box::from(v.as_ref())),
-                )
-            })
-            .unwrap_or_default();
-        Some(Declaration {
-            protocol_version: raw_str(m.protocol_version).map(String::into_boxed_str),
-            capabilities: m.capabilities.map(Box::from),
-            client_name,
-            client_version,
-            client_info: m.client_info.map(Box::from),
-            digest: digest_of([m.protocol_version, m.capabilities, m.client_info]),
-        })
-    });
+            None => {
+                let mut p = Fields::of(serde_json::from_str(params.get()).ok()?);
+                (p.meta.take().and_then(declaration_of).map(Arc::new), p)
+            }
+        };
     Some(RequestFacts {
         declaration,
         name_or_uri: raw_str(p.name).or_else(|| raw_str(p.uri)),
         arguments: keep_arguments.then(|| p.arguments.map(Box::from)).flatten(),
         input_responses: p.input_responses.is_some(),
+    })
+}
+
+/// What `_meta` (valid JSON) declares; `Some(None)`: nothing. `None` where serde_json cannot
+/// read it (then the request has no facts). A function of the text alone.
+pub fn read_meta(meta: &str) -> Option<Option<Declaration>> {
+    Some(declaration_of(MetaText::read(meta)?))
+}
+
+/// The declaration of `_meta`'s members, if it makes one.
+fn declaration_of(m: MetaText<'_>) -> Option<Declaration> {
+    if m.protocol_version.is_none() && m.capabilities.is_none() && m.client_info.is_none() {
+        return None;
+    }
+    let info: Option<Info<'_>> = m.client_info.and_then(|i| serde_json::from_str(i).ok());
+    let (client_name, client_version) = info
+        .map(|i| {
+            (
+                i.name.map(|n| Box::from(n.as_ref())),
+                i.version.map(|v| Box::from(v.as_ref())),
+            )
+        })
+        .unwrap_or_default();
+    Some(Declaration {
+        protocol_version: raw_str(m.protocol_version).map(String::into_boxed_str),
+        capabilities: m.capabilities.map(Box::from),
+        client_name,
+        client_version,
+        client_info: m.client_info.map(Box::from),
+        digest: digest_of([m.protocol_version, m.capabilities, m.client_info]),
     })
 }
 
@@ -572,7 +601,9 @@ mod tests {
         );
         let f = facts(&params, false).expect("facts");
         assert_eq!(
-            f.declaration.and_then(|d| d.protocol_version).as_deref(),
+            f.declaration
+                .and_then(|d| d.protocol_version.clone())
+                .as_deref(),
             Some("2026-07-28")
         );
     }
@@ -683,10 +714,10 @@ mod tests {
         );
         let facts = RequestFacts {
             name_or_uri: Some("delete_all".into()),
-            declaration: Some(Declaration {
+            declaration: Some(Arc::new(Declaration {
                 protocol_version: Some("2026-07-28".into()),
                 ..Declaration::default()
-            }),
+            })),
             ..RequestFacts::default()
         };
         let f = header_findings(&head, "tools/call", Some(&facts), None);
