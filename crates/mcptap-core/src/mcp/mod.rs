@@ -2721,7 +2721,12 @@ impl<D: Detector> Tracker<D> {
         // HTTP+SSE: the POST that carried the request was answered 202 and parked.
         let mut parked = None;
         let mut here_sid = None;
-        if self.transactions.get(target).is_none() {
+        let target_gone = if target == here {
+            carrier.is_none()
+        } else {
+            self.transactions.get(target).is_none()
+        };
+        if target_gone {
             here_sid = self
                 .transactions
                 .get(here)
