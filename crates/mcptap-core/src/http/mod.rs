@@ -300,25 +300,36 @@ fn note_request_header(
     value: &[u8],
     within: HeadStr<'_>,
 ) -> Option<DuplicateHeader> {
-    let (header, duplicate) = if eq_ignore_case(name, "host") {
-        (RequestHeader::Host, DuplicateHeader::Host)
-    } else if eq_ignore_case(name, "accept") {
-        (RequestHeader::Accept, DuplicateHeader::Accept)
-    } else if eq_ignore_case(name, "content-type") {
-        (RequestHeader::ContentType, DuplicateHeader::ContentType)
-    } else if eq_ignore_case(name, "upgrade") {
-        (RequestHeader::Upgrade, DuplicateHeader::Other)
-    } else if eq_ignore_case(name, "x-forwarded-for") {
-        combine_list(&mut head.forwarded_for, value);
-        return None;
-    } else if eq_ignore_case(name, "forwarded") {
-        combine_list(&mut head.forwarded, value);
-        return None;
+    // The names read here have different lengths: one comparison per header, chosen by its
+    // length, rather than one per name.
+    let known = match name.len() {
+        4 if eq_ignore_case(name, "host") => Some((RequestHeader::Host, DuplicateHeader::Host)),
+        6 if eq_ignore_case(name, "accept") => {
+            Some((RequestHeader::Accept, DuplicateHeader::Accept))
+        }
+        12 if eq_ignore_case(name, "content-type") => {
+            Some((RequestHeader::ContentType, DuplicateHeader::ContentType))
+        }
+        7 if eq_ignore_case(name, "upgrade") => {
+            Some((RequestHeader::Upgrade, DuplicateHeader::Other))
+        }
+        15 if eq_ignore_case(name, "x-forwarded-for") => {
+            combine_list(&mut head.forwarded_for, value);
+            return None;
+        }
+        9 if eq_ignore_case(name, "forwarded") => {
+            combine_list(&mut head.forwarded, value);
+            return None;
+        }
+        _ => None,
+    };
+    let (header, duplicate) = if let Some(known) = known {
+        known
     } else if !interest.request_header_prefix.is_empty()
         && name.len() > interest.request_header_prefix.len()
         && name
             .get(..interest.request_header_prefix.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(interest.request_header_prefix))
+            .is_some_and(|p| eq_ignore_case(p, interest.request_header_prefix))
     {
         if head.prefixed.len() < MAX_PREFIXED_HEADERS {
             head.prefixed.push((name.to_string(), header_str(value)));
@@ -2162,22 +2173,30 @@ fn scan_headers(
         seen |= bit;
     };
     for h in headers {
-        if eq_ignore_case(h.name, "transfer-encoding") {
-            note(&mut facts, DuplicateHeader::TransferEncoding);
-            facts.codings.transfer.add_header(h.value);
-        } else if eq_ignore_case(h.name, "content-length") {
-            note(&mut facts, DuplicateHeader::ContentLength);
-            length = match (length, parse_content_length(h.value)) {
-                (Length::Invalid, _) | (_, None) => Length::Invalid,
-                (Length::Absent, Some(n)) => Length::Valid(n),
-                (Length::Valid(a), Some(b)) if a == b => Length::Valid(a),
-                (Length::Valid(_) | Length::Conflicting, Some(_)) => Length::Conflicting,
-            };
-        } else if eq_ignore_case(h.name, "content-encoding") {
-            note(&mut facts, DuplicateHeader::ContentEncoding);
-            facts.codings.content.add_header(h.value);
-        } else if let Some(dup) = visit(h.name, h.value) {
-            facts.duplicates |= 1 << dup as u16;
+        // One comparison per header, chosen by the length of its name.
+        match h.name.len() {
+            17 if eq_ignore_case(h.name, "transfer-encoding") => {
+                note(&mut facts, DuplicateHeader::TransferEncoding);
+                facts.codings.transfer.add_header(h.value);
+            }
+            14 if eq_ignore_case(h.name, "content-length") => {
+                note(&mut facts, DuplicateHeader::ContentLength);
+                length = match (length, parse_content_length(h.value)) {
+                    (Length::Invalid, _) | (_, None) => Length::Invalid,
+                    (Length::Absent, Some(n)) => Length::Valid(n),
+                    (Length::Valid(a), Some(b)) if a == b => Length::Valid(a),
+                    (Length::Valid(_) | Length::Conflicting, Some(_)) => Length::Conflicting,
+                };
+            }
+            16 if eq_ignore_case(h.name, "content-encoding") => {
+                note(&mut facts, DuplicateHeader::ContentEncoding);
+                facts.codings.content.add_header(h.value);
+            }
+            _ => {
+                if let Some(dup) = visit(h.name, h.value) {
+                    facts.duplicates |= 1 << dup as u16;
+                }
+            }
         }
     }
     (length, facts)
