@@ -185,7 +185,7 @@ impl<'a> Params<'a> {
 }
 
 /// [`Params::fields`] of the object `text` starts with, validated and its members listed in
-/// one pass. `None` if it is not a valid object of at most [`valid::MAX_MEMBERS`] members
+/// one pass. `None` if it is not a valid object of at most [`MAX_MEMBERS`] members
 /// (serde_json must read it).
 pub fn object_fields<'a, const N: usize>(
     text: &'a str,
@@ -278,19 +278,19 @@ fn parse_error(e: &serde_json::Error) -> ParseError {
 }
 
 impl<'a> Envelope<'a> {
-    /// The envelope of one message. Of duplicate members the first counts.
-    fn parse(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        Self::parse_reading::<true>(text)
-    }
-
-    /// [`Self::parse`]; `IN_PASS`: whether `params` and `result` are read in the pass that
-    /// steps over them (false only in a test that holds both ways to the same answer).
-    fn parse_reading<const IN_PASS: bool>(text: &'a str) -> Result<Envelope<'a>, ParseError> {
-        let mut reader = EnvelopeReader::<'a, IN_PASS> {
+    /// The envelope of one message; of duplicate members the first counts. `IN_PASS`: whether `params` and `result` are read in the pass that
+    /// steps over them (false only in a test that holds both ways to the same answer);
+    /// `read_params`: [`leading_container`] or a cache of its answers.
+    fn parse_reading<const IN_PASS: bool>(
+        text: &'a str,
+        read_params: &mut dyn FnMut(&'a str, Option<&str>) -> Option<Container<'a>>,
+    ) -> Result<Envelope<'a>, ParseError> {
+        let mut reader = EnvelopeReader::<'a, '_, IN_PASS> {
             env: Envelope::default(),
             checked_params: None,
             read_result: None,
             error: None,
+            read_params,
         };
         if skim::visit_object(text, &mut reader).is_none() {
             // Not an object: valid JSON of another type is not JSON-RPC.
@@ -312,8 +312,9 @@ impl<'a> Envelope<'a> {
 /// Reads an envelope's members as the skim steps over them (no list of them is made). A
 /// member that cannot be read is the message's error, unless the object turns out malformed
 /// further on (then that is); members after it are not read.
-struct EnvelopeReader<'a, const IN_PASS: bool> {
+struct EnvelopeReader<'a, 'r, const IN_PASS: bool> {
     env: Envelope<'a>,
+    read_params: &'r mut dyn FnMut(&'a str, Option<&str>) -> Option<Container<'a>>,
     // `params` is validated as serde_json would, in the pass that finds its end and its
     // members, so that it is walked once (not skimmed, then validated, then read). Only a
     // container: serde and the skim end a number or literal differently. Where that fails
@@ -324,12 +325,12 @@ struct EnvelopeReader<'a, const IN_PASS: bool> {
     error: Option<ParseError>,
 }
 
-impl<'a, const IN_PASS: bool> skim::MemberVisitor<'a> for EnvelopeReader<'a, IN_PASS> {
+impl<'a, const IN_PASS: bool> skim::MemberVisitor<'a> for EnvelopeReader<'a, '_, IN_PASS> {
     fn measure(&mut self, key: &str, rest: &'a str) -> Option<usize> {
         match key {
             _ if !IN_PASS => None,
             "\"params\"" if self.checked_params.is_none() => {
-                let valid = valid::leading_container(rest)?;
+                let valid = (self.read_params)(rest, self.env.method.as_deref())?;
                 self.checked_params = Some(Params {
                     text: rest.get(..valid.len)?,
                     members: valid.members,
@@ -355,7 +356,7 @@ impl<'a, const IN_PASS: bool> skim::MemberVisitor<'a> for EnvelopeReader<'a, IN_
     }
 }
 
-impl<'a, const IN_PASS: bool> EnvelopeReader<'a, IN_PASS> {
+impl<'a, const IN_PASS: bool> EnvelopeReader<'a, '_, IN_PASS> {
     /// One member, raw key with its quotes and raw value; of duplicate members the first
     /// counts.
     fn read(&mut self, key: &'a str, raw: &'a str) -> Result<(), ParseError> {
@@ -575,19 +576,37 @@ struct ErrorObject<'a> {
 /// Parses a body or SSE `data` payload: one message or a batch. Elements of a batch that are
 /// not JSON-RPC are skipped; the whole payload is an error only if nothing in it is.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Message<'_>>, ParseError> {
+    parse_with(bytes, &mut |rest, _| leading_container(rest))
+}
+
+/// [`parse`], with a request's `params` read by `read_params` (given the text from the params
+/// on and the method, when the message named it before them): [`leading_container`], or a
+/// cache of its answers (a fleet's clients send the same params thousands of times). Where it
+/// answers, it must answer as [`leading_container`] does.
+pub fn parse_with<'a>(
+    bytes: &'a [u8],
+    read_params: &mut dyn FnMut(&'a str, Option<&str>) -> Option<Container<'a>>,
+) -> Result<Vec<Message<'a>>, ParseError> {
     // simdutf8: the whole body is validated here, the one pass over it besides the skim.
     let text = simdutf8::basic::from_utf8(bytes).map_err(|_| ParseError::InvalidJson)?;
-    parse_str(text)
+    parse_str_with(text, read_params)
 }
 
 /// [`parse`] for text already known to be UTF-8 (an SSE event's data), skipping a second
 /// validation pass.
 pub fn parse_str(text: &str) -> Result<Vec<Message<'_>>, ParseError> {
+    parse_str_with(text, &mut |rest, _| leading_container(rest))
+}
+
+fn parse_str_with<'a>(
+    text: &'a str,
+    read_params: &mut dyn FnMut(&'a str, Option<&str>) -> Option<Container<'a>>,
+) -> Result<Vec<Message<'a>>, ParseError> {
     if text.trim_start().starts_with('[') {
         let items = skim::array_elements(text).ok_or(ParseError::InvalidJson)?;
         let msgs: Vec<Message<'_>> = items
             .into_iter()
-            .filter_map(|raw| Envelope::parse(raw).ok())
+            .filter_map(|raw| Envelope::parse_reading::<true>(raw, read_params).ok())
             .filter_map(classify)
             .collect();
         return if msgs.is_empty() {
@@ -596,9 +615,17 @@ pub fn parse_str(text: &str) -> Result<Vec<Message<'_>>, ParseError> {
             Ok(msgs)
         };
     }
-    classify(Envelope::parse(text)?)
+    classify(Envelope::parse_reading::<true>(text, read_params)?)
         .map(|m| vec![m])
         .ok_or(ParseError::NotJsonRpc)
+}
+
+pub use valid::{Container, MAX_MEMBERS};
+
+/// The object or array `text` starts with, if it is valid JSON up to its closing bracket, with
+/// an object's top-level members (see [`Container`]).
+pub fn leading_container(text: &str) -> Option<Container<'_>> {
+    valid::leading_container(text)
 }
 
 fn is_null_text(raw: Option<&str>) -> bool {
@@ -1151,7 +1178,8 @@ mod tests {
                 }
                 text = chars.into_iter().collect();
             }
-            let mut in_pass = Envelope::parse_reading::<true>(&text);
+            let mut in_pass =
+                Envelope::parse_reading::<true>(&text, &mut |rest, _| leading_container(rest));
             // Members found while validating are the skimmer's members of the same text; the
             // other way does not read them.
             if let Ok(Envelope {
@@ -1171,7 +1199,10 @@ mod tests {
                 assert_eq!(Some(members), skim::object_members(params.text), "{text:?}");
             }
             let in_pass = format!("{in_pass:?}");
-            let after = format!("{:?}", Envelope::parse_reading::<false>(&text));
+            let after = format!(
+                "{:?}",
+                Envelope::parse_reading::<false>(&text, &mut |rest, _| leading_container(rest))
+            );
             assert_eq!(in_pass, after, "{text:?}");
             if in_pass.starts_with("Ok") {
                 read += 1;

@@ -111,6 +111,10 @@ pub struct Tracker<D: Detector> {
     discovers: TextCache<3, DiscoverReading>,
     /// What request `_meta` texts seen before declared (see [`modern::read_meta`]).
     declarations: TextCache<1, Option<Arc<modern::Declaration>>>,
+    /// Request params texts already validated (see [`ParamsShape`]), kept from their second
+    /// sighting on.
+    params_seen: TextCache<1, ParamsShape>,
+    params_sightings: text_cache::Sightings,
     /// Connections that opened with a PROXY protocol header: the client it named.
     proxied: HashMap<u64, std::net::IpAddr>,
     /// Fleet mode: sessions shared through the adapter's store.
@@ -522,6 +526,12 @@ impl<D: Detector> Tracker<D> {
                 max_entries: MAX_CACHED_DECLARATIONS,
                 max_text: session::MAX_CACHED_TEXT,
             }),
+            params_seen: TextCache::new(CacheLimits {
+                max_bytes: limits.max_session_bytes / 64,
+                max_entries: MAX_CACHED_DECLARATIONS,
+                max_text: session::MAX_CACHED_TEXT,
+            }),
+            params_sightings: text_cache::Sightings::default(),
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
@@ -2149,9 +2159,11 @@ impl<D: Detector> Tracker<D> {
         let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
         // The first initialize's clientInfo (name, version), if its params are kept.
         let mut init_name: Option<Option<(String, Option<String>)>> = None;
-        let declarations_held = self.declarations.bytes();
+        let cached_held = self.declarations.bytes() + self.params_seen.bytes();
         if !body.is_empty() {
-            match jsonrpc::parse(body) {
+            let (seen, sightings) = (&mut self.params_seen, &mut self.params_sightings);
+            let read_params = &mut |rest, _: Option<&str>| cached_params(seen, sightings, rest);
+            match jsonrpc::parse_with(body, read_params) {
                 Ok(msgs) => {
                     for m in msgs {
                         match m {
@@ -2208,7 +2220,7 @@ impl<D: Detector> Tracker<D> {
                 }
             }
         }
-        if self.declarations.bytes() != declarations_held {
+        if self.declarations.bytes() + self.params_seen.bytes() != cached_held {
             self.publish_lineage_bytes();
         }
         let declaration = requests
@@ -3678,7 +3690,8 @@ impl<D: Detector> Tracker<D> {
             + self.handshakes.bytes()
             + self.lineage_ids.bytes()
             + self.discovers.bytes()
-            + self.declarations.bytes();
+            + self.declarations.bytes()
+            + self.params_seen.bytes();
         self.usage
             .republish_session_bytes(self.published_lineage_bytes, now);
         self.published_lineage_bytes = now;
@@ -4103,6 +4116,86 @@ fn checked_params(params: &jsonrpc::Params<'_>, out: &mut Vec<Output>) -> Option
     None
 }
 
+/// A request's params as the validating pass found them (see [`jsonrpc::Container`]), by
+/// offsets into the text: the same text validates alike, so a text seen before is not walked
+/// again.
+#[derive(Debug)]
+struct ParamsShape {
+    /// Each top-level member's key and value as (start, end) offsets; `None` as in
+    /// [`jsonrpc::Container::members`].
+    members: Option<Vec<[(u32, u32); 2]>>,
+    deepest: usize,
+}
+
+/// [`jsonrpc::leading_container`] of `rest` (a request's params and what follows them),
+/// answered from `seen` when the params are the message's last member and their text was
+/// validated before (the text must match byte for byte, so what is answered is what the pass
+/// would find).
+fn cached_params<'a>(
+    seen: &mut TextCache<1, ParamsShape>,
+    sightings: &mut text_cache::Sightings,
+    rest: &'a str,
+) -> Option<jsonrpc::Container<'a>> {
+    // The params of `{..., "params": {...}}`: up to the envelope's closing brace.
+    let last = rest
+        .trim_end_matches([' ', '\t', '\n', '\r'])
+        .strip_suffix('}')
+        .map(|t| t.trim_end_matches([' ', '\t', '\n', '\r']));
+    let last = last.map(|text| (text, TextCache::<1, ParamsShape>::key(&[text.as_bytes()])));
+    if let Some((text, key)) = last
+        && let Some(shape) = seen.get_keyed(key, &[text.as_bytes()])
+    {
+        let at = |(start, end): (u32, u32)| text.get(start as usize..end as usize);
+        let members = match &shape.members {
+            None => None,
+            Some(list) => Some(
+                list.iter()
+                    .map(|[key, value]| Some((at(*key)?, at(*value)?)))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+        };
+        return Some(jsonrpc::Container {
+            len: text.len(),
+            members,
+            deepest: shape.deepest,
+        });
+    }
+    let found = jsonrpc::leading_container(rest)?;
+    let text = rest.get(..found.len)?;
+    let texts = [text.as_bytes()];
+    let key = match last {
+        Some((guess, key)) if guess.len() == text.len() => key,
+        _ => TextCache::<1, ParamsShape>::key(&texts),
+    };
+    if seen.admits(&texts) && sightings.again(key) {
+        let base = text.as_ptr() as usize;
+        let offsets = |part: &str| {
+            let start = (part.as_ptr() as usize).checked_sub(base)?;
+            Some((
+                u32::try_from(start).ok()?,
+                u32::try_from(start + part.len()).ok()?,
+            ))
+        };
+        let members = match &found.members {
+            None => Some(None),
+            Some(list) => list
+                .iter()
+                .map(|(key, value)| Some([offsets(key)?, offsets(value)?]))
+                .collect::<Option<Vec<_>>>()
+                .map(Some),
+        };
+        if let Some(members) = members {
+            let held = members.as_ref().map_or(0, |m| m.len() * 16);
+            let shape = ParamsShape {
+                members,
+                deepest: found.deepest,
+            };
+            seen.insert(&texts, shape, held);
+        }
+    }
+    Some(found)
+}
+
 /// [`modern::read_meta`] of `meta`, read once per distinct text.
 fn cached_declaration(
     cache: &mut TextCache<1, Option<Arc<modern::Declaration>>>,
@@ -4302,6 +4395,42 @@ mod tests {
             let ways = crate::jsonrpc::Params::both_ways(&text);
             let measured = ways.iter().find_map(|p| p.deepest());
             assert_eq!(measured, Some(nesting_depth(text.as_bytes())), "{text}");
+        }
+    }
+
+    /// Params answered from the cache are what the validating pass finds, hit or miss: params
+    /// last or not, whitespace, members, arrays, invalid text and prefixes of valid text.
+    #[test]
+    fn cached_params_are_what_the_pass_finds() {
+        let mut seen = super::TextCache::new(super::CacheLimits {
+            max_bytes: 64 << 10,
+            max_entries: 16,
+            max_text: 4096,
+        });
+        let mut sightings = super::text_cache::Sightings::default();
+        let rests = [
+            r#"{"name":"t","arguments":{"a":[1,{"b":2}]}}"#,
+            r#"{"name":"t","arguments":{"a":[1,{"b":2}]}} }"#,
+            "{\"name\" : \"t\" }\r\n}\n",
+            r#"{"name":"t"},"id":1}"#,
+            r#"{"name":"t"}}"#,
+            r#"{"name":"t"}"#,
+            r#"[1,2,{"x":[]}]}"#,
+            r#"{"a":"}"}}"#,
+            r#"{"a":}}"#,
+            r#"{"a":1}x}"#,
+            r#"{}}"#,
+            r#"{"name":"t","arguments":{"a":[1,{"b":2}]}"#,
+        ];
+        // Kept on the second sighting, answered from the cache on the third.
+        for _ in 0..3 {
+            for rest in rests {
+                assert_eq!(
+                    super::cached_params(&mut seen, &mut sightings, rest),
+                    crate::jsonrpc::leading_container(rest),
+                    "{rest}"
+                );
+            }
         }
     }
 

@@ -17,6 +17,29 @@ pub struct TextCache<const N: usize, V> {
     limits: CacheLimits,
 }
 
+/// The keys of texts offered to a cache once, in a few slots: a text is kept from its second
+/// sighting on, so that texts seen once (a tool call's arguments) cost a hash, not a copy.
+#[derive(Debug)]
+pub struct Sightings(Box<[u64; SIGHTING_SLOTS]>);
+
+const SIGHTING_SLOTS: usize = 256;
+
+impl Default for Sightings {
+    fn default() -> Self {
+        Sightings(Box::new([0; SIGHTING_SLOTS]))
+    }
+}
+
+impl Sightings {
+    /// Whether `key` was offered before (in its slot since); remembers it.
+    pub fn again(&mut self, key: u64) -> bool {
+        let slot = &mut self.0[(key as usize) % SIGHTING_SLOTS];
+        let again = *slot == key;
+        *slot = key;
+        again
+    }
+}
+
 /// How much a [`TextCache`] may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheLimits {
@@ -55,13 +78,19 @@ impl<const N: usize, V> TextCache<N, V> {
         }
     }
 
-    fn key(texts: &[&[u8]; N]) -> u64 {
+    /// The key these texts are kept under.
+    pub fn key(texts: &[&[u8]; N]) -> u64 {
         foldhash::fast::FixedState::with_seed(0x7465_7874).hash_one(texts)
     }
 
     /// The value computed from these texts, if one was kept.
     pub fn get(&self, texts: &[&[u8]; N]) -> Option<&V> {
-        let hit = self.entries.get(&Self::key(texts))?;
+        self.get_keyed(Self::key(texts), texts)
+    }
+
+    /// [`Self::get`] with the texts' [`Self::key`] already worked out.
+    pub fn get_keyed(&self, key: u64, texts: &[&[u8]; N]) -> Option<&V> {
+        let hit = self.entries.get(&key)?;
         hit.holds(texts).then_some(&hit.value)
     }
 
