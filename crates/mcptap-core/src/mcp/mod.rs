@@ -2216,6 +2216,10 @@ impl<D: Detector> Tracker<D> {
                     out.push(Output::Telemetry(Telemetry::JsonRpcError {
                         reason: e.into(),
                     }));
+                    // What the caches took before the message failed is charged all the same.
+                    if self.declarations.bytes() + self.params_seen.bytes() != cached_held {
+                        self.publish_lineage_bytes();
+                    }
                     return None;
                 }
             }
@@ -4206,8 +4210,11 @@ fn cached_declaration(
         return Some(known.clone());
     }
     let declaration = modern::read_meta(meta)?.map(Arc::new);
+    // The shared allocation: the declaration, its strings and the count before it.
     let held = declaration.as_ref().map_or(0, |d| {
-        std::mem::size_of::<modern::Declaration>() + d.heap_bytes()
+        std::mem::size_of::<Arc<()>>() * 2
+            + std::mem::size_of::<modern::Declaration>()
+            + d.heap_bytes()
     });
     cache.insert(&texts, declaration.clone(), held);
     Some(declaration)
@@ -4274,10 +4281,13 @@ impl DiscoverReading {
         }
     }
 
-    /// The heap it holds, at most: its trees by their texts' length, its lists, its record.
+    /// The heap it holds, at most: its trees by their texts' length (a tree of nested objects
+    /// takes over 100 bytes per byte of its text: a map node per few bytes), its lists, its
+    /// record.
     fn heap_bytes(&self, texts: &[&[u8]; 3]) -> usize {
+        const TREE_BYTES_PER_TEXT_BYTE: usize = 128;
         let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
-        texts.iter().map(|t| t.len()).sum::<usize>() * session::VALUE_BYTES_PER_TEXT_BYTE
+        texts.iter().map(|t| t.len()).sum::<usize>() * TREE_BYTES_PER_TEXT_BYTE
             + strings(&self.versions)
             + strings(&self.latest)
             + self.record.heap_bytes()

@@ -209,7 +209,12 @@ impl ExchangeState {
                     + r.init_params.as_ref().map_or(0, |p| p.len())
                     + r.facts.as_ref().map_or(0, |f| {
                         std::mem::size_of::<super::modern::RequestFacts>()
-                            + f.declaration.as_ref().map_or(0, |d| d.heap_bytes())
+                            // Shared with other requests and a cache, charged whole here.
+                            + f.declaration.as_ref().map_or(0, |d| {
+                                std::mem::size_of::<super::modern::Declaration>()
+                                    + 16
+                                    + d.heap_bytes()
+                            })
                             + f.name_or_uri.as_ref().map_or(0, String::len)
                             + f.arguments.as_ref().map_or(0, |a| a.len())
                     })
@@ -240,7 +245,10 @@ impl ExchangeState {
 /// A flow's queue, charged while the flow lasts: its table slot (a free one beside it) and the
 /// smallest buffer of a queue that has held an exchange.
 const QUEUE_BYTES: usize = 2 * std::mem::size_of::<(u64, VecDeque<Box<ExchangeState>>)>()
-    + 4 * std::mem::size_of::<usize>();
+    + KEPT_QUEUE_CAPACITY * std::mem::size_of::<usize>();
+
+/// Most exchanges an empty queue keeps room for (a queue's smallest buffer).
+const KEPT_QUEUE_CAPACITY: usize = 4;
 
 /// Open exchanges, per flow. Requests are numbered in order on a connection and answered in
 /// order, so each flow's queue stays sorted by number.
@@ -322,8 +330,12 @@ impl Transactions {
     pub fn remove(&mut self, key: ExchangeKey) -> Option<Box<ExchangeState>> {
         let queue = self.flows.get_mut(&key.0)?;
         // An empty queue stays until its flow closes: the next request of the connection
-        // reuses it (one allocation and two table updates fewer per exchange).
+        // reuses it (one allocation and two table updates fewer per exchange). A queue that
+        // grew (pipelined requests) gives its buffer back: what stays is what is charged.
         let ex = queue.remove(Self::position(queue, key.1)?);
+        if queue.is_empty() && queue.capacity() > KEPT_QUEUE_CAPACITY {
+            *queue = VecDeque::new();
+        }
         if let Some(ex) = &ex {
             self.bytes -= ex.charged;
         }
@@ -413,6 +425,24 @@ mod tests {
         t.close_flow(3);
         assert_eq!(t.bytes(), 0);
         assert!(t.flows.is_empty());
+    }
+
+    #[test]
+    fn a_queue_that_grew_gives_its_buffer_back_once_empty() {
+        let mut t = Transactions::new(64);
+        for n in 0..40 {
+            t.open(5, exchange(n));
+        }
+        for n in 0..40 {
+            t.remove((5, n));
+        }
+        let queue = t.flows.get(&5).expect("kept until the flow closes");
+        assert!(
+            queue.capacity() <= KEPT_QUEUE_CAPACITY,
+            "{}",
+            queue.capacity()
+        );
+        assert_eq!(t.bytes(), QUEUE_BYTES);
     }
 
     #[test]
