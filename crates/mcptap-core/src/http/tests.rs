@@ -652,6 +652,21 @@ fn json_media_types_are_read_as_media_type_reads_them() {
     }
 }
 
+/// Every string over LF, CR and one other byte, up to `max_len` bytes (the empty one first).
+fn every_line_string(max_len: u32) -> impl Iterator<Item = Vec<u8>> {
+    (0..=max_len).flat_map(|len| {
+        (0..3usize.pow(len)).map(move |mut code| {
+            (0..len)
+                .map(|_| {
+                    let b = [b'\n', b'\r', b'a'][code % 3];
+                    code /= 3;
+                    b
+                })
+                .collect()
+        })
+    })
+}
+
 /// The head-end search against the line-by-line reading it replaced: every string over LF, CR
 /// and one other byte up to 9 bytes, every end (`LF LF`, `LF CR LF`) and near miss at every
 /// offset of lines 0 to 60 bytes long, and generated text with CR and LF between other bytes.
@@ -666,19 +681,7 @@ fn a_head_end_is_found_where_line_by_line_reading_finds_it() {
     let check = |bytes: &[u8]| {
         assert_eq!(holds_head_end(Some(bytes)), by_lines(bytes), "{bytes:?}");
     };
-    check(b"");
-    for len in 1..=9u32 {
-        for mut code in 0..3usize.pow(len) {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    let b = [b'\n', b'\r', b'a'][code % 3];
-                    code /= 3;
-                    b
-                })
-                .collect();
-            check(&bytes);
-        }
-    }
+    every_line_string(9).for_each(|bytes| check(&bytes));
     for len in 0..=60 {
         for piece in [&b"\n\n"[..], b"\n\r\n", b"\n\r", b"\r\n", b"\n", b"\n\ra\n"] {
             for at in 0..=len {
@@ -724,19 +727,7 @@ fn a_bare_lf_is_found_wherever_it_is() {
             "{bytes:?}"
         );
     };
-    check(b"");
-    for len in 1..=8u32 {
-        for mut code in 0..3usize.pow(len) {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    let b = [b'\n', b'\r', b'a'][code % 3];
-                    code /= 3;
-                    b
-                })
-                .collect();
-            check(&bytes);
-        }
-    }
+    every_line_string(8).for_each(|bytes| check(&bytes));
     for len in 0..=60 {
         for at in 0..=len {
             let mut bytes: Vec<u8> = b"a\r\n".iter().copied().cycle().take(len).collect();
