@@ -667,6 +667,30 @@ fn every_line_string(max_len: u32) -> impl Iterator<Item = Vec<u8>> {
     })
 }
 
+/// `count` texts of up to 89 bytes from `seed` (xorshift): of each `one_in` bytes, one a line
+/// feed, `carriage_returns` carriage returns, the rest `x`.
+fn generated_line_text(
+    seed: u64,
+    count: usize,
+    one_in: u64,
+    carriage_returns: u64,
+) -> impl Iterator<Item = Vec<u8>> {
+    let mut state = seed;
+    (0..count).map(move |_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let len = (state % 90) as usize;
+        (0..len)
+            .map(|i| match (state.rotate_left(i as u32 * 7) >> 3) % one_in {
+                0 => b'\n',
+                r if r <= carriage_returns => b'\r',
+                _ => b'x',
+            })
+            .collect()
+    })
+}
+
 /// The head-end search against the line-by-line reading it replaced: every string over LF, CR
 /// and one other byte up to 9 bytes, every end (`LF LF`, `LF CR LF`) and near miss at every
 /// offset of lines 0 to 60 bytes long, and generated text with CR and LF between other bytes.
@@ -691,21 +715,7 @@ fn a_head_end_is_found_where_line_by_line_reading_finds_it() {
             }
         }
     }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    for _ in 0..200_000 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let len = (state % 90) as usize;
-        let bytes: Vec<u8> = (0..len)
-            .map(|i| match (state.rotate_left(i as u32 * 7) >> 3) % 10 {
-                0 => b'\n',
-                1 => b'\r',
-                _ => b'x',
-            })
-            .collect();
-        check(&bytes);
-    }
+    generated_line_text(0x9e37_79b9_7f4a_7c15, 200_000, 10, 1).for_each(|bytes| check(&bytes));
 }
 
 /// The bare-LF check against its definition (a line feed not after a carriage return, or a
@@ -737,19 +747,5 @@ fn a_bare_lf_is_found_wherever_it_is() {
             check(&bytes);
         }
     }
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..100_000 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let len = (state % 90) as usize;
-        let bytes: Vec<u8> = (0..len)
-            .map(|i| match (state.rotate_left(i as u32 * 7) >> 3) % 12 {
-                0 => b'\n',
-                1..=3 => b'\r',
-                _ => b'x',
-            })
-            .collect();
-        check(&bytes);
-    }
+    generated_line_text(0x2545_f491_4f6c_dd1d, 100_000, 12, 3).for_each(|bytes| check(&bytes));
 }
