@@ -142,6 +142,8 @@ fn flow_sharded(
     for step in steps {
         stage.process(step, &mut got.outputs);
     }
+    // As every caller does after a batch: the steps done stop counting as waiting.
+    stage.publish_usage();
     for shard in &flows {
         got.stats.merge(shard.stats());
     }

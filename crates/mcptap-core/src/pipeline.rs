@@ -540,6 +540,12 @@ pub struct Pipeline {
     /// Bytes staged since the last [`Pipeline::take_staged`] (counted in
     /// [`SharedUsage::staged_bytes`] until the session stage has done them).
     staged_bytes: usize,
+    /// Of `staged_bytes`, those not yet added to [`SharedUsage::staged_bytes`]: added at the
+    /// hand-over, once per batch rather than once per step.
+    staged_unpublished: usize,
+    /// Split: the session side's bytes as of the last hand-over, which this flow side's
+    /// budget counts (see [`Pipeline::memory_total`]).
+    session_bytes_seen: usize,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -604,6 +610,8 @@ impl Pipeline {
             slack,
             staged: None,
             staged_bytes: 0,
+            staged_unpublished: 0,
+            session_bytes_seen: 0,
             eviction_queue: VecDeque::new(),
             flow_marks: Vec::new(),
             flow_share: None,
@@ -640,6 +648,7 @@ impl Pipeline {
             tracker,
             usage,
             published_exchange_bytes: 0,
+            staged_done: 0,
             slack,
         };
         (flows, sessions)
@@ -670,6 +679,7 @@ impl Pipeline {
                 tracker,
                 usage: usage.clone(),
                 published_exchange_bytes: 0,
+                staged_done: 0,
                 slack,
             });
         }
@@ -740,6 +750,9 @@ impl Pipeline {
     /// first); `spare` (an empty vector, e.g. one the session side has done) takes their place.
     pub fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
         self.staged_bytes = 0;
+        self.usage
+            .republish_staged_bytes(0, std::mem::take(&mut self.staged_unpublished));
+        self.session_bytes_seen = self.usage.session_bytes();
         match self.staged.as_mut() {
             Some(mine) => std::mem::replace(mine, spare),
             None => spare,
@@ -767,8 +780,8 @@ impl Pipeline {
                 // the budget: the queues between the threads bound them, and evicting flows
                 // would not free them.
                 let bytes = input.cost();
-                self.usage.republish_staged_bytes(0, bytes);
                 self.staged_bytes += bytes;
+                self.staged_unpublished += bytes;
                 staged.push(Staged::Input(input));
             }
         }
@@ -824,7 +837,14 @@ impl Pipeline {
         self.usage
             .republish_flow_bytes(self.published_flow_bytes, now);
         self.published_flow_bytes = now;
-        self.usage.memory()
+        let sessions = match self.staged {
+            // Split: the session thread writes its figure on every request, and reading it
+            // here on every packet took its cache line from that thread each time. A batch
+            // late, as the session side sees the flows' figure.
+            Some(_) => self.session_bytes_seen,
+            None => self.usage.session_bytes(),
+        };
+        self.usage.flow_bytes().saturating_add(sessions)
     }
 
     /// Estimated bytes held by flows, their buffers and sessions, as counted against the budget.
@@ -1629,6 +1649,9 @@ pub struct SessionStage {
     /// Open exchanges' bytes this stage last added to the flow side of `usage` (they count
     /// there in a whole pipeline too).
     published_exchange_bytes: usize,
+    /// Bytes of the staged steps done since the last [`SessionStage::publish_usage`], still
+    /// counted in [`SharedUsage::staged_bytes`].
+    staged_done: usize,
     /// Charged for its thread's allocator (see [`PIPELINE_SLACK`]).
     slack: usize,
 }
@@ -1639,7 +1662,7 @@ impl SessionStage {
         match staged {
             Staged::Output(o) => out.push(o),
             Staged::Input(input) => {
-                self.usage.republish_staged_bytes(input.cost(), 0);
+                self.staged_done += input.cost();
                 run_session_input(&mut self.tracker, input, out)
             }
         }
@@ -1664,12 +1687,15 @@ impl SessionStage {
         self.tracker.take_group_marks(into);
     }
 
-    /// Publishes what open exchanges hold, for the flow layer's memory budget; after a batch.
+    /// Publishes what open exchanges hold, for the flow layer's memory budget, and that the
+    /// steps done no longer wait; after a batch.
     pub fn publish_usage(&mut self) {
         let now = self.tracker.exchange_bytes();
         self.usage
             .republish_flow_bytes(self.published_exchange_bytes, now);
         self.published_exchange_bytes = now;
+        self.usage
+            .republish_staged_bytes(std::mem::take(&mut self.staged_done), 0);
     }
 
     pub fn active_sessions(&self) -> usize {
@@ -1701,6 +1727,7 @@ impl Drop for SessionStage {
         self.usage
             .republish_flow_bytes(self.published_exchange_bytes, 0);
         self.usage.republish_session_bytes(self.slack, 0);
+        self.usage.republish_staged_bytes(self.staged_done, 0);
     }
 }
 
