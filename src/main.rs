@@ -690,6 +690,10 @@ impl ReplayThreads {
     }
 }
 
+/// What the events are written in at once: a replay writes hundreds of megabytes, and with
+/// `BufWriter`'s default of 8 KiB every few dozen events cost a `write(2)`.
+const EVENTS_BUFFER: usize = 256 << 10;
+
 fn replay(
     files: &[String],
     to: ReplayTo<'_>,
@@ -719,13 +723,13 @@ fn replay(
     } = to;
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
-            Ok(f) => Box::new(BufWriter::new(f)),
+            Ok(f) => Box::new(BufWriter::with_capacity(EVENTS_BUFFER, f)),
             Err(e) => {
                 say!("mcptap: error: {path}: cannot create events file: {e}");
                 return ExitCode::from(2);
             }
         },
-        None => Box::new(BufWriter::new(io::stdout().lock())),
+        None => Box::new(BufWriter::with_capacity(EVENTS_BUFFER, io::stdout().lock())),
     };
     let mut writer = NdjsonWriter::new(sink);
     let mut summary = Summary::default();
