@@ -195,9 +195,7 @@ impl FlowDispatcher {
     }
 
     fn stage_outputs(&mut self, seq: u64, phase: FlowPhase) {
-        self.round
-            .staged
-            .extend(self.out.drain(..).map(Staged::Output));
+        crate::pipeline::stage_behind(&mut self.round.staged, &mut self.out);
         let unit = FlowUnit {
             seq,
             phase,
