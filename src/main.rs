@@ -690,9 +690,12 @@ impl ReplayThreads {
     }
 }
 
-/// What the events are written in at once: a replay writes hundreds of megabytes, and with
-/// `BufWriter`'s default of 8 KiB every few dozen events cost a `write(2)`.
+/// What the events of a replay of files are written in at once: it writes hundreds of
+/// megabytes, and with `BufWriter`'s default of 8 KiB every few dozen events cost a `write(2)`.
+/// A replay of standard input (`tcpdump -w - | mcptap replay -`) keeps the default, so that
+/// a quiet link's events do not wait for 256 KiB of company.
 const EVENTS_BUFFER: usize = 256 << 10;
+const STREAMED_EVENTS_BUFFER: usize = 8 << 10;
 
 fn replay(
     files: &[String],
@@ -721,15 +724,20 @@ fn replay(
         quiet,
         threads,
     } = to;
+    let buffer = if files.iter().any(|f| f == "-") {
+        STREAMED_EVENTS_BUFFER
+    } else {
+        EVENTS_BUFFER
+    };
     let sink: Box<dyn Write> = match events {
         Some(path) => match File::create(path) {
-            Ok(f) => Box::new(BufWriter::with_capacity(EVENTS_BUFFER, f)),
+            Ok(f) => Box::new(BufWriter::with_capacity(buffer, f)),
             Err(e) => {
                 say!("mcptap: error: {path}: cannot create events file: {e}");
                 return ExitCode::from(2);
             }
         },
-        None => Box::new(BufWriter::with_capacity(EVENTS_BUFFER, io::stdout().lock())),
+        None => Box::new(BufWriter::with_capacity(buffer, io::stdout().lock())),
     };
     let mut writer = NdjsonWriter::new(sink);
     let mut summary = Summary::default();

@@ -538,14 +538,15 @@ pub struct Pipeline {
     /// of calling it.
     staged: Option<Vec<Staged>>,
     /// Bytes staged since the last [`Pipeline::take_staged`] (counted in
-    /// [`SharedUsage::staged_bytes`] until the session stage has done them).
+    /// [`SharedUsage::staged_bytes`] from the hand-over until the session stage has done them).
     staged_bytes: usize,
     /// Of `staged_bytes`, those not yet added to [`SharedUsage::staged_bytes`]: added at the
     /// hand-over, once per batch rather than once per step.
     staged_unpublished: usize,
-    /// Split: the session side's bytes as of the last hand-over, which this flow side's
-    /// budget counts (see [`Pipeline::memory_total`]).
+    /// Split: the session side's bytes as last read, which this flow side's budget counts,
+    /// and the budget checks since (see [`Pipeline::memory_total`]).
     session_bytes_seen: usize,
+    checks_since_session_read: u32,
     /// Flows in the order they were queued, oldest first: every flow once, plus stale entries
     /// of flows since removed. Eviction takes flows from the front, re-queueing those seen since
     /// they were queued ("second chance"), so it costs O(1) per flow amortised instead of a scan
@@ -612,6 +613,7 @@ impl Pipeline {
             staged_bytes: 0,
             staged_unpublished: 0,
             session_bytes_seen: 0,
+            checks_since_session_read: 0,
             eviction_queue: VecDeque::new(),
             flow_marks: Vec::new(),
             flow_share: None,
@@ -623,7 +625,8 @@ impl Pipeline {
     /// that layer is to do, with its own outputs in their places
     /// ([`Pipeline::take_staged`]); the [`SessionStage`] does it in that order. The outputs
     /// are those of one pipeline, in the same order; only where a memory limit is reached can
-    /// the two differ (each side sees the other's memory a batch late).
+    /// the two differ (the session side sees the flows' memory a batch late, the flow side the
+    /// sessions' up to [`SESSION_READ_INTERVAL`] packets late, and at once near the budget).
     pub fn split(
         limits: Limits,
         analysis: impl Into<Analysis>,
@@ -752,7 +755,6 @@ impl Pipeline {
         self.staged_bytes = 0;
         self.usage
             .republish_staged_bytes(0, std::mem::take(&mut self.staged_unpublished));
-        self.session_bytes_seen = self.usage.session_bytes();
         match self.staged.as_mut() {
             Some(mine) => std::mem::replace(mine, spare),
             None => spare,
@@ -837,14 +839,22 @@ impl Pipeline {
         self.usage
             .republish_flow_bytes(self.published_flow_bytes, now);
         self.published_flow_bytes = now;
-        let sessions = match self.staged {
-            // Split: the session thread writes its figure on every request, and reading it
-            // here on every packet took its cache line from that thread each time. A batch
-            // late, as the session side sees the flows' figure.
-            Some(_) => self.session_bytes_seen,
-            None => self.usage.session_bytes(),
-        };
-        self.usage.flow_bytes().saturating_add(sessions)
+        let flows = self.usage.flow_bytes();
+        if self.staged.is_none() {
+            return flows.saturating_add(self.usage.session_bytes());
+        }
+        // Split: the session thread writes its figure on every request, and reading it here on
+        // every packet took its cache line from that thread each time. It is read every
+        // SESSION_READ_INTERVAL checks, and at every check once the total comes near the budget,
+        // where a figure read late could let the budget be exceeded.
+        self.checks_since_session_read += 1;
+        let near = flows.saturating_add(self.session_bytes_seen)
+            >= self.limits.memory_budget_bytes - self.limits.memory_budget_bytes / 8;
+        if near || self.checks_since_session_read >= SESSION_READ_INTERVAL {
+            self.session_bytes_seen = self.usage.session_bytes();
+            self.checks_since_session_read = 0;
+        }
+        flows.saturating_add(self.session_bytes_seen)
     }
 
     /// Estimated bytes held by flows, their buffers and sessions, as counted against the budget.
@@ -1577,6 +1587,10 @@ impl Drop for Pipeline {
         self.usage.republish_session_bytes(self.slack, 0);
     }
 }
+
+/// Budget checks (about one per packet) between a split flow side's reads of the session
+/// side's bytes (see [`Pipeline::memory_total`]).
+const SESSION_READ_INTERVAL: u32 = 64;
 
 /// Moves the outputs in `out` behind the steps in `staged`. Most packets have none, and the
 /// drain's setup and teardown cost a split replay's flow thread more than the rest of staging.

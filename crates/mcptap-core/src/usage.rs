@@ -55,8 +55,9 @@ impl SharedUsage {
         self.session_bytes.load(Ordering::Relaxed)
     }
 
-    /// Estimated bytes of the steps a split pipeline's flow layer staged that its session
-    /// layer has not done yet (bodies, mostly), all pipelines together. Not part of
+    /// Estimated bytes of the steps a split pipeline's flow layer handed over that its session
+    /// layer has not done yet (bodies, mostly), all pipelines together; counted at each
+    /// hand-over and done at the end of each batch, not step by step. Not part of
     /// [`SharedUsage::memory`]: they wait in the queues between threads, which bound them, and
     /// evicting flows would not free them (`docs/sharding.md`, step 3).
     pub fn staged_bytes(&self) -> usize {
