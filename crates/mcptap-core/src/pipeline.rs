@@ -626,7 +626,7 @@ impl Pipeline {
     /// ([`Pipeline::take_staged`]); the [`SessionStage`] does it in that order. The outputs
     /// are those of one pipeline, in the same order; only where a memory limit is reached can
     /// the two differ (the session side sees the flows' memory a batch late, the flow side the
-    /// sessions' up to [`SESSION_READ_INTERVAL`] packets late, and at once near the budget).
+    /// sessions' up to 64 packets late, and at once near the budget).
     pub fn split(
         limits: Limits,
         analysis: impl Into<Analysis>,
