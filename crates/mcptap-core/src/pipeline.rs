@@ -839,10 +839,10 @@ impl Pipeline {
         self.usage
             .republish_flow_bytes(self.published_flow_bytes, now);
         self.published_flow_bytes = now;
-        let flows = self.usage.flow_bytes();
         if self.staged.is_none() {
-            return flows.saturating_add(self.usage.session_bytes());
+            return self.usage.memory();
         }
+        let flows = self.usage.flow_bytes();
         // Split: the session thread writes its figure on every request, and reading it here on
         // every packet took its cache line from that thread each time. It is read every
         // SESSION_READ_INTERVAL checks, and at every check once the total comes near the budget,
