@@ -752,6 +752,7 @@ impl Pipeline {
     /// Split pipeline: the steps staged so far, in order (call [`Pipeline::stage_outputs`]
     /// first); `spare` (an empty vector, e.g. one the session side has done) takes their place.
     pub fn take_staged(&mut self, spare: Vec<Staged>) -> Vec<Staged> {
+        self.publish_usage();
         self.staged_bytes = 0;
         self.usage
             .republish_staged_bytes(0, std::mem::take(&mut self.staged_unpublished));
@@ -836,13 +837,20 @@ impl Pipeline {
     /// together, with this pipeline's current figure published first.
     fn memory_total(&mut self) -> usize {
         let now = self.flow_bytes();
-        self.usage
-            .republish_flow_bytes(self.published_flow_bytes, now);
-        self.published_flow_bytes = now;
-        if self.staged.is_none() {
-            return self.usage.memory();
+        // Published only once it moved by more than the lag this pipeline's slack covers: a
+        // locked add on every packet waited each time for the stores before it to drain.
+        if now.abs_diff(self.published_flow_bytes) > self.slack / PUBLISH_LAG_SHARE {
+            self.publish_flow_bytes(now);
         }
-        let flows = self.usage.flow_bytes();
+        // Ours as it is now, the other pipelines' as published.
+        let flows = self
+            .usage
+            .flow_bytes()
+            .saturating_sub(self.published_flow_bytes)
+            .saturating_add(now);
+        if self.staged.is_none() {
+            return flows.saturating_add(self.usage.session_bytes());
+        }
         // Split: the session thread writes its figure on every request, and reading it here on
         // every packet took its cache line from that thread each time. It is read every
         // SESSION_READ_INTERVAL checks, and at every check once the total comes near the budget,
@@ -855,6 +863,20 @@ impl Pipeline {
             self.checks_since_session_read = 0;
         }
         flows.saturating_add(self.session_bytes_seen)
+    }
+
+    /// Moves this pipeline's figure in [`SharedUsage::flow_bytes`] to `now`.
+    fn publish_flow_bytes(&mut self, now: usize) {
+        self.usage
+            .republish_flow_bytes(self.published_flow_bytes, now);
+        self.published_flow_bytes = now;
+    }
+
+    /// Publishes this pipeline's flow bytes in the shared usage exactly; otherwise they are
+    /// published once they moved by more than a 64th of what the pipeline is charged for its
+    /// untracked costs.
+    pub fn publish_usage(&mut self) {
+        self.publish_flow_bytes(self.flow_bytes());
     }
 
     /// Estimated bytes held by flows, their buffers and sessions, as counted against the budget.
@@ -1591,6 +1613,10 @@ impl Drop for Pipeline {
 /// Budget checks (about one per packet) between a split flow side's reads of the session
 /// side's bytes (see [`Pipeline::memory_total`]).
 const SESSION_READ_INTERVAL: u32 = 64;
+
+/// A pipeline's flow bytes in the shared usage may lag its own by a share of its slack: the
+/// other pipelines sharing the usage see them that late (see [`Pipeline::memory_total`]).
+const PUBLISH_LAG_SHARE: usize = 64;
 
 /// Moves the outputs in `out` behind the steps in `staged`. Most packets have none, and the
 /// drain's setup and teardown cost a split replay's flow thread more than the rest of staging.
