@@ -471,6 +471,18 @@ impl EndpointKey {
     fn is_v4(&self) -> bool {
         self.port & V6_FAMILY == 0
     }
+
+    /// Whether this endpoint, not `other`, is the one a flow nobody saw start is attributed
+    /// to: the lower port (clients usually use ephemeral ports), the lower address on equal
+    /// ports, ordered as `SocketAddr`s are (v4 before v6). Symmetric in its arguments.
+    #[inline]
+    fn is_lower_port_than(&self, other: &EndpointKey) -> bool {
+        match (self.port & 0xffff).cmp(&(other.port & 0xffff)) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => (!self.is_v4(), self) <= (!other.is_v4(), other),
+        }
+    }
 }
 
 impl Hash for EndpointKey {
@@ -531,16 +543,6 @@ impl Default for ServerDirectory {
     }
 }
 
-/// The endpoint a flow nobody saw start is attributed to: the lower port (clients usually use
-/// ephemeral ports), the lower address on equal ports. Symmetric in its arguments.
-fn lower_port(a: SocketAddr, b: SocketAddr) -> SocketAddr {
-    match a.port().cmp(&b.port()) {
-        std::cmp::Ordering::Less => a,
-        std::cmp::Ordering::Greater => b,
-        std::cmp::Ordering::Equal => a.min(b),
-    }
-}
-
 impl ServerDirectory {
     /// A directory that knows `configured` server endpoints and learns the rest.
     pub fn new(configured: impl IntoIterator<Item = SocketAddr>) -> Self {
@@ -562,17 +564,26 @@ impl ServerDirectory {
 
     /// The server endpoint of a segment from `src` to `dst` with `flags`.
     pub fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
-        let (src_key, dst_key) = (EndpointKey::of(src), EndpointKey::of(dst));
+        if self.server_is_src(EndpointKey::of(src), EndpointKey::of(dst), flags) {
+            src
+        } else {
+            dst
+        }
+    }
+
+    /// [`ServerDirectory::server_of`] on packed endpoints, as the capture thread asks on every
+    /// frame: whether the server is `src` (else `dst`).
+    fn server_is_src(&mut self, src: EndpointKey, dst: EndpointKey, flags: TcpFlags) -> bool {
         if !self.configured.is_empty() {
-            if self.configured.contains(&dst_key) {
-                return dst;
+            if self.configured.contains(&dst) {
+                return false;
             }
-            if self.configured.contains(&src_key) {
-                return src;
+            if self.configured.contains(&src) {
+                return true;
             }
         }
-        let (flow, src_is_lower) = FlowPairKey::of(src_key, dst_key);
-        // The pin of `server`, one of `src` and `dst`.
+        let (flow, src_is_lower) = FlowPairKey::of(src, dst);
+        // The pin of a flow whose server is `src` (or `dst`).
         let pin_of = |server_is_src: bool| {
             if server_is_src == src_is_lower {
                 PinnedServer::Lower
@@ -581,15 +592,13 @@ impl ServerDirectory {
             }
         };
         if flags.syn {
-            let (server, server_key) = if flags.ack {
-                (src, src_key)
-            } else {
-                (dst, dst_key)
-            };
-            self.learned.insert(server_key, ());
+            // A SYN-ACK comes from the server, a SYN goes to it.
+            let server_is_src = flags.ack;
+            self.learned
+                .insert(if server_is_src { src } else { dst }, ());
             // A new connection on the 5-tuple: its server is decided for its lifetime.
-            self.pinned.insert(flow, pin_of(flags.ack));
-            return server;
+            self.pinned.insert(flow, pin_of(server_is_src));
+            return server_is_src;
         }
         // Once decided, a flow keeps its server (and so its worker) whatever is learned or
         // evicted later; its pin goes with the connection's end.
@@ -597,24 +606,20 @@ impl ServerDirectory {
             if flags.fin || flags.rst {
                 self.pinned.remove(&flow);
             }
-            return if (pin == PinnedServer::Lower) == src_is_lower {
-                src
-            } else {
-                dst
-            };
+            return (pin == PinnedServer::Lower) == src_is_lower;
         }
-        let server = match (
-            self.learned.get(&dst_key).is_some(),
-            self.learned.get(&src_key).is_some(),
+        let server_is_src = match (
+            self.learned.get(&dst).is_some(),
+            self.learned.get(&src).is_some(),
         ) {
-            (true, false) => dst,
-            (false, true) => src,
-            (true, true) | (false, false) => lower_port(src, dst),
+            (true, false) => false,
+            (false, true) => true,
+            (true, true) | (false, false) => src.is_lower_port_than(&dst),
         };
         if !(flags.fin || flags.rst) {
-            self.pinned.insert(flow, pin_of(server == src));
+            self.pinned.insert(flow, pin_of(server_is_src));
         }
-        server
+        server_is_src
     }
 
     pub fn stats(&self) -> DirectoryStats {
@@ -630,11 +635,15 @@ impl ServerDirectory {
 /// The worker of a server endpoint: every flow to one server meets in one worker, so its
 /// sessions, which span connections, stay whole. The same for every capture thread and replay.
 pub fn worker_of_server(server: SocketAddr, workers: usize) -> usize {
+    worker_of_key(EndpointKey::of(server), workers)
+}
+
+#[inline]
+fn worker_of_key(server: EndpointKey, workers: usize) -> usize {
     if workers <= 1 {
         return 0;
     }
-    let h =
-        foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(EndpointKey::of(server));
+    let h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170).hash_one(server);
     // The hash scaled to 0..workers (its high bits): a multiply, where `%` is a division.
     ((u128::from(h) * workers as u128) >> 64) as usize
 }
@@ -667,8 +676,16 @@ impl Dispatcher {
         if self.workers <= 1 {
             return 0;
         }
-        self.server_of(linktype, frame)
-            .map_or(0, |s| worker_of_server(s, self.workers))
+        let Some(seg) = decode::tcp_endpoints(linktype, frame) else {
+            return 0;
+        };
+        let (src, dst) = (EndpointKey::of(seg.src), EndpointKey::of(seg.dst));
+        let server = if self.directory.server_is_src(src, dst, seg.flags) {
+            src
+        } else {
+            dst
+        };
+        worker_of_key(server, self.workers)
     }
 
     pub fn workers(&self) -> usize {
@@ -870,6 +887,96 @@ mod tests {
             .hash_one((0x0a00_0001u64 << 16) | 8080);
         let expected = ((u128::from(old) * 4) >> 64) as usize;
         assert_eq!(worker_of_server(v4, 4), expected);
+    }
+
+    /// The directory's four rules written plainly on `SocketAddr`s, with maps that never
+    /// evict: what [`ServerDirectory`] must answer while its generations hold everything.
+    #[derive(Default)]
+    struct ReferenceDirectory {
+        configured: HashSet<SocketAddr>,
+        learned: HashSet<SocketAddr>,
+        /// Flow (endpoints in order) -> its server.
+        pinned: HashMap<(SocketAddr, SocketAddr), SocketAddr>,
+    }
+
+    impl ReferenceDirectory {
+        fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
+            for e in [dst, src] {
+                if self.configured.contains(&e) {
+                    return e;
+                }
+            }
+            let flow = (src.min(dst), src.max(dst));
+            if flags.syn {
+                let server = if flags.ack { src } else { dst };
+                self.learned.insert(server);
+                self.pinned.insert(flow, server);
+                return server;
+            }
+            if let Some(&server) = self.pinned.get(&flow) {
+                if flags.fin || flags.rst {
+                    self.pinned.remove(&flow);
+                }
+                return server;
+            }
+            let server = match (self.learned.contains(&dst), self.learned.contains(&src)) {
+                (true, false) => dst,
+                (false, true) => src,
+                _ if src.port() != dst.port() => {
+                    if src.port() < dst.port() {
+                        src
+                    } else {
+                        dst
+                    }
+                }
+                _ => src.min(dst),
+            };
+            if !(flags.fin || flags.rst) {
+                self.pinned.insert(flow, server);
+            }
+            server
+        }
+    }
+
+    proptest::proptest! {
+        /// Random segments among a few endpoints of both families (equal ports included),
+        /// some configured: the packed directory answers as the reference does, and the
+        /// dispatcher's worker is that server's.
+        #[test]
+        fn the_packed_directory_answers_as_its_rules_say(
+            configured in proptest::collection::vec(0usize..12, 0..3),
+            segments in proptest::collection::vec((0usize..12, 0usize..12, 0u8..16), 1..200),
+        ) {
+            let endpoints: Vec<SocketAddr> = [
+                "10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:40000", "10.0.0.4:443",
+                "10.0.0.5:1024", "0.0.0.1:8080", "[::1]:8080", "[::2]:8080",
+                "[2001:db8::1]:40000", "[::ffff:10.0.0.1]:8080", "[::a00:1]:8080",
+                "[2001:db8::9]:1024",
+            ]
+            .iter()
+            .map(|e| e.parse().expect("endpoint"))
+            .collect();
+            let configured: Vec<SocketAddr> = configured.iter().map(|&i| endpoints[i]).collect();
+            let mut d = ServerDirectory::new(configured.iter().copied());
+            let mut reference = ReferenceDirectory {
+                configured: configured.into_iter().collect(),
+                ..ReferenceDirectory::default()
+            };
+            for (s, t, bits) in segments {
+                let (src, dst) = (endpoints[s], endpoints[t]);
+                if src == dst || src.is_ipv4() != dst.is_ipv4() {
+                    continue;
+                }
+                let flags = TcpFlags {
+                    syn: bits & 1 != 0,
+                    ack: bits & 2 != 0,
+                    fin: bits & 4 != 0,
+                    rst: bits & 8 != 0,
+                };
+                let expected = reference.server_of(src, dst, flags);
+                proptest::prop_assert_eq!(d.server_of(src, dst, flags), expected);
+            }
+        }
     }
 
     #[test]
