@@ -655,6 +655,17 @@ fn worker_of_key(server: EndpointKey, workers: usize) -> usize {
 pub struct Dispatcher {
     directory: ServerDirectory,
     workers: usize,
+    /// The flow of the last frame and its worker, while the directory is sure to answer the
+    /// next frame of that flow alike (see [`Dispatcher::worker_of`]).
+    last: Option<LastFlow>,
+}
+
+/// A frame's endpoints as sent, and the worker they went to.
+#[derive(Debug, Clone, Copy)]
+struct LastFlow {
+    src: EndpointKey,
+    dst: EndpointKey,
+    worker: usize,
 }
 
 impl Dispatcher {
@@ -662,16 +673,22 @@ impl Dispatcher {
         Dispatcher {
             directory,
             workers: workers.max(1),
+            last: None,
         }
     }
 
     /// The server endpoint of a frame, `None` for what is not TCP (it goes to worker 0).
     pub fn server_of(&mut self, linktype: u32, frame: &[u8]) -> Option<SocketAddr> {
         let seg = decode::tcp_endpoints(linktype, frame)?;
+        self.last = None;
         Some(self.directory.server_of(seg.src, seg.dst, seg.flags))
     }
 
-    /// The worker of a frame.
+    /// The worker of a frame. Bulk transfers come in trains of frames of one flow: a frame of
+    /// the last frame's flow, in either direction, without SYN, FIN or RST, goes where that
+    /// one went without asking the directory. That is the directory's answer all the same: the
+    /// last frame left the flow pinned in its young generation (or had a configured server),
+    /// where a lookup changes nothing; after a FIN or RST (which unpin) the next frame asks.
     pub fn worker_of(&mut self, linktype: u32, frame: &[u8]) -> usize {
         if self.workers <= 1 {
             return 0;
@@ -680,12 +697,21 @@ impl Dispatcher {
             return 0;
         };
         let (src, dst) = (EndpointKey::of(seg.src), EndpointKey::of(seg.dst));
-        let server = if self.directory.server_is_src(src, dst, seg.flags) {
+        let flags = seg.flags;
+        if !(flags.syn || flags.fin || flags.rst)
+            && let Some(last) = self.last
+            && ((last.src == src && last.dst == dst) || (last.src == dst && last.dst == src))
+        {
+            return last.worker;
+        }
+        let server = if self.directory.server_is_src(src, dst, flags) {
             src
         } else {
             dst
         };
-        worker_of_key(server, self.workers)
+        let worker = worker_of_key(server, self.workers);
+        self.last = (!(flags.fin || flags.rst)).then_some(LastFlow { src, dst, worker });
+        worker
     }
 
     pub fn workers(&self) -> usize {
@@ -977,6 +1003,75 @@ mod tests {
                 proptest::prop_assert_eq!(d.server_of(src, dst, flags), expected);
             }
         }
+
+        /// The same through the dispatcher, frame by frame, with trains of one flow (either
+        /// direction, any flags) among them: every frame goes to its server's worker.
+        #[test]
+        fn the_dispatcher_sends_every_frame_to_its_servers_worker(
+            segments in proptest::collection::vec((0usize..6, 0usize..6, 0u8..16, 0u8..4), 1..300),
+        ) {
+            let endpoints: Vec<SocketAddr> = [
+                "10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:40000", "[::1]:8080",
+                "[::2]:8080", "[2001:db8::1]:40000",
+            ]
+            .iter()
+            .map(|e| e.parse().expect("endpoint"))
+            .collect();
+            let mut dispatcher = Dispatcher::new(ServerDirectory::default(), 4);
+            let mut reference = ReferenceDirectory::default();
+            let mut previous: Option<(SocketAddr, SocketAddr)> = None;
+            for (s, t, bits, train) in segments {
+                // Half the time the previous frame's flow again, one way or the other.
+                let (src, dst) = match (previous, train) {
+                    (Some((a, b)), 0) => (a, b),
+                    (Some((a, b)), 1) => (b, a),
+                    _ => (endpoints[s], endpoints[t]),
+                };
+                if src == dst || src.is_ipv4() != dst.is_ipv4() {
+                    continue;
+                }
+                previous = Some((src, dst));
+                let flags = TcpFlags {
+                    syn: bits & 1 != 0,
+                    ack: bits & 2 != 0,
+                    fin: bits & 4 != 0,
+                    rst: bits & 8 != 0,
+                };
+                let expected = worker_of_server(reference.server_of(src, dst, flags), 4);
+                let frame = tcp_frame(src, dst, flags);
+                proptest::prop_assert_eq!(dispatcher.worker_of(1, &frame), expected);
+            }
+        }
+    }
+
+    /// An Ethernet frame of a TCP segment from `src` to `dst` with `flags` and a byte of data.
+    fn tcp_frame(src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> Vec<u8> {
+        let eth = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6]);
+        let ip = match (src, dst) {
+            (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+                eth.ipv4(s.ip().octets(), d.ip().octets(), 64)
+            }
+            (SocketAddr::V6(s), SocketAddr::V6(d)) => {
+                eth.ipv6(s.ip().octets(), d.ip().octets(), 64)
+            }
+            _ => unreachable!("one family per segment"),
+        };
+        let mut b = ip.tcp(src.port(), dst.port(), 1, 100);
+        if flags.syn {
+            b = b.syn();
+        }
+        if flags.ack {
+            b = b.ack(1);
+        }
+        if flags.fin {
+            b = b.fin();
+        }
+        if flags.rst {
+            b = b.rst();
+        }
+        let mut v = Vec::new();
+        b.write(&mut v, b"x").expect("frame");
+        v
     }
 
     #[test]
