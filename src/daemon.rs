@@ -397,6 +397,10 @@ enum SessionJob {
     Export(SyncSender<Snapshot>),
 }
 
+/// What a session thread hands back for a job: its outputs, the capture time they go up to,
+/// and the bodies it read (to be freed on the worker's thread).
+type SessionReturn = (Vec<Output>, Option<i64>, Vec<Vec<u8>>);
+
 /// A split worker's session layer on a thread of its own: it takes the staged steps of each
 /// capture batch and hands back their outputs.
 struct SessionThread {
@@ -404,7 +408,9 @@ struct SessionThread {
     /// Unbounded, so that neither thread can wait for the other forever; what waits in it is
     /// bounded all the same: outputs come only of the jobs queued (at most
     /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
-    outputs: Receiver<(Vec<Output>, Option<i64>)>,
+    /// With the bodies the session layer read: freed on the worker's thread, which allocated
+    /// them (see `SessionStage::keep_spent_bodies`).
+    outputs: Receiver<SessionReturn>,
     /// Outputs the worker has written go back to be dropped on the thread that made them
     /// (mimalloc frees fastest there) when it takes its next job; the vectors are refilled.
     /// What waits here is one batch's outputs at most, when the link goes quiet.
@@ -419,7 +425,8 @@ struct SessionThread {
 impl SessionThread {
     fn spawn(mut sessions: SessionStage, name: String) -> std::io::Result<SessionThread> {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<SessionJob>(SPLIT_QUEUE_BATCHES);
-        let (out_tx, out_rx) = std::sync::mpsc::channel::<(Vec<Output>, Option<i64>)>();
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<SessionReturn>();
+        sessions.keep_spent_bodies();
         let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Output>>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             for job in jobs_rx {
@@ -449,7 +456,8 @@ impl SessionThread {
                         continue;
                     }
                 }
-                if out_tx.send((out, up_to)).is_err() {
+                let spent = sessions.swap_spent_bodies(Vec::new());
+                if out_tx.send((out, up_to, spent)).is_err() {
                     break; // the worker is gone
                 }
             }
@@ -519,7 +527,7 @@ impl SessionThread {
             } else {
                 self.outputs.try_recv()
             };
-            let (mut batch, last) = match got {
+            let (mut batch, last, spent) = match got {
                 Ok(got) => got,
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
@@ -528,6 +536,7 @@ impl SessionThread {
                 }
             };
             self.outstanding -= 1;
+            drop(spent);
             if outputs.is_empty() {
                 std::mem::swap(outputs, &mut batch);
             } else {
@@ -572,7 +581,7 @@ impl SessionThread {
     /// No more jobs: waits for every output and for the thread.
     fn close(&mut self, outputs: &mut Vec<Output>) {
         self.jobs = None;
-        for (mut batch, _) in self.outputs.iter() {
+        for (mut batch, _, _) in self.outputs.iter() {
             outputs.append(&mut batch);
         }
         self.join();

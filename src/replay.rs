@@ -175,6 +175,7 @@ pub fn replay_split(
             on_output(o, &[])
         });
     };
+    sessions.keep_spent_bodies();
     let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
     // Unbounded, so that neither side can wait for the other forever; what waits in it is
     // bounded all the same: the session side makes outputs only of the staged batches it was
@@ -182,7 +183,10 @@ pub fn replay_split(
     let (out_tx, out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     // Done batches go back to be filled again: a batch is large, and allocating it anew (and
     // freeing it on the other thread) cost more than the hand-over itself.
-    let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
+    // With the bodies the session side read in them: freed on the flow side, which allocated
+    // them (see `SessionStage::keep_spent_bodies`).
+    let (spare_staged_tx, spare_staged_rx) =
+        std::sync::mpsc::channel::<(Vec<Staged>, Vec<Vec<u8>>)>();
     let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     // Staged batches sent and not yet taken by the session side: while some wait, it is the
     // slower side, and leaves the rendering of its outputs to the flow side.
@@ -206,7 +210,8 @@ pub fn replay_split(
                     for staged in batch.drain(..) {
                         sessions.process(staged, &mut out.outputs);
                     }
-                    let _ = spare_staged_tx.send(batch);
+                    let spent = sessions.swap_spent_bodies(Vec::new());
+                    let _ = spare_staged_tx.send((batch, spent));
                     sessions.publish_usage();
                     if let Some(prepare) = prepare {
                         let behind = waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;
@@ -241,9 +246,13 @@ pub fn replay_split(
                 if session_side_gone {
                     return;
                 }
-                let spare = spare_staged_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                let spare = match spare_staged_rx.try_recv() {
+                    Ok((spare, spent)) => {
+                        drop(spent);
+                        spare
+                    }
+                    Err(_) => Vec::with_capacity(SPLIT_BATCH),
+                };
                 waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 session_side_gone = staged_tx.send(flows.take_staged(spare)).is_err();
                 while let Ok(batch) = out_rx.try_recv() {

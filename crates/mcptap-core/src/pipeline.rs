@@ -653,6 +653,7 @@ impl Pipeline {
             published_exchange_bytes: 0,
             staged_done: 0,
             slack,
+            spent_bodies: None,
         };
         (flows, sessions)
     }
@@ -684,6 +685,7 @@ impl Pipeline {
                 published_exchange_bytes: 0,
                 staged_done: 0,
                 slack,
+                spent_bodies: None,
             });
         }
         (flows, stages)
@@ -791,7 +793,7 @@ impl Pipeline {
     }
 
     fn tracker_do(&mut self, input: SessionInput, out: &mut Vec<Output>) {
-        run_session_input(&mut self.tracker, input, out);
+        let _ = run_session_input(&mut self.tracker, input, out);
     }
 
     /// Fleet mode: sessions this pipeline has not seen are asked of a shared store first
@@ -1676,9 +1678,17 @@ impl SessionInput {
     }
 }
 
-fn run_session_input(tracker: &mut Tracker<Detectors>, input: SessionInput, out: &mut Vec<Output>) {
+/// Runs one session input; a body read and no longer needed comes back (see
+/// [`Tracker::on_http_returning_body`]).
+fn run_session_input(
+    tracker: &mut Tracker<Detectors>,
+    input: SessionInput,
+    out: &mut Vec<Output>,
+) -> Option<Vec<u8>> {
     match input {
-        SessionInput::Http { ctx, ts, event } => tracker.on_http(ctx, ts, event, out),
+        SessionInput::Http { ctx, ts, event } => {
+            return tracker.on_http_returning_body(ctx, ts, event, out);
+        }
         SessionInput::ProxyHeader {
             flow,
             server,
@@ -1688,6 +1698,7 @@ fn run_session_input(tracker: &mut Tracker<Detectors>, input: SessionInput, out:
         SessionInput::Sweep { now } => tracker.sweep(now, out),
         SessionInput::Finish { now } => tracker.finish(now, out),
     }
+    None
 }
 
 /// The session layer of a split pipeline (see [`Pipeline::split`]): JSON-RPC, MCP sessions
@@ -1703,6 +1714,8 @@ pub struct SessionStage {
     staged_done: usize,
     /// Charged for its thread's allocator (see [`PIPELINE_SLACK`]).
     slack: usize,
+    /// Bodies read, kept to be handed back (see [`SessionStage::keep_spent_bodies`]).
+    spent_bodies: Option<Vec<Vec<u8>>>,
 }
 
 impl SessionStage {
@@ -1712,8 +1725,30 @@ impl SessionStage {
             Staged::Output(o) => out.push(o),
             Staged::Input(input) => {
                 self.staged_done += input.cost();
-                run_session_input(&mut self.tracker, input, out)
+                let body = run_session_input(&mut self.tracker, input, out);
+                if let (Some(body), Some(spent)) = (body, self.spent_bodies.as_mut()) {
+                    spent.push(body);
+                }
             }
+        }
+    }
+
+    /// From now on the bodies this stage has read are kept for [`SessionStage::swap_spent_bodies`]
+    /// instead of freed here: they were allocated on the flow side's thread, and the allocator
+    /// frees a block fastest on the thread that allocated it (on another, its page's owner
+    /// later collects the block from a list both threads write).
+    pub fn keep_spent_bodies(&mut self) {
+        self.spent_bodies.get_or_insert_with(Vec::new);
+    }
+
+    /// The bodies kept since the last call (see [`SessionStage::keep_spent_bodies`]), with
+    /// `spare` (emptied) keeping them from now on. What waits to be taken is at most what the
+    /// staged steps between two calls held.
+    pub fn swap_spent_bodies(&mut self, mut spare: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        spare.clear();
+        match self.spent_bodies.as_mut() {
+            Some(spent) => std::mem::replace(spent, spare),
+            None => spare,
         }
     }
 

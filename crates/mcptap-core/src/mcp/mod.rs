@@ -791,12 +791,26 @@ impl<D: Detector> Tracker<D> {
     }
 
     pub fn on_http(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
+        self.on_http_returning_body(ctx, ts, ev, out);
+    }
+
+    /// [`Tracker::on_http`], handing back the body of a request or JSON response once read
+    /// (outside fleet mode, where one may be held): its buffer, for the caller to free or
+    /// reuse where it was allocated.
+    pub fn on_http_returning_body(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        ev: HttpEvent,
+        out: &mut Vec<Output>,
+    ) -> Option<Vec<u8>> {
         if self.fleet.is_none() {
             return self.on_http_local(ctx, ts, ev, out);
         }
         let start = out.len();
         self.on_http_fleet(ctx, ts, ev, None, out);
         self.share_dirty(out, start);
+        None
     }
 
     /// Fleet mode: a request of a session or lineage whose shared state is not known yet is
@@ -826,7 +840,9 @@ impl<D: Detector> Tracker<D> {
                     let cost = held_cost(&ev);
                     self.hold(&key, ctx, ts, HeldMessage::Http(ev), cost, out)
                 }
-                None => self.on_http_local(ctx, ts, ev, out),
+                None => {
+                    self.on_http_local(ctx, ts, ev, out);
+                }
             };
         };
         let Some(request) = self.classify_request(ctx, &head, &body, out) else {
@@ -1730,18 +1746,29 @@ impl<D: Detector> Tracker<D> {
         }));
     }
 
-    fn on_http_local(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
+    /// One HTTP event; a request's or JSON response's body comes back once read.
+    fn on_http_local(
+        &mut self,
+        ctx: FlowCtx,
+        ts: Timestamp,
+        ev: HttpEvent,
+        out: &mut Vec<Output>,
+    ) -> Option<Vec<u8>> {
         match ev {
             HttpEvent::Request {
                 exchange,
                 head,
                 body,
-            } => self.on_request(ctx, ts, exchange, head, &body, out),
+            } => {
+                self.on_request(ctx, ts, exchange, head, &body, out);
+                return Some(body);
+            }
             HttpEvent::ResponseHead { exchange, head } => {
                 self.on_response_head(ctx, ts, exchange, head, out)
             }
             HttpEvent::ResponseJson { exchange, body } => {
-                self.on_response_body(ctx, ts, exchange, &body, out)
+                self.on_response_body(ctx, ts, exchange, &body, out);
+                return Some(body);
             }
             HttpEvent::ResponseSse { exchange, item } => self.on_sse(ctx, ts, exchange, item, out),
             HttpEvent::ResponseEnd { exchange, end } => {
@@ -1783,6 +1810,7 @@ impl<D: Detector> Tracker<D> {
                 self.on_proxy_header(ctx.flow, ctx.server, source, out)
             }
         }
+        None
     }
 
     /// Connection `flow` to `server` opened with a PROXY protocol header naming `source`.
