@@ -243,6 +243,8 @@ impl Stages {
                 for (ts, frame) in batch.iter() {
                     p.handle_packet(Timestamp(ts), batch.linktype, frame, outputs);
                 }
+                // Exactly, once a batch: between, the figure may lag (see `publish_usage`).
+                p.publish_usage();
                 last
             }
             Stages::Split { flows, sessions } => {
@@ -408,8 +410,8 @@ struct SessionThread {
     /// Unbounded, so that neither thread can wait for the other forever; what waits in it is
     /// bounded all the same: outputs come only of the jobs queued (at most
     /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
-    /// With the bodies the session layer read: freed on the worker's thread, which allocated
-    /// them (see `SessionStage::keep_spent_bodies`).
+    /// With the bodies the session layer read, when it keeps them: freed on the worker's
+    /// thread, which allocated them (see `SessionStage::keep_spent_bodies`).
     outputs: Receiver<SessionReturn>,
     /// Outputs the worker has written go back to be dropped on the thread that made them
     /// (mimalloc frees fastest there) when it takes its next job; the vectors are refilled.
@@ -426,9 +428,11 @@ impl SessionThread {
     fn spawn(mut sessions: SessionStage, name: String) -> std::io::Result<SessionThread> {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<SessionJob>(SPLIT_QUEUE_BATCHES);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<SessionReturn>();
-        sessions.keep_spent_bodies();
         let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Output>>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
+            // Bodies the last batch read (see `SessionStage::keep_spent_bodies`): the room the
+            // next batch's are kept in.
+            let mut spent_bodies = 0;
             for job in jobs_rx {
                 // All that came back is dropped here; one vector is kept to fill.
                 let mut out = Vec::new();
@@ -456,7 +460,8 @@ impl SessionThread {
                         continue;
                     }
                 }
-                let spent = sessions.swap_spent_bodies(Vec::new());
+                let spent = sessions.swap_spent_bodies(Vec::with_capacity(spent_bodies));
+                spent_bodies = spent.len();
                 if out_tx.send((out, up_to, spent)).is_err() {
                     break; // the worker is gone
                 }
@@ -859,8 +864,11 @@ impl WorkerPool {
                     FlowShards::spawn(shards, &self.limits, usage.clone(), &format!("flows-{i}"));
                 Stages::FlowSharded { flows, sessions }
             } else if split {
-                let (flows, sessions) =
+                let (flows, mut sessions) =
                     Pipeline::split(self.limits, self.analysis.clone(), usage.clone());
+                // The flow layer runs on this worker's thread: the bodies it allocated come
+                // back to be freed here (not so with flow shards, whose threads allocate them).
+                sessions.keep_spent_bodies();
                 let sessions = SessionThread::spawn(sessions, format!("sessions-{i}"))
                     .map_err(|e| format!("cannot start session thread: {e}"))?;
                 Stages::Split { flows, sessions }

@@ -499,6 +499,16 @@ impl Hash for EndpointKey {
     }
 }
 
+/// A [`ServerDirectory`]'s answer for one segment.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    /// The server is the segment's source (else its destination).
+    server_is_src: bool,
+    /// A segment the other way round gets the same server (all but a flow between two
+    /// configured servers, where the destination wins).
+    either_way: bool,
+}
+
 /// Both endpoints of a flow, the lower first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FlowPairKey(EndpointKey, EndpointKey);
@@ -564,7 +574,10 @@ impl ServerDirectory {
 
     /// The server endpoint of a segment from `src` to `dst` with `flags`.
     pub fn server_of(&mut self, src: SocketAddr, dst: SocketAddr, flags: TcpFlags) -> SocketAddr {
-        if self.server_is_src(EndpointKey::of(src), EndpointKey::of(dst), flags) {
+        if self
+            .route(EndpointKey::of(src), EndpointKey::of(dst), flags)
+            .server_is_src
+        {
             src
         } else {
             dst
@@ -572,14 +585,22 @@ impl ServerDirectory {
     }
 
     /// [`ServerDirectory::server_of`] on packed endpoints, as the capture thread asks on every
-    /// frame: whether the server is `src` (else `dst`).
-    fn server_is_src(&mut self, src: EndpointKey, dst: EndpointKey, flags: TcpFlags) -> bool {
+    /// frame.
+    fn route(&mut self, src: EndpointKey, dst: EndpointKey, flags: TcpFlags) -> Route {
+        let decided = |server_is_src| Route {
+            server_is_src,
+            either_way: true,
+        };
         if !self.configured.is_empty() {
             if self.configured.contains(&dst) {
-                return false;
+                // Both configured: the destination wins, so the other way round the other does.
+                return Route {
+                    server_is_src: false,
+                    either_way: !self.configured.contains(&src),
+                };
             }
             if self.configured.contains(&src) {
-                return true;
+                return decided(true);
             }
         }
         let (flow, src_is_lower) = FlowPairKey::of(src, dst);
@@ -598,7 +619,7 @@ impl ServerDirectory {
                 .insert(if server_is_src { src } else { dst }, ());
             // A new connection on the 5-tuple: its server is decided for its lifetime.
             self.pinned.insert(flow, pin_of(server_is_src));
-            return server_is_src;
+            return decided(server_is_src);
         }
         // Once decided, a flow keeps its server (and so its worker) whatever is learned or
         // evicted later; its pin goes with the connection's end.
@@ -606,7 +627,7 @@ impl ServerDirectory {
             if flags.fin || flags.rst {
                 self.pinned.remove(&flow);
             }
-            return (pin == PinnedServer::Lower) == src_is_lower;
+            return decided((pin == PinnedServer::Lower) == src_is_lower);
         }
         let server_is_src = match (
             self.learned.get(&dst).is_some(),
@@ -619,7 +640,7 @@ impl ServerDirectory {
         if !(flags.fin || flags.rst) {
             self.pinned.insert(flow, pin_of(server_is_src));
         }
-        server_is_src
+        decided(server_is_src)
     }
 
     pub fn stats(&self) -> DirectoryStats {
@@ -660,12 +681,14 @@ pub struct Dispatcher {
     last: Option<LastFlow>,
 }
 
-/// A frame's endpoints as sent, and the worker they went to.
+/// A frame's endpoints as sent, the worker they went to, and whether a frame the other way
+/// round goes there too.
 #[derive(Debug, Clone, Copy)]
 struct LastFlow {
     src: EndpointKey,
     dst: EndpointKey,
     worker: usize,
+    either_way: bool,
 }
 
 impl Dispatcher {
@@ -685,10 +708,11 @@ impl Dispatcher {
     }
 
     /// The worker of a frame. Bulk transfers come in trains of frames of one flow: a frame of
-    /// the last frame's flow, in either direction, without SYN, FIN or RST, goes where that
-    /// one went without asking the directory. That is the directory's answer all the same: the
-    /// last frame left the flow pinned in its young generation (or had a configured server),
-    /// where a lookup changes nothing; after a FIN or RST (which unpin) the next frame asks.
+    /// the last frame's flow without SYN, FIN or RST goes where that one went without asking
+    /// the directory (the other way round too, unless both ends are configured servers). That
+    /// is the directory's answer all the same: the last frame left the flow pinned in its
+    /// young generation, where a lookup changes nothing, or had a configured server; after a
+    /// FIN or RST (which unpin) the next frame asks.
     pub fn worker_of(&mut self, linktype: u32, frame: &[u8]) -> usize {
         if self.workers <= 1 {
             return 0;
@@ -700,17 +724,20 @@ impl Dispatcher {
         let flags = seg.flags;
         if !(flags.syn || flags.fin || flags.rst)
             && let Some(last) = self.last
-            && ((last.src == src && last.dst == dst) || (last.src == dst && last.dst == src))
+            && ((last.src == src && last.dst == dst)
+                || (last.either_way && last.src == dst && last.dst == src))
         {
             return last.worker;
         }
-        let server = if self.directory.server_is_src(src, dst, flags) {
-            src
-        } else {
-            dst
-        };
+        let route = self.directory.route(src, dst, flags);
+        let server = if route.server_is_src { src } else { dst };
         let worker = worker_of_key(server, self.workers);
-        self.last = (!(flags.fin || flags.rst)).then_some(LastFlow { src, dst, worker });
+        self.last = (!(flags.fin || flags.rst)).then_some(LastFlow {
+            src,
+            dst,
+            worker,
+            either_way: route.either_way,
+        });
         worker
     }
 
@@ -1008,6 +1035,7 @@ mod tests {
         /// direction, any flags) among them: every frame goes to its server's worker.
         #[test]
         fn the_dispatcher_sends_every_frame_to_its_servers_worker(
+            configured in proptest::collection::vec(0usize..6, 0..3),
             segments in proptest::collection::vec((0usize..6, 0usize..6, 0u8..16, 0u8..4), 1..300),
         ) {
             let endpoints: Vec<SocketAddr> = [
@@ -1017,8 +1045,13 @@ mod tests {
             .iter()
             .map(|e| e.parse().expect("endpoint"))
             .collect();
-            let mut dispatcher = Dispatcher::new(ServerDirectory::default(), 4);
-            let mut reference = ReferenceDirectory::default();
+            let configured: Vec<SocketAddr> = configured.iter().map(|&i| endpoints[i]).collect();
+            let directory = ServerDirectory::new(configured.iter().copied());
+            let mut dispatcher = Dispatcher::new(directory, 4);
+            let mut reference = ReferenceDirectory {
+                configured: configured.into_iter().collect(),
+                ..ReferenceDirectory::default()
+            };
             let mut previous: Option<(SocketAddr, SocketAddr)> = None;
             for (s, t, bits, train) in segments {
                 // Half the time the previous frame's flow again, one way or the other.

@@ -110,6 +110,10 @@ struct OutputBatch {
     bytes: Vec<u8>,
     /// End of each output's bytes in `bytes`.
     ends: Vec<usize>,
+    /// The bodies the session side read for these outputs, to be freed on the flow side's
+    /// thread, which allocated them (see `SessionStage::keep_spent_bodies`); emptied there
+    /// before the batch goes back.
+    spent: Vec<Vec<u8>>,
 }
 
 /// Keep a recycled batch's bytes only up to this size (after a run of very large events).
@@ -121,6 +125,7 @@ impl OutputBatch {
             outputs: Vec::with_capacity(outputs),
             bytes: Vec::new(),
             ends: Vec::with_capacity(outputs),
+            spent: Vec::new(),
         }
     }
 
@@ -175,7 +180,11 @@ pub fn replay_split(
             on_output(o, &[])
         });
     };
-    sessions.keep_spent_bodies();
+    // With the flow layer on this thread, the bodies the session side read come back to be
+    // freed here (with flow shards they were allocated on the shards' threads).
+    if matches!(flows, FlowLayer::Here(_)) {
+        sessions.keep_spent_bodies();
+    }
     let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
     // Unbounded, so that neither side can wait for the other forever; what waits in it is
     // bounded all the same: the session side makes outputs only of the staged batches it was
@@ -183,10 +192,7 @@ pub fn replay_split(
     let (out_tx, out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     // Done batches go back to be filled again: a batch is large, and allocating it anew (and
     // freeing it on the other thread) cost more than the hand-over itself.
-    // With the bodies the session side read in them: freed on the flow side, which allocated
-    // them (see `SessionStage::keep_spent_bodies`).
-    let (spare_staged_tx, spare_staged_rx) =
-        std::sync::mpsc::channel::<(Vec<Staged>, Vec<Vec<u8>>)>();
+    let (spare_staged_tx, spare_staged_rx) = std::sync::mpsc::channel::<Vec<Staged>>();
     let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<OutputBatch>();
     // Staged batches sent and not yet taken by the session side: while some wait, it is the
     // slower side, and leaves the rendering of its outputs to the flow side.
@@ -210,8 +216,8 @@ pub fn replay_split(
                     for staged in batch.drain(..) {
                         sessions.process(staged, &mut out.outputs);
                     }
-                    let spent = sessions.swap_spent_bodies(Vec::new());
-                    let _ = spare_staged_tx.send((batch, spent));
+                    let _ = spare_staged_tx.send(batch);
+                    out.spent = sessions.swap_spent_bodies(std::mem::take(&mut out.spent));
                     sessions.publish_usage();
                     if let Some(prepare) = prepare {
                         let behind = waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;
@@ -226,8 +232,9 @@ pub fn replay_split(
         let Ok(session_side) = session_side else {
             return None;
         };
-        let mut deliver = |batch: OutputBatch| {
+        let mut deliver = |mut batch: OutputBatch| {
             batch.deliver(on_output);
+            batch.spent.clear();
             // Back whole: the session side drops the outputs it made (see above).
             let _ = spare_out_tx.send(batch);
         };
@@ -246,13 +253,9 @@ pub fn replay_split(
                 if session_side_gone {
                     return;
                 }
-                let spare = match spare_staged_rx.try_recv() {
-                    Ok((spare, spent)) => {
-                        drop(spent);
-                        spare
-                    }
-                    Err(_) => Vec::with_capacity(SPLIT_BATCH),
-                };
+                let spare = spare_staged_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
                 waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 session_side_gone = staged_tx.send(flows.take_staged(spare)).is_err();
                 while let Ok(batch) = out_rx.try_recv() {

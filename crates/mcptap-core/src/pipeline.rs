@@ -836,7 +836,7 @@ impl Pipeline {
     }
 
     /// Everything charged against the memory budget, all pipelines sharing the usage
-    /// together, with this pipeline's current figure published first.
+    /// together: this pipeline's flow bytes as they are now, the others' as published.
     fn memory_total(&mut self) -> usize {
         let now = self.flow_bytes();
         // Published only once it moved by more than the lag this pipeline's slack covers: a
@@ -1340,7 +1340,8 @@ impl Pipeline {
                 }
                 (Some(ctx), event) => {
                     if self.staged.is_none() {
-                        self.tracker.on_http(ctx, ts, event, out)
+                        // The body is freed here, on the thread that allocated it.
+                        let _ = self.tracker.on_http(ctx, ts, event, out);
                     } else {
                         self.ask_sessions(SessionInput::Http { ctx, ts, event }, out)
                     }
@@ -1679,7 +1680,7 @@ impl SessionInput {
 }
 
 /// Runs one session input; a body read and no longer needed comes back (see
-/// [`Tracker::on_http_returning_body`]).
+/// [`Tracker::on_http`]).
 fn run_session_input(
     tracker: &mut Tracker<Detectors>,
     input: SessionInput,
@@ -1687,7 +1688,7 @@ fn run_session_input(
 ) -> Option<Vec<u8>> {
     match input {
         SessionInput::Http { ctx, ts, event } => {
-            return tracker.on_http_returning_body(ctx, ts, event, out);
+            return tracker.on_http(ctx, ts, event, out);
         }
         SessionInput::ProxyHeader {
             flow,
@@ -1734,9 +1735,10 @@ impl SessionStage {
     }
 
     /// From now on the bodies this stage has read are kept for [`SessionStage::swap_spent_bodies`]
-    /// instead of freed here: they were allocated on the flow side's thread, and the allocator
-    /// frees a block fastest on the thread that allocated it (on another, its page's owner
-    /// later collects the block from a list both threads write).
+    /// instead of freed here: the flow side's thread allocated them, and the allocator frees
+    /// a block fastest on the thread that allocated it (on another, its page's owner later
+    /// collects the block from a list both threads write). The caller takes them after every
+    /// batch; they are no longer counted in [`SharedUsage::staged_bytes`].
     pub fn keep_spent_bodies(&mut self) {
         self.spent_bodies.get_or_insert_with(Vec::new);
     }

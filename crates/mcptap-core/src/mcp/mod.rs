@@ -790,14 +790,10 @@ impl<D: Detector> Tracker<D> {
         self.fleet = Some(Box::default());
     }
 
-    pub fn on_http(&mut self, ctx: FlowCtx, ts: Timestamp, ev: HttpEvent, out: &mut Vec<Output>) {
-        self.on_http_returning_body(ctx, ts, ev, out);
-    }
-
-    /// [`Tracker::on_http`], handing back the body of a request or JSON response once read
-    /// (outside fleet mode, where one may be held): its buffer, for the caller to free or
-    /// reuse where it was allocated.
-    pub fn on_http_returning_body(
+    /// One HTTP event of connection `ctx`. The body of a request or JSON response comes back
+    /// once read (outside fleet mode, where one may be held): its buffer, for the caller to
+    /// free or reuse on the thread that allocated it.
+    pub fn on_http(
         &mut self,
         ctx: FlowCtx,
         ts: Timestamp,
