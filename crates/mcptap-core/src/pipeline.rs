@@ -1734,11 +1734,12 @@ impl SessionStage {
         }
     }
 
-    /// From now on the bodies this stage has read are kept for [`SessionStage::swap_spent_bodies`]
-    /// instead of freed here: the flow side's thread allocated them, and the allocator frees
-    /// a block fastest on the thread that allocated it (on another, its page's owner later
-    /// collects the block from a list both threads write). The caller takes them after every
-    /// batch; they are no longer counted in [`SharedUsage::staged_bytes`].
+    /// From now on the bodies (and SSE events' data) this stage has read are kept for
+    /// [`SessionStage::swap_spent_bodies`] instead of freed here: the flow side's thread
+    /// allocated them, and the allocator frees a block fastest on the thread that allocated it
+    /// (on another, its page's owner later collects the block from a list both threads
+    /// write). The caller takes them after every batch; they are no longer counted in
+    /// [`SharedUsage::staged_bytes`].
     pub fn keep_spent_bodies(&mut self) {
         self.spent_bodies.get_or_insert_with(Vec::new);
     }

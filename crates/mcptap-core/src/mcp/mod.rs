@@ -790,9 +790,9 @@ impl<D: Detector> Tracker<D> {
         self.fleet = Some(Box::default());
     }
 
-    /// One HTTP event of connection `ctx`. The body of a request or JSON response comes back
-    /// once read (outside fleet mode, where one may be held): its buffer, for the caller to
-    /// free or reuse on the thread that allocated it.
+    /// One HTTP event of connection `ctx`. The body of a request or JSON response, or the
+    /// data of an SSE event, comes back once read (outside fleet mode, where one may be held):
+    /// its buffer, for the caller to free or reuse on the thread that allocated it.
     pub fn on_http(
         &mut self,
         ctx: FlowCtx,
@@ -1742,7 +1742,8 @@ impl<D: Detector> Tracker<D> {
         }));
     }
 
-    /// One HTTP event; a request's or JSON response's body comes back once read.
+    /// One HTTP event; a request's or JSON response's body, or an SSE event's data, comes
+    /// back once read.
     fn on_http_local(
         &mut self,
         ctx: FlowCtx,
@@ -1766,7 +1767,12 @@ impl<D: Detector> Tracker<D> {
                 self.on_response_body(ctx, ts, exchange, &body, out);
                 return Some(body);
             }
-            HttpEvent::ResponseSse { exchange, item } => self.on_sse(ctx, ts, exchange, item, out),
+            HttpEvent::ResponseSse { exchange, item } => {
+                self.on_sse(ctx, ts, exchange, &item, out);
+                if let SseItem::Event(event) = item {
+                    return Some(event.data);
+                }
+            }
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
@@ -2554,7 +2560,7 @@ impl<D: Detector> Tracker<D> {
         ctx: FlowCtx,
         ts: Timestamp,
         exchange: u64,
-        item: SseItem,
+        item: &SseItem,
         out: &mut Vec<Output>,
     ) {
         let key = (ctx.flow, exchange);
@@ -2562,7 +2568,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         ex.stream.items = ex.stream.items.saturating_add(1);
-        if let SseItem::NoData { id: Some(_) } = &item {
+        if let SseItem::NoData { id: Some(_) } = item {
             // `id:` alone sets the stream's last event id too: it may be resumed from there.
             ex.stream.event_id_seen = true;
         }
