@@ -700,13 +700,6 @@ impl Dispatcher {
         }
     }
 
-    /// The server endpoint of a frame, `None` for what is not TCP (it goes to worker 0).
-    pub fn server_of(&mut self, linktype: u32, frame: &[u8]) -> Option<SocketAddr> {
-        let seg = decode::tcp_endpoints(linktype, frame)?;
-        self.last = None;
-        Some(self.directory.server_of(seg.src, seg.dst, seg.flags))
-    }
-
     /// The worker of a frame. Bulk transfers come in trains of frames of one flow: a frame of
     /// the last frame's flow without SYN, FIN or RST goes where that one went without asking
     /// the directory (the other way round too, unless both ends are configured servers). That
