@@ -744,16 +744,16 @@ fn replay(
     let mut write_error: Option<io::Error> = None;
     let started = Instant::now();
     let mut progress = mcptap::progress::ReplayProgress::for_inputs(files, !quiet);
-    // Summary, log and events file, in output order; `line` is the event's NDJSON line when
-    // another thread rendered it (`--threads 2`), else empty.
-    let mut deliver = |o: &Output, line: &[u8]| {
+    // Summary, log and events file, in output order; `prepared` holds the event's NDJSON line
+    // and log line when another thread rendered them (`--threads 2`), else nothing.
+    let mut deliver = |o: &Output, prepared: mcptap::replay::Prepared<'_>| {
         summary.observe(o);
-        log::log_output(o);
+        log::log_output_prepared(o, prepared.log);
         if let (Output::Event(ev), None) = (o, &write_error) {
-            let written = if line.is_empty() {
+            let written = if prepared.line.is_empty() {
                 writer.write(ev)
             } else {
-                writer.write_rendered(line)
+                writer.write_rendered(prepared.line)
             };
             if let Err(e) = written {
                 write_error = Some(e);
@@ -768,14 +768,15 @@ fn replay(
     let result = if let Some((flows, 1)) = split {
         // Redaction on the session thread, and rendering while it keeps up (see
         // `PrepareOutput`): the thread with time to spare renders.
-        let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
+        let prepare = |o: &mut Output, into: Option<mcptap::replay::RenderInto<'_>>| {
             if let Output::Event(ev) = o {
                 if let Some(r) = &redactor {
                     r.event(ev);
                 }
                 // On an error nothing is appended: the writer renders it again and reports it.
-                if let Some(line) = line {
-                    let _ = mcptap::sink::ndjson::render_event(ev, line);
+                if let Some(into) = into {
+                    let _ = mcptap::sink::ndjson::render_event(ev, into.line);
+                    log::render_event_line(ev, into.log);
                 }
             }
         };
@@ -800,7 +801,7 @@ fn replay(
                 }
                 _ => o,
             };
-            deliver(o, &[]);
+            deliver(o, mcptap::replay::Prepared::default());
         };
         if let Some((flows, sessions)) = split {
             // The output on this thread (and the flow layer, unless it is sharded too), the

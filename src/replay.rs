@@ -97,19 +97,67 @@ pub fn replay_with_fleet(
 }
 
 /// Output work that [`replay_split`] does on its session thread: each output is handed to it
-/// there, in order (redaction, say), with a buffer to append its bytes to (the event's NDJSON
-/// line) while the session thread keeps up. When staged input waits for it, the buffer is
-/// `None` and the calling thread, which runs the flow layer, renders the output itself: the
-/// rendering goes to whichever thread has time, and the bytes are the same.
-pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, Option<&mut Vec<u8>>) + Sync);
+/// there, in order (redaction, say), with buffers to append its bytes to (the event's NDJSON
+/// line, its log line) while the session thread keeps up. When staged input waits for it, the
+/// buffers are `None` and the calling thread, which runs the flow layer, renders the output
+/// itself: the rendering goes to whichever thread has time, and the bytes are the same.
+pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, Option<RenderInto<'_>>) + Sync);
+
+/// Where [`PrepareOutput`] appends an output's bytes; what it leaves empty is rendered when
+/// the output is delivered.
+pub struct RenderInto<'a> {
+    /// The event's NDJSON line.
+    pub line: &'a mut Vec<u8>,
+    /// Its log line.
+    pub log: &'a mut Vec<u8>,
+}
+
+/// What [`PrepareOutput`] rendered for one output (each empty when it did not).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prepared<'a> {
+    pub line: &'a [u8],
+    pub log: &'a [u8],
+}
+
+/// Rendered bytes of a batch's outputs, one after the other.
+#[derive(Default)]
+struct RenderedBytes {
+    bytes: Vec<u8>,
+    /// End of each output's bytes in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl RenderedBytes {
+    fn with_capacity(outputs: usize) -> Self {
+        RenderedBytes {
+            bytes: Vec::new(),
+            ends: Vec::with_capacity(outputs),
+        }
+    }
+
+    /// Output `i`'s bytes; `start` is where they begin (the previous output's end).
+    fn of(&self, i: usize, start: &mut usize) -> &[u8] {
+        let end = self.ends.get(i).copied().unwrap_or(*start);
+        let bytes = self.bytes.get(*start..end).unwrap_or_default();
+        *start = end;
+        bytes
+    }
+
+    fn clear(&mut self) {
+        self.ends.clear();
+        self.bytes.clear();
+        if self.bytes.capacity() > OUTPUT_BYTES_KEEP {
+            self.bytes.shrink_to(OUTPUT_BYTES_KEEP);
+        }
+    }
+}
 
 /// Outputs of the session side with what [`PrepareOutput`] appended for each.
 #[derive(Default)]
 struct OutputBatch {
     outputs: Vec<Output>,
-    bytes: Vec<u8>,
-    /// End of each output's bytes in `bytes`.
-    ends: Vec<usize>,
+    lines: RenderedBytes,
+    logs: RenderedBytes,
     /// The bodies the session side read for these outputs, to be freed on the flow side's
     /// thread, which allocated them (see `SessionStage::keep_spent_bodies`); emptied there
     /// before the batch goes back.
@@ -123,37 +171,41 @@ impl OutputBatch {
     fn with_capacity(outputs: usize) -> Self {
         OutputBatch {
             outputs: Vec::with_capacity(outputs),
-            bytes: Vec::new(),
-            ends: Vec::with_capacity(outputs),
+            lines: RenderedBytes::with_capacity(outputs),
+            logs: RenderedBytes::with_capacity(outputs),
             spent: Vec::new(),
         }
     }
 
-    /// Prepares every output; `render`: with a buffer for its bytes.
+    /// Prepares every output; `render`: with buffers for its bytes.
     fn prepare(&mut self, prepare: PrepareOutput<'_>, render: bool) {
         for o in &mut self.outputs {
-            prepare(o, render.then_some(&mut self.bytes));
-            self.ends.push(self.bytes.len());
+            let into = render.then_some(RenderInto {
+                line: &mut self.lines.bytes,
+                log: &mut self.logs.bytes,
+            });
+            prepare(o, into);
+            self.lines.ends.push(self.lines.bytes.len());
+            self.logs.ends.push(self.logs.bytes.len());
         }
     }
 
     /// Each output with its prepared bytes (empty when nothing prepared them).
-    fn deliver(&self, on_output: &mut dyn FnMut(&Output, &[u8])) {
-        let mut start = 0;
+    fn deliver(&self, on_output: &mut dyn FnMut(&Output, Prepared<'_>)) {
+        let (mut line_start, mut log_start) = (0, 0);
         for (i, o) in self.outputs.iter().enumerate() {
-            let end = self.ends.get(i).copied().unwrap_or(start);
-            on_output(o, self.bytes.get(start..end).unwrap_or_default());
-            start = end;
+            let prepared = Prepared {
+                line: self.lines.of(i, &mut line_start),
+                log: self.logs.of(i, &mut log_start),
+            };
+            on_output(o, prepared);
         }
     }
 
     fn clear(&mut self) {
         self.outputs.clear();
-        self.ends.clear();
-        self.bytes.clear();
-        if self.bytes.capacity() > OUTPUT_BYTES_KEEP {
-            self.bytes.shrink_to(OUTPUT_BYTES_KEEP);
-        }
+        self.lines.clear();
+        self.logs.clear();
     }
 }
 
@@ -171,13 +223,13 @@ pub fn replay_split(
     flow_threads: usize,
     progress: &mut ReplayProgress,
     prepare: Option<PrepareOutput<'_>>,
-    on_output: &mut dyn FnMut(&Output, &[u8]),
+    on_output: &mut dyn FnMut(&Output, Prepared<'_>),
 ) -> Result<ReplayReport, CaptureError> {
     let whole = analysis.clone();
     let (flows, stages) = split_layers(limits, analysis, flow_threads, 1);
     let Some(mut sessions) = stages.into_iter().next() else {
         return replay_with_fleet(paths, limits, whole, None, progress, &mut |o| {
-            on_output(o, &[])
+            on_output(o, Prepared::default())
         });
     };
     // With the flow layer on this thread, the bodies the session side read come back to be
@@ -276,15 +328,26 @@ pub fn replay_split(
     match done {
         Some(result) => result,
         None => {
-            let mut line = Vec::new();
+            let (mut line, mut log) = (Vec::new(), Vec::new());
             let mut on_whole = |o: &Output| match prepare {
                 Some(prepare) => {
                     let mut o = o.clone();
                     line.clear();
-                    prepare(&mut o, Some(&mut line));
-                    on_output(&o, &line);
+                    log.clear();
+                    let into = RenderInto {
+                        line: &mut line,
+                        log: &mut log,
+                    };
+                    prepare(&mut o, Some(into));
+                    on_output(
+                        &o,
+                        Prepared {
+                            line: &line,
+                            log: &log,
+                        },
+                    );
                 }
-                None => on_output(o, &[]),
+                None => on_output(o, Prepared::default()),
             };
             replay_with_fleet(paths, limits, whole, None, progress, &mut on_whole)
         }

@@ -228,7 +228,7 @@ fn assert_threads_agree(
             flow_threads,
             &mut mcptap::progress::ReplayProgress::hidden(),
             None,
-            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+            &mut |o: &Output, _| got.push(o.clone()),
         )
         .expect("replay");
         assert_same(&got, whole, &format!("{name}: {flow_threads} flow threads"));
@@ -430,7 +430,7 @@ fn a_flow_limit_hit_gives_the_same_outputs_from_run_to_run() {
             2,
             &mut mcptap::progress::ReplayProgress::hidden(),
             None,
-            &mut |o: &Output, _: &[u8]| got.push(o.clone()),
+            &mut |o: &Output, _| got.push(o.clone()),
         )
         .expect("replay");
         assert_same(&got, &serial, &format!("run {run}"));

@@ -106,3 +106,67 @@ fn redacted_replays_write_the_same_bytes_on_every_thread_count() {
         }
     }
 }
+
+/// Under `--threads 2` the session thread also writes the handshake log lines while it keeps
+/// up: standard error has the same lines as with one thread, in the same order among the
+/// other lines (alerts, the summary), in both formats and redacted alike. Only each line's
+/// wall-clock stamp differs.
+#[test]
+fn log_lines_are_the_same_on_every_thread_count() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let key = dir.path().join("redact.key");
+    std::fs::write(&key, "a redaction key for the log test").expect("key");
+    // The wall-clock stamp: text lines start with it, JSON lines carry it first.
+    let unstamped = |stderr: &[u8], format: &str| -> Vec<String> {
+        String::from_utf8_lossy(stderr)
+            .lines()
+            .filter(|l| !l.contains("mcptap summary") && !l.contains(" s wall"))
+            .map(|l| match (format, l.split_once(' ')) {
+                ("text", Some((stamp, rest))) if stamp.ends_with('Z') => rest.to_string(),
+                ("json", _) if l.starts_with("{\"timestamp\":\"") => {
+                    l.get(42..).unwrap_or(l).to_string()
+                }
+                _ => l.to_string(),
+            })
+            .collect()
+    };
+    for fixture in ["incident.pcap", "mixed_era.pcap"] {
+        for format in ["text", "json"] {
+            for redact in [false, true] {
+                let replay = |threads: &str| {
+                    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcptap"));
+                    cmd.args(["--log-format", format, "replay", "-q", "--threads", threads])
+                        .args(["--events", "/dev/null"]);
+                    if redact {
+                        cmd.args(["--redact", "client_ip", "--redact-key-file"])
+                            .arg(&key);
+                    }
+                    let out = cmd
+                        .arg(root.join("tests/fixtures").join(fixture))
+                        .output()
+                        .expect("run mcptap replay");
+                    assert!(out.status.success(), "{fixture}: {out:?}");
+                    unstamped(&out.stderr, format)
+                };
+                let one = replay("1");
+                let handshakes = one.iter().filter(|l| l.contains("handshake")).count();
+                assert!(handshakes >= 2, "{fixture} {format}: {one:?}");
+                if redact {
+                    assert!(
+                        !one.iter()
+                            .any(|l| l.contains("client=127.") || l.contains("\"client\":\"127.")),
+                        "{fixture} {format}: {one:?}"
+                    );
+                }
+                for threads in ["2", "4"] {
+                    assert_eq!(
+                        replay(threads),
+                        one,
+                        "{fixture} {format} redacted {redact}: --threads {threads}"
+                    );
+                }
+            }
+        }
+    }
+}

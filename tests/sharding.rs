@@ -268,7 +268,7 @@ fn the_split_pipeline_gives_one_pipelines_outputs_in_order() {
             flow_threads,
             &mut mcptap::progress::ReplayProgress::hidden(),
             None,
-            &mut |o: &Output, _: &[u8]| split.push(o.clone()),
+            &mut |o: &Output, _| split.push(o.clone()),
         )
         .expect("split replay");
         assert_eq!(
@@ -301,15 +301,15 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
     // batches (milliseconds of work in release, a few hundred in a debug build on a busy
     // machine), so that the session thread finds input waiting when it comes back.
     let first = std::sync::atomic::AtomicBool::new(true);
-    let prepare = |o: &mut Output, line: Option<&mut Vec<u8>>| {
-        if let (Output::Event(ev), Some(line)) = (o, line) {
+    let prepare = |o: &mut Output, into: Option<mcptap::replay::RenderInto<'_>>| {
+        if let (Output::Event(ev), Some(into)) = (o, into) {
             let pause = if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 std::time::Duration::from_millis(1500)
             } else {
                 std::time::Duration::from_micros(200)
             };
             std::thread::sleep(pause);
-            mcptap::sink::ndjson::render_line(ev, line).expect("render");
+            mcptap::sink::ndjson::render_line(ev, into.line).expect("render");
         }
     };
     let (mut got, mut rendered_there, mut rendered_here) = (Vec::new(), 0, 0);
@@ -320,8 +320,9 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
         0,
         &mut mcptap::progress::ReplayProgress::hidden(),
         Some(&prepare),
-        &mut |o: &Output, line: &[u8]| {
+        &mut |o: &Output, prepared: mcptap::replay::Prepared<'_>| {
             if let Output::Event(ev) = o {
+                let line = prepared.line;
                 if line.is_empty() {
                     rendered_here += 1;
                     mcptap::sink::ndjson::render_line(ev, &mut got).expect("render");

@@ -31,11 +31,35 @@ pub fn try_log(h: &Handshake) -> bool {
         return false;
     };
     if tracing::enabled!(target: "mcptap::handshake", tracing::Level::INFO) {
-        let mut line = Vec::with_capacity(1024);
-        write(*format, now(), h, &mut line);
-        super::log_writer::write_buffered(&line);
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            write(*format, now(), h, line);
+            super::log_writer::write_buffered(line);
+            if line.capacity() > LINE_KEEP {
+                *line = Vec::with_capacity(1024);
+            }
+        });
     }
     true
+}
+
+/// Keep the line's buffer only up to this size (after a handshake with huge capabilities).
+const LINE_KEEP: usize = 64 << 10;
+
+thread_local! {
+    /// The line being written, kept between lines.
+    static LINE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024));
+}
+
+/// Appends `h`'s line to `out` if lines are written directly and the handshake target is
+/// enabled at INFO, for [`super::log_writer::write_buffered`] later (on another thread,
+/// say); else leaves `out` as it is, and [`try_log`] decides when the handshake is logged.
+pub fn render(h: &Handshake, out: &mut Vec<u8>) {
+    if let Some(format) = DIRECT.get()
+        && tracing::enabled!(target: "mcptap::handshake", tracing::Level::INFO)
+    {
+        write(*format, now(), h, out);
+    }
 }
 
 fn now() -> Timestamp {

@@ -65,6 +65,24 @@ pub(crate) fn trace_handshake(h: &mcptap_core::model::Handshake) {
     )
 }
 
+/// [`log_output`], with `rendered` the output's log line if [`render_event_line`] wrote one
+/// (on another thread, say), else empty.
+pub fn log_output_prepared(output: &Output, rendered: &[u8]) {
+    if rendered.is_empty() {
+        log_output(output);
+    } else {
+        super::log_writer::write_buffered(rendered);
+    }
+}
+
+/// Appends `ev`'s log line to `line` if it is one [`log_output_prepared`] can write as it is
+/// (a handshake's, written directly): the rest is logged when delivered.
+pub fn render_event_line(ev: &Event, line: &mut Vec<u8>) {
+    if let Event::Handshake(h) = ev {
+        super::handshake_line::render(h, line);
+    }
+}
+
 pub fn log_event(ev: &Event) {
     match ev {
         Event::Handshake(h) => {
