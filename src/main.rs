@@ -773,7 +773,8 @@ fn replay(
                 if let Some(r) = &redactor {
                     r.event(ev);
                 }
-                // On an error nothing is appended: the writer renders it again and reports it.
+                // On an error rendering the NDJSON line nothing is appended: the writer
+                // renders it again and reports it. The log line cannot fail.
                 if let Some(into) = into {
                     let _ = mcptap::sink::ndjson::render_event(ev, into.line);
                     log::render_event_line(ev, into.log);

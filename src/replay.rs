@@ -99,8 +99,8 @@ pub fn replay_with_fleet(
 /// Output work that [`replay_split`] does on its session thread: each output is handed to it
 /// there, in order (redaction, say), with buffers to append its bytes to (the event's NDJSON
 /// line, its log line) while the session thread keeps up. When staged input waits for it, the
-/// buffers are `None` and the calling thread, which runs the flow layer, renders the output
-/// itself: the rendering goes to whichever thread has time, and the bytes are the same.
+/// buffers are `None` and the calling thread, which delivers the outputs, renders them itself:
+/// the rendering goes to whichever thread has time, and the bytes are the same.
 pub type PrepareOutput<'a> = &'a (dyn Fn(&mut Output, Option<RenderInto<'_>>) + Sync);
 
 /// Where [`PrepareOutput`] appends an output's bytes; what it leaves empty is rendered when
@@ -164,8 +164,9 @@ struct OutputBatch {
     spent: Vec<Vec<u8>>,
 }
 
-/// Keep a recycled batch's bytes only up to this size (after a run of very large events).
-const OUTPUT_BYTES_KEEP: usize = 4 << 20;
+/// Keep each of a recycled batch's two buffers only up to this size (after a run of very
+/// large events; a handshake's log line is about as large as its event's line).
+const OUTPUT_BYTES_KEEP: usize = 2 << 20;
 
 impl OutputBatch {
     fn with_capacity(outputs: usize) -> Self {
@@ -228,9 +229,7 @@ pub fn replay_split(
     let whole = analysis.clone();
     let (flows, stages) = split_layers(limits, analysis, flow_threads, 1);
     let Some(mut sessions) = stages.into_iter().next() else {
-        return replay_with_fleet(paths, limits, whole, None, progress, &mut |o| {
-            on_output(o, Prepared::default())
-        });
+        return replay_whole(paths, limits, whole, progress, prepare, on_output);
     };
     // With the flow layer on this thread, the bodies the session side read come back to be
     // freed here (with flow shards they were allocated on the shards' threads).
@@ -327,31 +326,42 @@ pub fn replay_split(
     });
     match done {
         Some(result) => result,
-        None => {
-            let (mut line, mut log) = (Vec::new(), Vec::new());
-            let mut on_whole = |o: &Output| match prepare {
-                Some(prepare) => {
-                    let mut o = o.clone();
-                    line.clear();
-                    log.clear();
-                    let into = RenderInto {
-                        line: &mut line,
-                        log: &mut log,
-                    };
-                    prepare(&mut o, Some(into));
-                    on_output(
-                        &o,
-                        Prepared {
-                            line: &line,
-                            log: &log,
-                        },
-                    );
-                }
-                None => on_output(o, Prepared::default()),
-            };
-            replay_with_fleet(paths, limits, whole, None, progress, &mut on_whole)
-        }
+        None => replay_whole(paths, limits, whole, progress, prepare, on_output),
     }
+}
+
+/// [`replay_split`]'s work on the calling thread alone (when it cannot split): each output
+/// prepared and rendered here, in order.
+fn replay_whole(
+    paths: &[String],
+    limits: Limits,
+    analysis: Analysis,
+    progress: &mut ReplayProgress,
+    prepare: Option<PrepareOutput<'_>>,
+    on_output: &mut dyn FnMut(&Output, Prepared<'_>),
+) -> Result<ReplayReport, CaptureError> {
+    let (mut line, mut log) = (Vec::new(), Vec::new());
+    let mut on_whole = |o: &Output| match prepare {
+        Some(prepare) => {
+            let mut o = o.clone();
+            line.clear();
+            log.clear();
+            let into = RenderInto {
+                line: &mut line,
+                log: &mut log,
+            };
+            prepare(&mut o, Some(into));
+            on_output(
+                &o,
+                Prepared {
+                    line: &line,
+                    log: &log,
+                },
+            );
+        }
+        None => on_output(o, Prepared::default()),
+    };
+    replay_with_fleet(paths, limits, analysis, None, progress, &mut on_whole)
 }
 
 /// The flow side of a replay whose session layer runs elsewhere: [`read_staged`] on this

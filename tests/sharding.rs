@@ -310,8 +310,19 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
             };
             std::thread::sleep(pause);
             mcptap::sink::ndjson::render_line(ev, into.line).expect("render");
+            mcptap::sink::log::render_event_line(ev, into.log);
         }
     };
+    // Handshake log lines are rendered there too when they are written directly and enabled
+    // (as `mcptap` sets up logging to a file): this test binary's only subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::sink)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
+    use mcptap::sink::handshake_line::{LineFormat, write, write_directly};
+    write_directly(LineFormat::Text);
+    let unstamped = |line: &[u8]| line.get(27..).unwrap_or_default().to_vec();
+    let mut logs_rendered_there = 0;
     let (mut got, mut rendered_there, mut rendered_here) = (Vec::new(), 0, 0);
     mcptap::replay::replay_split(
         &paths,
@@ -330,10 +341,29 @@ fn a_session_thread_that_falls_behind_leaves_rendering_to_the_flow_thread() {
                     rendered_there += 1;
                     got.extend_from_slice(line);
                 }
+                // A handshake rendered there has its log line, as the direct writer makes it.
+                if let (mcptap_core::model::Event::Handshake(h), false) = (ev, line.is_empty()) {
+                    let mut want = Vec::new();
+                    write(
+                        LineFormat::Text,
+                        mcptap_core::model::Timestamp(0),
+                        h,
+                        &mut want,
+                    );
+                    assert_eq!(unstamped(prepared.log), unstamped(&want));
+                    logs_rendered_there += 1;
+                }
+                if !matches!(ev, mcptap_core::model::Event::Handshake(_)) {
+                    assert!(prepared.log.is_empty(), "a log line for {ev:?}");
+                }
             }
         },
     )
     .expect("split replay");
+    assert!(
+        logs_rendered_there > 0,
+        "the session thread rendered no log line"
+    );
     assert!(rendered_there > 0, "the session thread rendered nothing");
     assert!(rendered_here > 0, "the flow thread rendered nothing");
     assert!(got == expected, "the lines differ");

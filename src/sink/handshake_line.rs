@@ -31,16 +31,77 @@ pub fn try_log(h: &Handshake) -> bool {
         return false;
     };
     if tracing::enabled!(target: "mcptap::handshake", tracing::Level::INFO) {
-        LINE.with_borrow_mut(|line| {
-            line.clear();
+        with_line(|line| {
             write(*format, now(), h, line);
             super::log_writer::write_buffered(line);
-            if line.capacity() > LINE_KEEP {
-                *line = Vec::with_capacity(1024);
-            }
         });
     }
     true
+}
+
+/// Appends `h`'s line to `out` if lines are written directly and the handshake target is
+/// enabled at INFO, for [`write_rendered`] later (on another thread, say); else leaves `out`
+/// as it is, and [`try_log`] decides when the handshake is logged.
+pub fn render(h: &Handshake, out: &mut Vec<u8>) {
+    if let Some(format) = DIRECT.get()
+        && tracing::enabled!(target: "mcptap::handshake", tracing::Level::INFO)
+    {
+        write(*format, now(), h, out);
+    }
+}
+
+/// Writes a line [`render`] made, stamped with the time now as [`try_log`] would have: the
+/// log's wall-clock stamps stay in the order its lines are written.
+pub fn write_rendered(rendered: &[u8]) {
+    with_line(|line| {
+        line.extend_from_slice(rendered);
+        if let Some(format) = DIRECT.get() {
+            restamp(*format, now(), line);
+        }
+        super::log_writer::write_buffered(line);
+    });
+}
+
+/// Puts `now` in place of the wall-clock stamp [`write`] began `line` with; false (and
+/// `line` as it was) if it does not begin so.
+fn restamp(format: LineFormat, now: Timestamp, line: &mut [u8]) -> bool {
+    let at = match format {
+        LineFormat::Text => 0,
+        LineFormat::Json => JSON_START.len(),
+    };
+    let stamp = now.rfc3339_bytes().unwrap_or(NO_STAMP);
+    let starts_right = format == LineFormat::Text || line.starts_with(JSON_START);
+    match line.get_mut(at..at + stamp.len()) {
+        Some(old) if starts_right && old.last() == Some(&b'Z') => {
+            old.copy_from_slice(&stamp);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// How a JSON line begins, before its stamp.
+const JSON_START: &[u8] = b"{\"timestamp\":\"";
+/// The stamp of a time RFC 3339 cannot write (outside years 0-9999).
+const NO_STAMP: [u8; 27] = *b"0000-00-00T00:00:00.000000Z";
+
+/// Runs `f` on this thread's line buffer, emptied (a fresh one if it is in use or gone).
+fn with_line(f: impl FnOnce(&mut Vec<u8>)) {
+    let mut f = Some(f);
+    let _ = LINE.try_with(|cell| {
+        if let Ok(mut line) = cell.try_borrow_mut()
+            && let Some(f) = f.take()
+        {
+            line.clear();
+            f(&mut line);
+            if line.capacity() > LINE_KEEP {
+                *line = Vec::with_capacity(1024);
+            }
+        }
+    });
+    if let Some(f) = f {
+        f(&mut Vec::with_capacity(1024));
+    }
 }
 
 /// Keep the line's buffer only up to this size (after a handshake with huge capabilities).
@@ -49,17 +110,6 @@ const LINE_KEEP: usize = 64 << 10;
 thread_local! {
     /// The line being written, kept between lines.
     static LINE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024));
-}
-
-/// Appends `h`'s line to `out` if lines are written directly and the handshake target is
-/// enabled at INFO, for [`super::log_writer::write_buffered`] later (on another thread,
-/// say); else leaves `out` as it is, and [`try_log`] decides when the handshake is logged.
-pub fn render(h: &Handshake, out: &mut Vec<u8>) {
-    if let Some(format) = DIRECT.get()
-        && tracing::enabled!(target: "mcptap::handshake", tracing::Level::INFO)
-    {
-        write(*format, now(), h, out);
-    }
 }
 
 fn now() -> Timestamp {
@@ -126,16 +176,14 @@ enum Line<'a> {
 
 impl Line<'_> {
     fn start(&mut self, now: Timestamp) {
-        let stamp = now
-            .rfc3339_bytes()
-            .unwrap_or(*b"0000-00-00T00:00:00.000000Z");
+        let stamp = now.rfc3339_bytes().unwrap_or(NO_STAMP);
         match self {
             Line::Text(o) => {
                 o.extend_from_slice(&stamp);
                 o.extend_from_slice(b"  INFO handshake");
             }
             Line::Json(o) => {
-                o.extend_from_slice(b"{\"timestamp\":\"");
+                o.extend_from_slice(JSON_START);
                 o.extend_from_slice(&stamp);
                 o.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"handshake\"");
             }
@@ -493,6 +541,42 @@ mod tests {
         h.path = String::new();
         all.push(h);
         assert_written_as_tracing_does(&all);
+    }
+
+    /// A line rendered on one thread and written on another gets the time it is written: the
+    /// stamp is replaced, and nothing else.
+    #[test]
+    fn a_rendered_line_is_restamped_when_written() {
+        let (then, later) = (
+            Timestamp(1_764_000_000_123_456_000),
+            Timestamp(1_764_000_061_500_000_000),
+        );
+        for h in every_fixture_handshake().iter().take(8) {
+            for format in [LineFormat::Text, LineFormat::Json] {
+                let mut line = Vec::new();
+                write(format, then, h, &mut line);
+                assert!(restamp(format, later, &mut line), "{format:?}");
+                let mut want = Vec::new();
+                write(format, later, h, &mut want);
+                assert_eq!(line, want, "{format:?}");
+            }
+        }
+        // A line that does not begin with a stamp is left as it is.
+        for (format, odd) in [
+            (LineFormat::Text, &b"short"[..]),
+            (
+                LineFormat::Text,
+                b"2025-11-24 16:00:00 INFO not ours, long enough to hold a stamp",
+            ),
+            (
+                LineFormat::Json,
+                b"{\"level\":\"INFO\",\"timestamp\":\"2025-11-24T16:00:00.123456Z\"}",
+            ),
+        ] {
+            let mut line = odd.to_vec();
+            assert!(!restamp(format, later, &mut line), "{format:?}");
+            assert_eq!(line, odd);
+        }
     }
 
     #[test]

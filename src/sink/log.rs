@@ -66,12 +66,13 @@ pub(crate) fn trace_handshake(h: &mcptap_core::model::Handshake) {
 }
 
 /// [`log_output`], with `rendered` the output's log line if [`render_event_line`] wrote one
-/// (on another thread, say), else empty.
+/// (on another thread, say), else empty. A rendered line gets the time now as its stamp, as a
+/// line logged here would.
 pub fn log_output_prepared(output: &Output, rendered: &[u8]) {
     if rendered.is_empty() {
         log_output(output);
     } else {
-        super::log_writer::write_buffered(rendered);
+        super::handshake_line::write_rendered(rendered);
     }
 }
 
