@@ -29,7 +29,9 @@
 # the reference of the gateway target: mcptap within 2x). The gateway capture is replayed with
 # its events to a file at the default log level (the product's contract: handshakes at INFO),
 # plus once with --log-level warn and once with --log-format json, to price the logging; its
-# incidents must raise exactly the alerts the generator wrote next to it (FILE.alerts).
+# incidents must raise exactly the alerts the generator wrote next to it (FILE.alerts). It is
+# also replayed by two one-thread processes at once, against one alone in the same rounds: what
+# this machine gives a second thread at all, the ceiling of the two-thread target here.
 #
 # A/B against another binary (the acceptance check of a change: old and new on the same
 # captures in the same run, so both meet the same machine load):
@@ -325,12 +327,12 @@ for name in "${NAMES[@]}"; do
   # The flow and session layers on two threads (--threads 2) are timed in the same rounds,
   # before the one-thread runs in even rounds and after them in odd ones: a load that comes
   # and goes meets both alike, so their ratio holds on a shared machine.
-  splits=""
+  splits=""; split_cpus=""
   defaults=""
   split_run() {
-    read -r wall _ _ < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
-    printf 'split  run %d: %s s wall (--threads 2)\n' "$i" "$wall"
-    splits+="$wall "
+    read -r wall _ cpu < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
+    printf 'split  run %d: %s s wall, %s s CPU (--threads 2)\n' "$i" "$wall" "$cpu"
+    splits+="$wall "; split_cpus+="$cpu "
     # As an operator runs it: no --threads, one thread per core (the same as --threads 2 on
     # a 2-core machine, timed all the same so that the figure says what it measured).
     read -r wall _ _ < <(run_timed "$WORK/default-$name-$i" "$BIN" replay "$file" --events "$events_to")
@@ -353,6 +355,8 @@ for name in "${NAMES[@]}"; do
   done
   # shellcheck disable=SC2086
   R[$name.split.wall]="$(median $splits)"
+  # shellcheck disable=SC2086
+  R[$name.split.cpu]="$(median $split_cpus)"
   # shellcheck disable=SC2086
   R[$name.default.wall]="$(median $defaults)"
   summary="$(grep -E 'mcptap summary|alerts:|gaps:' "$WORK/mcptap-$name-1.err" | sed 's/^ */  /')"
@@ -391,6 +395,36 @@ for name in "${NAMES[@]}"; do
     # shellcheck disable=SC2086
     R[gateway.text.wall]="$(median $ld)"
     echo "log cost: text $(awk -v a="${R[gateway.text.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}') of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians of the same rounds: default ${R[gateway.text.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
+  fi
+  if [ "$name" = gateway ] && [ "$(nproc)" -ge 2 ]; then
+    # What this machine gives a second thread at all: two independent one-thread replays at
+    # once against one alone, in the same rounds (alternating which comes first). Their
+    # slow-down bounds what --threads 2 can reach here (2 / slow-down), whatever mcptap does;
+    # the CPU figures separate the machine's share of the two-thread overhead from mcptap's.
+    pair_ratios=""; pair_cpu_ratios=""
+    for i in $(seq 1 "$RUNS"); do
+      alone_run() {
+        read -r alone_wall _ alone_cpu < <(run_timed "$WORK/alone-$i" "$BIN" replay "$file" --events "$WORK/pair-a.ndjson" --threads 1)
+      }
+      [ $((i % 2)) = 1 ] && alone_run
+      run_timed "$WORK/pair1-$i" "$BIN" replay "$file" --events "$WORK/pair-1.ndjson" --threads 1 > "$WORK/pair1-$i.res" &
+      p1=$!
+      run_timed "$WORK/pair2-$i" "$BIN" replay "$file" --events "$WORK/pair-2.ndjson" --threads 1 > "$WORK/pair2-$i.res" &
+      p2=$!
+      wait "$p1" "$p2"
+      [ $((i % 2)) = 0 ] && alone_run
+      read -r w1 _ c1 < "$WORK/pair1-$i.res"
+      read -r w2 _ c2 < "$WORK/pair2-$i.res"
+      printf 'pair   run %d: %s and %s s wall, %s and %s s CPU, at once (--threads 1 each; alone: %s s, %s s CPU)\n' \
+        "$i" "$w1" "$w2" "$c1" "$c2" "$alone_wall" "$alone_cpu"
+      pair_ratios+="$(awk -v a="$w1" -v b="$w2" -v o="$alone_wall" 'BEGIN{print (a>b?a:b)/o}') "
+      pair_cpu_ratios+="$(awk -v a="$c1" -v b="$c2" -v o="$alone_cpu" 'BEGIN{print (a+b)/2/o}') "
+    done
+    rm -f "$WORK"/pair-*.ndjson
+    # shellcheck disable=SC2086
+    R[gateway.pair.slowdown]="$(median $pair_ratios)"
+    # shellcheck disable=SC2086
+    R[gateway.pair.cpu]="$(median $pair_cpu_ratios)"
   fi
   # Events for the facts check (not timed).
   "$BIN" replay "$file" --events "$WORK/events-$name.ndjson" --log-level error --threads 1 > /dev/null 2>&1
@@ -510,6 +544,15 @@ for name in "${NAMES[@]}"; do
   awk -v c="$name" -v one="${R[$name.mcptap.wall]}" -v two="${R[$name.split.wall]}" 'BEGIN{
     printf "  %-7s %.3f s vs %.3f s: %.2fx\n", c, two, one, one/two }'
 done
+if [ -n "${R[gateway.pair.slowdown]:-}" ]; then
+  awk -v s="${R[gateway.pair.slowdown]}" -v pc="${R[gateway.pair.cpu]}" \
+      -v one="${R[gateway.mcptap.wall]}" -v two="${R[gateway.split.wall]}" \
+      -v c1="${R[gateway.mcptap.cpu]}" -v c2="${R[gateway.split.cpu]}" 'BEGIN{
+    printf "  this machine, gateway: two one-thread replays at once each take %.2fx the time of one alone\n", s
+    printf "    (median of the ratios of the rounds), so 2 threads can reach at most %.2fx here; --threads 2\n", 2/s
+    printf "    reached %.2fx, %.0f%% of that. CPU: a replay beside another takes %.2fx the CPU of one\n", one/two, 100*(one/two)/(2/s), pc
+    printf "    alone; --threads 2 takes %.2fx the CPU of --threads 1 (medians of the same runs).\n", c2/c1 }'
+fi
 echo "the default (no --threads: $(nproc) threads on this machine) against one thread, medians:"
 for name in "${NAMES[@]}"; do
   awk -v c="$name" -v one="${R[$name.mcptap.wall]}" -v d="${R[$name.default.wall]}" 'BEGIN{
