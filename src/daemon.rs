@@ -19,6 +19,7 @@ use crate::sink::ndjson::{EventFile, NdjsonWriter};
 use crate::sink::summary::{Summary, TimeSpan};
 use crate::state::{self, Snapshot, SnapshotSlots};
 use mcptap_core::flow_shard::StagedSteps;
+use mcptap_core::http::Spent;
 use mcptap_core::mcp::identity::Identities;
 use mcptap_core::mcp::snapshot::ImportReport;
 use mcptap_core::model::Output;
@@ -400,8 +401,8 @@ enum SessionJob {
 }
 
 /// What a session thread hands back for a job: its outputs, the capture time they go up to,
-/// and the bodies it read (to be freed on the worker's thread).
-type SessionReturn = (Vec<Output>, Option<i64>, Vec<Vec<u8>>);
+/// and the bodies and heads it is done with (to be freed on the worker's thread).
+type SessionReturn = (Vec<Output>, Option<i64>, Spent);
 
 /// A split worker's session layer on a thread of its own: it takes the staged steps of each
 /// capture batch and hands back their outputs.
@@ -411,7 +412,7 @@ struct SessionThread {
     /// bounded all the same: outputs come only of the jobs queued (at most
     /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
     /// With the bodies the session layer read, when it keeps them: freed on the worker's
-    /// thread, which allocated them (see `SessionStage::keep_spent_bodies`).
+    /// thread, which allocated them (see `SessionStage::keep_spent`).
     outputs: Receiver<SessionReturn>,
     /// Outputs the worker has written go back to be dropped on the thread that made them
     /// (mimalloc frees fastest there) when it takes its next job; the vectors are refilled.
@@ -430,9 +431,6 @@ impl SessionThread {
         let (out_tx, out_rx) = std::sync::mpsc::channel::<SessionReturn>();
         let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Output>>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
-            // Bodies the last batch read (see `SessionStage::keep_spent_bodies`): the room the
-            // next batch's are kept in.
-            let mut spent_bodies = 0;
             for job in jobs_rx {
                 // All that came back is dropped here; one vector is kept to fill.
                 let mut out = Vec::new();
@@ -460,8 +458,7 @@ impl SessionThread {
                         continue;
                     }
                 }
-                let spent = sessions.swap_spent_bodies(Vec::with_capacity(spent_bodies));
-                spent_bodies = spent.len();
+                let spent = sessions.swap_spent(Spent::default());
                 if out_tx.send((out, up_to, spent)).is_err() {
                     break; // the worker is gone
                 }
@@ -866,9 +863,10 @@ impl WorkerPool {
             } else if split {
                 let (flows, mut sessions) =
                     Pipeline::split(self.limits, self.analysis.clone(), usage.clone());
-                // The flow layer runs on this worker's thread: the bodies it allocated come
-                // back to be freed here (not so with flow shards, whose threads allocate them).
-                sessions.keep_spent_bodies();
+                // The flow layer runs on this worker's thread: the bodies and heads it allocated
+                // come back to be freed here (not so with flow shards, whose threads allocate
+                // them).
+                sessions.keep_spent();
                 let sessions = SessionThread::spawn(sessions, format!("sessions-{i}"))
                     .map_err(|e| format!("cannot start session thread: {e}"))?;
                 Stages::Split { flows, sessions }

@@ -6,6 +6,7 @@ use crate::flow_shards::{FlowLayer, FlowShards};
 use crate::progress::ReplayProgress;
 use crate::sink::summary::TimeSpan;
 use mcptap_core::flow_shard::StagedSteps;
+use mcptap_core::http::Spent;
 use mcptap_core::model::Output;
 use mcptap_core::model::Timestamp;
 use mcptap_core::pipeline::{Analysis, Limits, PacketStats, Pipeline, SessionStage, Staged};
@@ -158,10 +159,10 @@ struct OutputBatch {
     outputs: Vec<Output>,
     lines: RenderedBytes,
     logs: RenderedBytes,
-    /// The bodies the session side read for these outputs, to be freed on the flow side's
-    /// thread, which allocated them (see `SessionStage::keep_spent_bodies`); emptied there
-    /// before the batch goes back.
-    spent: Vec<Vec<u8>>,
+    /// What the session side was done with of the flow side's allocations for these outputs,
+    /// to be freed on the flow side's thread, which allocated them (see
+    /// `SessionStage::keep_spent`); emptied there before the batch goes back.
+    spent: Spent,
 }
 
 /// Keep each of a recycled batch's two buffers only up to this size (after a run of very
@@ -174,7 +175,7 @@ impl OutputBatch {
             outputs: Vec::with_capacity(outputs),
             lines: RenderedBytes::with_capacity(outputs),
             logs: RenderedBytes::with_capacity(outputs),
-            spent: Vec::new(),
+            spent: Spent::default(),
         }
     }
 
@@ -231,10 +232,10 @@ pub fn replay_split(
     let Some(mut sessions) = stages.into_iter().next() else {
         return replay_whole(paths, limits, whole, progress, prepare, on_output);
     };
-    // With the flow layer on this thread, the bodies the session side read come back to be
-    // freed here (with flow shards they were allocated on the shards' threads).
+    // With the flow layer on this thread, the bodies and heads the session side is done with
+    // come back to be freed here (with flow shards they were allocated on the shards' threads).
     if matches!(flows, FlowLayer::Here(_)) {
-        sessions.keep_spent_bodies();
+        sessions.keep_spent();
     }
     let (staged_tx, staged_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(SPLIT_QUEUE_BATCHES);
     // Unbounded, so that neither side can wait for the other forever; what waits in it is
@@ -268,7 +269,7 @@ pub fn replay_split(
                         sessions.process(staged, &mut out.outputs);
                     }
                     let _ = spare_staged_tx.send(batch);
-                    out.spent = sessions.swap_spent_bodies(std::mem::take(&mut out.spent));
+                    out.spent = sessions.swap_spent(std::mem::take(&mut out.spent));
                     sessions.publish_usage();
                     if let Some(prepare) = prepare {
                         let behind = waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;

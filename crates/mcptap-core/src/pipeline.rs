@@ -6,7 +6,7 @@
 use crate::decode::{self, Decoded, SkipReason, TcpSegment};
 use crate::detect::{Detectors, ModeTracker};
 use crate::flow_unit::{FlowPhase, FlowUnit, PacketAt};
-use crate::http::{BodyEnd, Connection, HttpEvent};
+use crate::http::{BodyEnd, Connection, HttpEvent, Spent};
 use crate::mcp::{FlowCtx, SessionLimits, Tracker};
 use crate::model::Output;
 use crate::model::{FlowCloseReason, FlowEvictReason, Telemetry, Timestamp};
@@ -653,7 +653,6 @@ impl Pipeline {
             published_exchange_bytes: 0,
             staged_done: 0,
             slack,
-            spent_bodies: None,
         };
         (flows, sessions)
     }
@@ -685,7 +684,6 @@ impl Pipeline {
                 published_exchange_bytes: 0,
                 staged_done: 0,
                 slack,
-                spent_bodies: None,
             });
         }
         (flows, stages)
@@ -1715,8 +1713,6 @@ pub struct SessionStage {
     staged_done: usize,
     /// Charged for its thread's allocator (see [`PIPELINE_SLACK`]).
     slack: usize,
-    /// Bodies read, kept to be handed back (see [`SessionStage::keep_spent_bodies`]).
-    spent_bodies: Option<Vec<Vec<u8>>>,
 }
 
 impl SessionStage {
@@ -1726,33 +1722,27 @@ impl SessionStage {
             Staged::Output(o) => out.push(o),
             Staged::Input(input) => {
                 self.staged_done += input.cost();
-                let body = run_session_input(&mut self.tracker, input, out);
-                if let (Some(body), Some(spent)) = (body, self.spent_bodies.as_mut()) {
-                    spent.push(body);
+                if let Some(body) = run_session_input(&mut self.tracker, input, out) {
+                    self.tracker.spend_body(body);
                 }
             }
         }
     }
 
-    /// From now on the bodies (and SSE events' data) this stage has read are kept for
-    /// [`SessionStage::swap_spent_bodies`] instead of freed here: the flow side's thread
-    /// allocated them, and the allocator frees a block fastest on the thread that allocated it
-    /// (on another, its page's owner later collects the block from a list both threads
-    /// write). The caller takes them after every batch; they are no longer counted in
+    /// From now on what this stage is done with of the flow layer's allocations (bodies and
+    /// SSE events' data read, heads of exchanges ended) is kept for
+    /// [`SessionStage::swap_spent`] instead of freed here: for a flow layer on another thread
+    /// (see [`Spent`]). The caller takes it after every batch; it is no longer counted in
     /// [`SharedUsage::staged_bytes`].
-    pub fn keep_spent_bodies(&mut self) {
-        self.spent_bodies.get_or_insert_with(Vec::new);
+    pub fn keep_spent(&mut self) {
+        self.tracker.keep_spent();
     }
 
-    /// The bodies kept since the last call (see [`SessionStage::keep_spent_bodies`]), with
-    /// `spare` (emptied) keeping them from now on. What waits to be taken is at most what the
-    /// staged steps between two calls held.
-    pub fn swap_spent_bodies(&mut self, mut spare: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-        spare.clear();
-        match self.spent_bodies.as_mut() {
-            Some(spent) => std::mem::replace(spent, spare),
-            None => spare,
-        }
+    /// What was kept since the last call (see [`SessionStage::keep_spent`]), with `spare`
+    /// (emptied) keeping from now on. What waits to be taken is at most what the staged steps
+    /// between two calls held.
+    pub fn swap_spent(&mut self, spare: Spent) -> Spent {
+        self.tracker.swap_spent(spare)
     }
 
     /// Sharded: hands out every server-scoped entry this stage holds (after a snapshot's

@@ -225,6 +225,35 @@ impl PartialEq for RequestHead {
 
 impl Eq for RequestHead {}
 
+/// What the HTTP layer allocated and the session layer is done with: bodies (and SSE events'
+/// data) read, heads of exchanges ended. With the two layers on two threads they go back to
+/// be freed on the thread that allocated them: the allocator frees a block fastest there (on
+/// another, its page's owner later collects the block from a list both threads write).
+#[derive(Debug, Default)]
+pub struct Spent {
+    pub bodies: Vec<Vec<u8>>,
+    pub request_heads: Vec<Box<RequestHead>>,
+    pub response_heads: Vec<Box<ResponseHead>>,
+}
+
+impl Spent {
+    /// Frees what is held, keeping the lists' room.
+    pub fn clear(&mut self) {
+        self.bodies.clear();
+        self.request_heads.clear();
+        self.response_heads.clear();
+    }
+
+    /// Buffers held.
+    pub fn len(&self) -> usize {
+        self.bodies.len() + self.request_heads.len() + self.response_heads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseHead {
     pub status: u16,

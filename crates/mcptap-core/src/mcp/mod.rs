@@ -30,7 +30,7 @@ pub use review::{
 };
 
 use crate::http::sse::SseItem;
-use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead};
+use crate::http::{BodyEnd, HttpEvent, RequestHead, ResponseHead, Spent};
 use crate::jsonrpc::{self, Id, Message, ResultFields};
 use crate::model::{
     Alert, AlertKind, Direction, EndReason, Era, Event, Exchange, FailedAnswer, FramingMode,
@@ -129,6 +129,8 @@ pub struct Tracker<D: Detector> {
     /// Sharded: where each unit of a sweep's or the end's outputs starts, and its key, so
     /// that the shards' outputs merge into one worker's order ([`GroupKey`]).
     group_marks: Option<Vec<(usize, GroupKey)>>,
+    /// Kept to be handed back instead of freed here (see [`Tracker::keep_spent`]).
+    spent: Option<Spent>,
 }
 
 /// The order one worker makes the outputs of a sweep or of the end of the input in, unit by
@@ -543,6 +545,45 @@ impl<D: Detector> Tracker<D> {
             server_versions: HashMap::default(),
             last_sweep: Timestamp(i64::MIN),
             group_marks: None,
+            spent: None,
+        }
+    }
+
+    /// From now on the bodies read (see [`Tracker::spend_body`]) and the heads of the exchanges
+    /// ended are kept for [`Tracker::swap_spent`] instead of freed here (see [`Spent`]): for a
+    /// session layer on another thread than the HTTP layer that allocated them. The caller
+    /// takes them after every batch of input; they are no longer charged anywhere.
+    pub fn keep_spent(&mut self) {
+        self.spent.get_or_insert_with(Spent::default);
+    }
+
+    /// What was kept since the last call (see [`Tracker::keep_spent`]), with `spare` (emptied)
+    /// keeping from now on. What waits to be taken is at most what the input between two
+    /// calls held.
+    pub fn swap_spent(&mut self, mut spare: Spent) -> Spent {
+        spare.clear();
+        match self.spent.as_mut() {
+            Some(spent) => std::mem::replace(spent, spare),
+            None => spare,
+        }
+    }
+
+    /// A body [`Tracker::on_http`] gave back: kept (see [`Tracker::keep_spent`]) or freed.
+    pub fn spend_body(&mut self, body: Vec<u8>) {
+        if let Some(spent) = self.spent.as_mut() {
+            spent.bodies.push(body);
+        }
+    }
+
+    /// An exchange is done with: its heads are kept (see [`Tracker::keep_spent`]), the rest is
+    /// freed.
+    fn retire(&mut self, ex: Box<ExchangeState>) {
+        if let Some(spent) = self.spent.as_mut() {
+            let ExchangeState { head, response, .. } = *ex;
+            spent.request_heads.push(head);
+            if let Some(response) = response {
+                spent.response_heads.push(response);
+            }
         }
     }
 
@@ -1781,6 +1822,7 @@ impl<D: Detector> Tracker<D> {
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
                     self.forget_in_flight(ctx.server, &ex);
                     self.end_if_expired(&ex, ts, out);
+                    self.retire(ex);
                 }
             }
             HttpEvent::Anomaly { exchange, reason } => {
@@ -3872,6 +3914,7 @@ impl<D: Detector> Tracker<D> {
         if end == BodyEnd::Unfinished {
             // Cut off by the end of the capture or a timeout: not ended, nothing to conclude.
             self.end_if_expired(&ex, ts, out);
+            self.retire(ex);
             return;
         }
         let status = ex.response.as_ref().map_or(0, |r| r.status);
@@ -4026,6 +4069,7 @@ impl<D: Detector> Tracker<D> {
             alert_ctx.push(out, ts, alert);
         }
         self.end_if_expired(&ex, ts, out);
+        self.retire(ex);
     }
 }
 

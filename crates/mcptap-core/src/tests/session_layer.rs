@@ -61,7 +61,9 @@ impl Harness {
 
     fn send(&mut self, c: FlowCtx, ev: HttpEvent) {
         self.now += 1_000_000;
-        self.t.on_http(c, Timestamp(self.now), ev, &mut self.out);
+        if let Some(body) = self.t.on_http(c, Timestamp(self.now), ev, &mut self.out) {
+            self.t.spend_body(body);
+        }
     }
 
     fn events(&self) -> Vec<serde_json::Value> {
@@ -185,6 +187,61 @@ impl Harness {
         }
         self.send(c, HttpEvent::ResponseEnd { exchange: ex, end });
     }
+}
+
+/// Kept for the thread that allocated them (`Tracker::keep_spent`), the bodies read and the
+/// heads of every exchange ended (answered, cut off, abandoned) come back once each, and the
+/// events are the same; not kept, nothing comes back.
+#[test]
+fn spent_bodies_and_heads_come_back_once_and_only_when_kept() {
+    let run = |keep: bool| {
+        let mut h = Harness::new();
+        if keep {
+            h.t.keep_spent();
+        }
+        let c = ctx(1, 40000);
+        h.handshake(c, 1, None, "s1", json!({}), json!({"tools":{}}));
+        let answer = json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}});
+        h.tool_call_sse(c, 2, "s1", vec![sse_data(answer)], BodyEnd::Complete);
+        h.tool_call_sse(c, 3, "s1", Vec::new(), BodyEnd::Unfinished);
+        let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/list"});
+        h.send(
+            c,
+            HttpEvent::Request {
+                exchange: 4,
+                head: Box::new(post(Some("s1"))),
+                body: body.to_string().into_bytes(),
+            },
+        );
+        h.send(
+            c,
+            HttpEvent::Abandoned {
+                exchange: 4,
+                reason: crate::http::AbandonReason::Gap,
+            },
+        );
+        let spent = h.t.swap_spent(crate::http::Spent::default());
+        let again = h.t.swap_spent(crate::http::Spent::default());
+        assert!(again.is_empty(), "taken once");
+        let counts = (
+            spent.bodies.len(),
+            spent.request_heads.len(),
+            spent.response_heads.len(),
+        );
+        let statuses: Vec<u16> = spent.response_heads.iter().map(|r| r.status).collect();
+        (h.events(), counts, statuses)
+    };
+    let (kept_events, kept, statuses) = run(true);
+    // Bodies: two of the handshake, a request and an SSE event's data, two more requests.
+    assert_eq!(kept, (6, 4, 3));
+    assert_eq!(statuses, [200, 200, 200]);
+    let (events, none, _) = run(false);
+    assert_eq!(none, (0, 0, 0));
+    assert_eq!(events, kept_events);
+    assert_eq!(
+        events.iter().filter(|e| e["event"] == "exchange").count(),
+        2
+    );
 }
 
 #[test]
