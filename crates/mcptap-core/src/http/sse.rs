@@ -32,7 +32,7 @@ const RETAINED_ITEMS: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SseEvent {
-    /// `event` field; `None` when absent or empty (i.e. type "message").
+    /// `event` field; `None` when absent, empty or `message` (the default type).
     pub event_type: Option<String>,
     /// `data` values joined with '\n', as sent: decoded by [`SseEvent::text`] where it is
     /// read (the session layer), not on the thread that frames the stream.
@@ -458,7 +458,9 @@ impl SseParser {
         let id = block.has_id.then(|| lossy(&block.id));
         if block.has_data {
             let event = SseEvent {
-                event_type: (!block.event_type.is_empty()).then(|| lossy(&block.event_type)),
+                // The default type, named or not, is no text to allocate per event.
+                event_type: (!block.event_type.is_empty() && block.event_type != b"message")
+                    .then(|| lossy(&block.event_type)),
                 // The data buffer becomes the event's data without a copy. The next event's
                 // buffer is allocated by its first data, at that size (or the HTTP chunk's,
                 // see `reserve_hint`): one allocated now at this event's size would be written
@@ -699,7 +701,9 @@ mod tests {
 
     #[test]
     fn event_type_and_id_are_per_block() {
-        let out = items(b"event: foo\nid: 1\nid: 2\ndata: a\n\ndata: b\n\nevent:\ndata: c\n\n");
+        let out = items(
+            b"event: foo\nid: 1\nid: 2\ndata: a\n\ndata: b\n\nevent:\ndata: c\n\nevent: message\ndata: d\n\nevent: messages\ndata: e\n\n",
+        );
         assert_eq!(
             out,
             vec![
@@ -710,6 +714,12 @@ mod tests {
                 }),
                 ev("b"),
                 ev("c"),
+                // The default type, named: no type, as when absent.
+                ev("d"),
+                SseItem::Event(SseEvent {
+                    event_type: Some("messages".into()),
+                    ..event("e")
+                }),
             ]
         );
     }
@@ -853,7 +863,8 @@ mod tests {
         assert_eq!(
             out[3],
             SseItem::Event(SseEvent {
-                event_type: Some("message".into()),
+                // `message` is the default type: read as no type at all.
+                event_type: None,
                 id: Some("42".into()),
                 ..event("{\"a\":\"h\u{e9}llo \u{20ac}\"}\nsecond")
             })
