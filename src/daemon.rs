@@ -411,9 +411,12 @@ struct SessionThread {
     /// Unbounded, so that neither thread can wait for the other forever; what waits in it is
     /// bounded all the same: outputs come only of the jobs queued (at most
     /// [`SPLIT_QUEUE_BATCHES`]), and the worker collects them after every batch.
-    /// With the bodies the session layer read, when it keeps them: freed on the worker's
-    /// thread, which allocated them (see `SessionStage::keep_spent`).
+    /// With the bodies and heads the session layer is done with, when it keeps them: freed on
+    /// the worker's thread, which allocated them (see `SessionStage::keep_spent`).
     outputs: Receiver<SessionReturn>,
+    /// The emptied [`Spent`] lists go back to keep the next job's (their room stays, and
+    /// they are freed on the session thread, which allocated them); one per job at most.
+    spare_spent: Sender<Spent>,
     /// Outputs the worker has written go back to be dropped on the thread that made them
     /// (mimalloc frees fastest there) when it takes its next job; the vectors are refilled.
     /// What waits here is one batch's outputs at most, when the link goes quiet.
@@ -430,6 +433,7 @@ impl SessionThread {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<SessionJob>(SPLIT_QUEUE_BATCHES);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<SessionReturn>();
         let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Output>>();
+        let (spare_spent_tx, spare_spent_rx) = std::sync::mpsc::channel::<Spent>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             for job in jobs_rx {
                 // All that came back is dropped here; one vector is kept to fill.
@@ -458,7 +462,8 @@ impl SessionThread {
                         continue;
                     }
                 }
-                let spent = sessions.swap_spent(Spent::default());
+                let spare = spare_spent_rx.try_recv().unwrap_or_default();
+                let spent = sessions.swap_spent(spare);
                 if out_tx.send((out, up_to, spent)).is_err() {
                     break; // the worker is gone
                 }
@@ -469,6 +474,7 @@ impl SessionThread {
             jobs: Some(jobs_tx),
             outputs: out_rx,
             spent: spent_tx,
+            spare_spent: spare_spent_tx,
             outstanding: 0,
             thread: Some(thread),
             closed: None,
@@ -538,7 +544,9 @@ impl SessionThread {
                 }
             };
             self.outstanding -= 1;
-            drop(spent);
+            let mut spent = spent;
+            spent.clear();
+            let _ = self.spare_spent.send(spent);
             if outputs.is_empty() {
                 std::mem::swap(outputs, &mut batch);
             } else {

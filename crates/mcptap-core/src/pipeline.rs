@@ -1730,10 +1730,11 @@ impl SessionStage {
     }
 
     /// From now on what this stage is done with of the flow layer's allocations (bodies and
-    /// SSE events' data read, heads of exchanges ended) is kept for
+    /// SSE events' data read, request and response heads) is kept for
     /// [`SessionStage::swap_spent`] instead of freed here: for a flow layer on another thread
-    /// (see [`Spent`]). The caller takes it after every batch; it is no longer counted in
-    /// [`SharedUsage::staged_bytes`].
+    /// (see [`Spent`], [`Tracker::keep_spent`]). The caller takes it after every batch; it is
+    /// no longer charged (bodies to [`SharedUsage::staged_bytes`], heads to the open
+    /// exchanges' bytes).
     pub fn keep_spent(&mut self) {
         self.tracker.keep_spent();
     }

@@ -702,7 +702,7 @@ mod tests {
     #[test]
     fn event_type_and_id_are_per_block() {
         let out = items(
-            b"event: foo\nid: 1\nid: 2\ndata: a\n\ndata: b\n\nevent:\ndata: c\n\nevent: message\ndata: d\n\nevent: messages\ndata: e\n\n",
+            b"event: foo\nid: 1\nid: 2\ndata: a\n\ndata: b\n\nevent:\ndata: c\n\nevent: message\ndata: d\n\nevent: messages\ndata: e\n\nevent: Message\ndata: f\n\n",
         );
         assert_eq!(
             out,
@@ -719,6 +719,11 @@ mod tests {
                 SseItem::Event(SseEvent {
                     event_type: Some("messages".into()),
                     ..event("e")
+                }),
+                // Types are case-sensitive.
+                SseItem::Event(SseEvent {
+                    event_type: Some("Message".into()),
+                    ..event("f")
                 }),
             ]
         );

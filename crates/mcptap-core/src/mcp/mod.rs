@@ -549,10 +549,12 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
-    /// From now on the bodies read (see [`Tracker::spend_body`]) and the heads of the exchanges
-    /// ended are kept for [`Tracker::swap_spent`] instead of freed here (see [`Spent`]): for a
-    /// session layer on another thread than the HTTP layer that allocated them. The caller
-    /// takes them after every batch of input; they are no longer charged anywhere.
+    /// From now on the bodies read (see [`Tracker::spend_body`]) and the request and response
+    /// heads done with (exchanges ended, closed with their connection or evicted; heads no
+    /// exchange took) are kept for [`Tracker::swap_spent`] instead of freed here (see
+    /// [`Spent`]): for a session layer on another thread than the HTTP layer that allocated
+    /// them. The caller takes them after every batch of input; they are no longer charged
+    /// anywhere. Held messages of fleet mode (whole pipelines only) are freed here.
     pub fn keep_spent(&mut self) {
         self.spent.get_or_insert_with(Spent::default);
     }
@@ -584,6 +586,20 @@ impl<D: Detector> Tracker<D> {
             if let Some(response) = response {
                 spent.response_heads.push(response);
             }
+        }
+    }
+
+    /// A request head no exchange took: kept (see [`Tracker::keep_spent`]) or freed.
+    fn spend_request_head(&mut self, head: Box<RequestHead>) {
+        if let Some(spent) = self.spent.as_mut() {
+            spent.request_heads.push(head);
+        }
+    }
+
+    /// A response head no exchange took: kept (see [`Tracker::keep_spent`]) or freed.
+    fn spend_response_head(&mut self, head: Box<ResponseHead>) {
+        if let Some(spent) = self.spent.as_mut() {
+            spent.response_heads.push(head);
         }
     }
 
@@ -1906,7 +1922,9 @@ impl<D: Detector> Tracker<D> {
     }
 
     fn close_flow_now(&mut self, flow: u64) {
-        self.transactions.close_flow(flow);
+        for ex in self.transactions.close_flow(flow) {
+            self.retire(ex);
+        }
         self.proxied.remove(&flow);
     }
 
@@ -2200,8 +2218,9 @@ impl<D: Detector> Tracker<D> {
         body: &[u8],
         out: &mut Vec<Output>,
     ) {
-        if let Some(request) = self.classify_request(ctx, &head, body, out) {
-            self.open_request(ctx, ts, exchange, head, request, out);
+        match self.classify_request(ctx, &head, body, out) {
+            Some(request) => self.open_request(ctx, ts, exchange, head, request, out),
+            None => self.spend_request_head(head),
         }
     }
 
@@ -2476,6 +2495,7 @@ impl<D: Detector> Tracker<D> {
                 limit: Limit::ExchangesPerFlow,
             }));
             self.forget_in_flight(ctx.server, &dropped);
+            self.retire(dropped);
         }
     }
 
@@ -2532,6 +2552,7 @@ impl<D: Detector> Tracker<D> {
         }));
         let learned = self.checked_session_id(headers::response_session_id(&head), out);
         let Some(ex) = self.transactions.get_mut((ctx.flow, exchange)) else {
+            self.spend_response_head(head);
             return;
         };
         if ex.session_id.is_none() && is_2xx(head.status) && ex.era != Era::Modern {
@@ -2541,7 +2562,9 @@ impl<D: Detector> Tracker<D> {
         let is_delete = ex.head.method() == "DELETE";
         let named_session = headers::request_session_id(&ex.head).is_some();
         let sid = ex.session_id.clone();
-        ex.response = Some(head);
+        if let (Some(old), Some(spent)) = (ex.response.replace(head), self.spent.as_mut()) {
+            spent.response_heads.push(old);
+        }
         for mut answer in std::mem::take(&mut ex.server_answers) {
             answer.http_status = status;
             out.push(Output::Event(Event::Exchange(answer)));
@@ -2890,12 +2913,15 @@ impl<D: Detector> Tracker<D> {
         let mut event = exchange_of(ex, method, tool, id.to_value(), None);
         let still_open =
             ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
-        if let Some(p) = parked.take()
-            && still_open
-            && let Some(sid) = &here_sid
-            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
-        {
-            s.parked.push(p);
+        if let Some(p) = parked.take() {
+            let session = here_sid
+                .as_ref()
+                .filter(|_| still_open)
+                .and_then(|sid| self.sessions.get_mut(&(ctx.server, sid.clone())));
+            match session {
+                Some(s) => s.parked.push(p),
+                None => self.retire(p),
+            }
         }
 
         if let Some(origin) = &origin {
@@ -3781,15 +3807,18 @@ impl<D: Detector> Tracker<D> {
         };
         let parked = std::mem::take(&mut s.parked);
         let negotiated = s.protocol_version.as_deref().map(str::to_string);
-        for ex in parked {
+        for ex in &parked {
             for r in ex.requests.iter().filter(|r| !r.answered) {
                 s.in_flight.remove(&r.id);
                 let pv = headers::request_protocol_version(&ex.head)
                     .map(str::to_string)
                     .or_else(|| negotiated.clone());
-                let event = exchange_of(&ex, r.method.clone(), r.tool.clone(), r.id.to_value(), pv);
+                let event = exchange_of(ex, r.method.clone(), r.tool.clone(), r.id.to_value(), pv);
                 out.push(Output::Event(Event::Exchange(Box::new(event))));
             }
+        }
+        for ex in parked {
+            self.retire(ex);
         }
     }
 

@@ -342,10 +342,14 @@ impl Transactions {
         ex
     }
 
-    /// The flow is gone: forget its exchanges.
-    pub fn close_flow(&mut self, flow: u64) {
-        if let Some(queue) = self.flows.remove(&flow) {
-            self.bytes -= QUEUE_BYTES + queue.iter().map(|ex| ex.charged).sum::<usize>();
+    /// The flow is gone: forget its exchanges (given back, for their heads).
+    pub fn close_flow(&mut self, flow: u64) -> VecDeque<Box<ExchangeState>> {
+        match self.flows.remove(&flow) {
+            Some(queue) => {
+                self.bytes -= QUEUE_BYTES + queue.iter().map(|ex| ex.charged).sum::<usize>();
+                queue
+            }
+            None => VecDeque::new(),
         }
     }
 }

@@ -19,9 +19,10 @@ fn ctx(flow: u64) -> FlowCtx {
     }
 }
 
+/// An SSE event as the parser gives it: the default type, `message`, as no type.
 fn event(kind: &str, data: String) -> SseItem {
     SseItem::Event(SseEvent {
-        event_type: Some(kind.into()),
+        event_type: (kind != "message").then(|| kind.into()),
         data: data.into(),
         id: None,
         retry: None,

@@ -36,7 +36,7 @@ fn resp(status: u16, media: &str, session: Option<&str>) -> ResponseHead {
 
 fn sse_data(v: serde_json::Value) -> SseItem {
     SseItem::Event(SseEvent {
-        event_type: Some("message".into()),
+        event_type: None,
         data: v.to_string().into(),
         id: None,
         retry: None,
@@ -189,9 +189,10 @@ impl Harness {
     }
 }
 
-/// Kept for the thread that allocated them (`Tracker::keep_spent`), the bodies read and the
-/// heads of every exchange ended (answered, cut off, abandoned) come back once each, and the
-/// events are the same; not kept, nothing comes back.
+/// Kept for the thread that allocated them (`Tracker::keep_spent`), every body read and every
+/// head given comes back once, however its exchange ends (answered, cut off, abandoned, closed
+/// with its connection, never opened: not JSON-RPC, or a response to no request), and the
+/// outputs are the same; not kept, nothing comes back.
 #[test]
 fn spent_bodies_and_heads_come_back_once_and_only_when_kept() {
     let run = |keep: bool| {
@@ -204,44 +205,54 @@ fn spent_bodies_and_heads_come_back_once_and_only_when_kept() {
         let answer = json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}});
         h.tool_call_sse(c, 2, "s1", vec![sse_data(answer)], BodyEnd::Complete);
         h.tool_call_sse(c, 3, "s1", Vec::new(), BodyEnd::Unfinished);
-        let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/list"});
-        h.send(
-            c,
+        let request = |id: u64| {
+            let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list"});
             HttpEvent::Request {
-                exchange: 4,
+                exchange: id,
                 head: Box::new(post(Some("s1"))),
                 body: body.to_string().into_bytes(),
-            },
-        );
+            }
+        };
+        h.send(c, request(4));
+        let reason = crate::http::AbandonReason::Gap;
         h.send(
             c,
             HttpEvent::Abandoned {
                 exchange: 4,
-                reason: crate::http::AbandonReason::Gap,
+                reason,
             },
         );
+        let not_jsonrpc = HttpEvent::Request {
+            exchange: 5,
+            head: Box::new(post(Some("s1"))),
+            body: b"hello".to_vec(),
+        };
+        h.send(c, not_jsonrpc);
+        let head = Box::new(resp(200, "application/json", None));
+        h.send(c, HttpEvent::ResponseHead { exchange: 99, head });
+        let other = ctx(2, 40001);
+        h.send(other, request(6));
+        h.t.on_flow_closed(other.flow);
         let spent = h.t.swap_spent(crate::http::Spent::default());
-        let again = h.t.swap_spent(crate::http::Spent::default());
-        assert!(again.is_empty(), "taken once");
+        assert!(
+            h.t.swap_spent(crate::http::Spent::default()).is_empty(),
+            "taken once"
+        );
         let counts = (
             spent.bodies.len(),
             spent.request_heads.len(),
             spent.response_heads.len(),
         );
-        let statuses: Vec<u16> = spent.response_heads.iter().map(|r| r.status).collect();
-        (h.events(), counts, statuses)
+        (format!("{:?}", h.out), counts)
     };
-    let (kept_events, kept, statuses) = run(true);
-    // Bodies: two of the handshake, a request and an SSE event's data, two more requests.
-    assert_eq!(kept, (6, 4, 3));
-    assert_eq!(statuses, [200, 200, 200]);
-    let (events, none, _) = run(false);
+    let (kept_outputs, kept) = run(true);
+    // Bodies: two of the handshake, a request and an SSE event's data, four more requests.
+    // Heads: all six requests', all four responses'.
+    assert_eq!(kept, (8, 6, 4));
+    let (outputs, none) = run(false);
     assert_eq!(none, (0, 0, 0));
-    assert_eq!(events, kept_events);
-    assert_eq!(
-        events.iter().filter(|e| e["event"] == "exchange").count(),
-        2
-    );
+    assert_eq!(outputs, kept_outputs);
+    assert!(outputs.contains("Exchange"), "{outputs}");
 }
 
 #[test]
