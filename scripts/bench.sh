@@ -383,14 +383,21 @@ for name in "${NAMES[@]}"; do
     # What logging costs: the same replay without handshake lines, and with JSON lines,
     # against default runs timed in the same rounds (a load that comes and goes meets all
     # three alike).
-    lq=""; lj=""; ld=""
+    # The order turns round in even rounds, so that a machine whose speed drifts over the
+    # rounds favours none of the three; each round's costs are kept too.
+    lq=""; lj=""; ld=""; round_text=""; round_json=""
     for i in $(seq 1 "$RUNS"); do
-      read -r wall _ _ < <(run_timed "$WORK/quiet-$i" "$BIN" replay "$file" --events "$events_to" --log-level warn --threads 1)
-      lq+="$wall "
-      read -r wall _ _ < <(run_timed "$WORK/json-$i" "$BIN" --log-format json replay "$file" --events "$events_to" --threads 1)
-      lj+="$wall "
-      read -r wall _ _ < <(run_timed "$WORK/text-$i" "$BIN" replay "$file" --events "$events_to" --threads 1)
-      ld+="$wall "
+      kinds=(quiet json text); [ $((i % 2)) = 0 ] && kinds=(text json quiet)
+      for kind in "${kinds[@]}"; do
+        case "$kind" in
+          quiet) read -r q _ _ < <(run_timed "$WORK/quiet-$i" "$BIN" replay "$file" --events "$events_to" --log-level warn --threads 1) ;;
+          json) read -r j _ _ < <(run_timed "$WORK/json-$i" "$BIN" --log-format json replay "$file" --events "$events_to" --threads 1) ;;
+          text) read -r d _ _ < <(run_timed "$WORK/text-$i" "$BIN" replay "$file" --events "$events_to" --threads 1) ;;
+        esac
+      done
+      lq+="$q "; lj+="$j "; ld+="$d "
+      round_text+="$(awk -v a="$d" -v q="$q" 'BEGIN{print 100*(a-q)/a}') "
+      round_json+="$(awk -v a="$j" -v q="$q" 'BEGIN{print 100*(a-q)/a}') "
     done
     # shellcheck disable=SC2086
     R[gateway.quiet.wall]="$(median $lq)"
@@ -399,6 +406,8 @@ for name in "${NAMES[@]}"; do
     # shellcheck disable=SC2086
     R[gateway.text.wall]="$(median $ld)"
     echo "log cost: text $(awk -v a="${R[gateway.text.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}') of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians of the same rounds: default ${R[gateway.text.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
+    # shellcheck disable=SC2086
+    echo "log cost, median of the rounds' own: text $(median $round_text | awk '{printf "%.1f%%", $1}'), json $(median $round_json | awk '{printf "%.1f%%", $1}')"
   fi
   if [ "$name" = gateway ] && [ "$(nproc)" -ge 2 ]; then
     # What this machine gives a second thread at all: two independent one-thread replays at
