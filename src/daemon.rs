@@ -535,7 +535,7 @@ impl SessionThread {
             } else {
                 self.outputs.try_recv()
             };
-            let (mut batch, last, spent) = match got {
+            let (mut batch, last, mut spent) = match got {
                 Ok(got) => got,
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
@@ -544,7 +544,6 @@ impl SessionThread {
                 }
             };
             self.outstanding -= 1;
-            let mut spent = spent;
             spent.clear();
             let _ = self.spare_spent.send(spent);
             if outputs.is_empty() {

@@ -244,13 +244,8 @@ impl Spent {
         self.response_heads.clear();
     }
 
-    /// Buffers held.
-    pub fn len(&self) -> usize {
-        self.bodies.len() + self.request_heads.len() + self.response_heads.len()
-    }
-
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.bodies.is_empty() && self.request_heads.is_empty() && self.response_heads.is_empty()
     }
 }
 

@@ -580,11 +580,11 @@ impl<D: Detector> Tracker<D> {
     /// An exchange is done with: its heads are kept (see [`Tracker::keep_spent`]), the rest is
     /// freed.
     fn retire(&mut self, ex: Box<ExchangeState>) {
-        if let Some(spent) = self.spent.as_mut() {
+        if self.spent.is_some() {
             let ExchangeState { head, response, .. } = *ex;
-            spent.request_heads.push(head);
+            self.spend_request_head(head);
             if let Some(response) = response {
-                spent.response_heads.push(response);
+                self.spend_response_head(response);
             }
         }
     }
