@@ -50,8 +50,8 @@
 #     be 0 once warm) and per exchange (legacy and modern tools/call, initialize; bounded). It
 #     fails, and so does this script, when either is exceeded.
 #   * benches/capture_thread.rs: the live capture thread's ns per packet without libpcap
-#     (dispatch, batch copy, worker queues; goal <= 150 ns), median of several passes; never
-#     failed on time. With --callgrind, its instructions per packet (callgrind, `full_pass`).
+#     (dispatch, batch copy, worker queues; goal <= 150 ns of its own CPU time, its wall time
+#     beside), median of several passes; never failed on time. With --callgrind, its instructions per packet (callgrind, `full_pass`).
 #   scripts/bench.sh --micro-only [--quick] [--callgrind]   # only these two
 #
 # Needs: cargo, tshark, /usr/bin/time (Debian package `time`), python3, sha256sum; valgrind for
