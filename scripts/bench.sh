@@ -42,7 +42,8 @@
 #   --bin PATH       the new binary instead of building target/release/mcptap.
 #   --callgrind      also count each binary's instructions once per capture with valgrind's
 #                    callgrind (load-independent: the figure to use when the machine's noise
-#                    exceeds the difference looked for), with the ratio new/old.
+#                    exceeds the difference looked for), with the ratio new/old; and the log
+#                    cost on the gateway capture in instructions too.
 #
 # Two in-process benches run first, in every mode (--quick: fewer passes, smaller traffic):
 #   * benches/allocations.rs: allocation calls of the core pipeline per packet on the skip path
@@ -304,6 +305,15 @@ compare_layout() {
   fi
 }
 
+# log_instructions NAME ARGS...: user-space instructions of `mcptap ARGS` under callgrind,
+# its standard error (the log) to a file as in the timed runs.
+log_instructions() {
+  local name="$1"; shift
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/log-$name.callgrind" "$BIN" "$@" \
+    > /dev/null 2> "$WORK/log-$name.err" || die "callgrind failed on $BIN $* (see $WORK/log-$name.err)"
+  grep -E '^(summary|totals):' "$WORK/log-$name.callgrind" | tail -1 | awk '{print $2}'
+}
+
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
 # instructions OUT BIN FILE: user-space instructions of one replay under callgrind (exact and
@@ -434,9 +444,20 @@ for name in "${NAMES[@]}"; do
     R[gateway.json.wall]="$(median $lj)"
     # shellcheck disable=SC2086
     R[gateway.text.wall]="$(median $ld)"
-    echo "log cost: text $(awk -v a="${R[gateway.text.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}') of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians of the same rounds: default ${R[gateway.text.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
+    R[gateway.log.wall]="text $(awk -v a="${R[gateway.text.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="${R[gateway.json.wall]}" -v q="${R[gateway.quiet.wall]}" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}')"
+    echo "log cost: ${R[gateway.log.wall]} of replay time ($(grep -c ' handshake ' "$WORK/mcptap-$name-1.err" || true) handshake lines; medians of the same rounds: default ${R[gateway.text.wall]} s, --log-level warn ${R[gateway.quiet.wall]} s, json ${R[gateway.json.wall]} s)"
     # shellcheck disable=SC2086
     echo "log cost, median of the rounds' own: text $(median $round_text | awk '{printf "%.1f%%", $1}'), json $(median $round_json | awk '{printf "%.1f%%", $1}')"
+    if [ "$CALLGRIND" = 1 ]; then
+      # The same three in instructions (callgrind): load-independent where the wall times
+      # move with the machine's speed. The kernel's share of writing the lines (a write of
+      # 64 KiB at a time) is not counted.
+      ir_q="$(log_instructions quiet replay "$file" --events "$events_to" --log-level warn --threads 1)"
+      ir_t="$(log_instructions text replay "$file" --events "$events_to" --threads 1)"
+      ir_j="$(log_instructions json --log-format json replay "$file" --events "$events_to" --threads 1)"
+      R[gateway.log.ir]="text $(awk -v a="$ir_t" -v q="$ir_q" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}'), json $(awk -v a="$ir_j" -v q="$ir_q" 'BEGIN{printf "%.1f%%", 100*(a-q)/a}')"
+      echo "log cost, instructions (callgrind): ${R[gateway.log.ir]} (--log-level warn $ir_q, default $ir_t, json $ir_j)"
+    fi
   fi
   if [ "$name" = gateway ] && [ "$(nproc)" -ge 2 ]; then
     # What this machine gives a second thread at all: two independent one-thread replays at
@@ -612,6 +633,8 @@ if [ -n "$GATEWAY" ]; then
   # As a "higher is better" figure: tcpdump's time over mcptap's, goal 0.5 (within 2x).
   target "gateway: tcpdump time / mcptap time" "$(awk -v m="${R[gateway.mcptap.wall]}" -v t="${R[gateway.tcpdump.wall]}" 'BEGIN{print t/m}')" 0.5 x
   target "gateway: 2 threads' speed-up over one" "$(awk -v one="${R[gateway.mcptap.wall]}" -v two="${R[gateway.split.wall]}" 'BEGIN{print one/two}')" 1.6 x
+  echo "  gateway: logging's cost (goal < 10% each): ${R[gateway.log.wall]:-?} of replay time (medians);" \
+    "in instructions: ${R[gateway.log.ir]:-not counted (--callgrind counts them)}"
 fi
 echo "  ${R[alloc]}"
 echo "  ${R[capture]}"
