@@ -374,7 +374,7 @@ for name in "${NAMES[@]}"; do
     defaults+="$wall "
   }
   # The two in turned-round order in even rounds: the second of two runs writing the same
-  # events file meets the first one's write-back.
+  # events file may meet the first one's write-back.
   split_run() {
     if [ $((i % 2)) = 1 ]; then split_one; default_one; else default_one; split_one; fi
   }
