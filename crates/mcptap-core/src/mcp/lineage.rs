@@ -19,12 +19,6 @@ pub struct LineageKey {
     pub lineage_id: Box<str>,
 }
 
-impl LineageKey {
-    fn heap_bytes(&self) -> usize {
-        self.lineage_id.len()
-    }
-}
-
 /// A session that was rejected, expired, deleted or evicted: a possible predecessor.
 #[derive(Debug, Clone)]
 pub struct Ended {
@@ -46,26 +40,52 @@ impl From<super::snapshot::EndedEntry> for Ended {
     }
 }
 
-/// One remembered session: its record and its place in the age order.
+/// One remembered session: its key, its record and its serial (its place in the age order).
 #[derive(Debug)]
 struct Entry {
     serial: u64,
+    key: LineageKey,
     ended: Ended,
+    /// What it was charged, besides the shared parts of its capability record.
     bytes: usize,
 }
 
-/// Bytes one record costs besides its strings: the entry, its key's table slot (twice, for a
-/// table's free slots) and its age-queue slot.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>()
-    + 2 * (std::mem::size_of::<LineageKey>() + std::mem::size_of::<VecDeque<Entry>>())
-    + std::mem::size_of::<(u64, LineageKey)>();
+/// Bytes one record costs besides its strings: its slot in the age queue (twice: a queue
+/// grows by doubling) and its key's slot in the table of newest records (twice, for a
+/// table's free slots).
+const ENTRY_OVERHEAD: usize =
+    2 * std::mem::size_of::<Entry>() + 2 * std::mem::size_of::<(LineageKey, u64)>();
+
+/// Bytes a string of `len` bytes takes on the heap: rounded up to the allocator's size
+/// classes, with room for their waste.
+fn heap_string_bytes(len: usize) -> usize {
+    len.next_multiple_of(16) + 16
+}
+
+/// What a record costs besides the shared parts of its capability record: its key is held
+/// twice (in the record, and in the table of newest records while it is its key's newest).
+fn entry_bytes(key: &LineageKey, session_id: &str) -> usize {
+    ENTRY_OVERHEAD
+        + 2 * heap_string_bytes(key.lineage_id.len())
+        + heap_string_bytes(session_id.len())
+}
+
+/// Bytes one shared part of capability records costs besides its own: its table slot (twice).
+const SHARED_OVERHEAD: usize = 2 * std::mem::size_of::<(usize, (usize, usize))>();
 
 /// Recently ended sessions by lineage key.
 #[derive(Debug, Default)]
 pub struct Lineage {
-    by_key: HashMap<LineageKey, VecDeque<Entry>>,
-    /// Every entry's (serial, key), oldest first.
-    order: VecDeque<(u64, LineageKey)>,
+    /// Every record, oldest first. Serials are consecutive and records leave only from the
+    /// front, so a record's place is its serial less the front's.
+    order: VecDeque<Entry>,
+    /// Each key's newest record, by serial: a lineage's predecessor is its newest.
+    newest: HashMap<LineageKey, u64>,
+    /// The parts of capability records the entries hold, by address: (entries holding it,
+    /// its bytes). The records of one SDK share their parts, so each is charged once, with
+    /// the first entry that holds it, and given back with the last; while an entry holds it,
+    /// its address cannot be reused by another.
+    shared: HashMap<usize, (usize, usize)>,
     next_serial: u64,
     bytes: usize,
     max_bytes: usize,
@@ -100,27 +120,20 @@ impl Lineage {
 
     /// Every record, oldest first.
     pub fn records(&self) -> impl Iterator<Item = (&LineageKey, &Ended)> {
-        self.order.iter().filter_map(|(serial, key)| {
-            let entries = self.by_key.get(key)?;
-            entries
-                .iter()
-                .find(|e| e.serial == *serial)
-                .map(|e| (key, &e.ended))
-        })
+        self.order.iter().map(|e| (&e.key, &e.ended))
     }
 
     /// Remembers an ended session under `key`; drops the oldest records beyond the byte bound.
     pub fn remember(&mut self, key: LineageKey, ended: Ended) -> Dropped {
-        let bytes = ENTRY_OVERHEAD
-            + key.heap_bytes()
-            + ended.session_id.len()
-            + ended.baseline.as_ref().map_or(0, CapsRecord::heap_bytes);
+        let bytes = entry_bytes(&key, &ended.session_id);
+        let shared = self.hold_parts(ended.baseline.as_ref());
         let serial = self.next_serial;
         self.next_serial += 1;
-        self.bytes += bytes;
-        self.order.push_back((serial, key.clone()));
-        self.by_key.entry(key).or_default().push_back(Entry {
+        self.bytes += bytes + shared;
+        self.newest.insert(key.clone(), serial);
+        self.order.push_back(Entry {
             serial,
+            key,
             ended,
             bytes,
         });
@@ -133,46 +146,72 @@ impl Lineage {
 
     /// The most recent ended session under `key`.
     pub fn latest(&self, key: &LineageKey) -> Option<&Ended> {
-        self.by_key.get(key)?.back().map(|e| &e.ended)
+        let serial = *self.newest.get(key)?;
+        let front = self.order.front()?.serial;
+        let at = usize::try_from(serial.checked_sub(front)?).ok()?;
+        self.order
+            .get(at)
+            .filter(|e| e.serial == serial)
+            .map(|e| &e.ended)
     }
 
     /// The most recent ended session under `key` within `window_ns` of `now`.
     pub fn predecessor(&self, key: &LineageKey, now: Timestamp, window_ns: i64) -> Option<&Ended> {
-        let newest = &self.by_key.get(key)?.back()?.ended;
+        let newest = self.latest(key)?;
         (now.0.saturating_sub(newest.ts.0) <= window_ns).then_some(newest)
     }
 
     /// Forgets sessions that ended longer than `window_ns` ago.
     pub fn expire(&mut self, now: Timestamp, window_ns: i64) {
-        while let Some((_, key)) = self.order.front() {
-            let expired = self
-                .by_key
-                .get(key)
-                .and_then(VecDeque::front)
-                .is_some_and(|e| now.0.saturating_sub(e.ended.ts.0) > window_ns);
-            if !expired || !self.drop_oldest() {
-                break;
-            }
+        while self
+            .order
+            .front()
+            .is_some_and(|e| now.0.saturating_sub(e.ended.ts.0) > window_ns)
+        {
+            self.drop_oldest();
         }
     }
 
-    /// Drops the oldest record. Per key, records are kept in the order they were remembered,
-    /// so the oldest of all is at the front of its key's queue.
+    /// Drops the oldest record (and its key, when it was the key's newest).
     fn drop_oldest(&mut self) -> bool {
-        let Some((serial, key)) = self.order.pop_front() else {
+        let Some(e) = self.order.pop_front() else {
             return false;
         };
-        if let Some(queue) = self.by_key.get_mut(&key) {
-            if queue.front().is_some_and(|e| e.serial == serial)
-                && let Some(e) = queue.pop_front()
-            {
-                self.bytes -= e.bytes;
+        if self.newest.get(&e.key) == Some(&e.serial) {
+            self.newest.remove(&e.key);
+        }
+        let shared = self.release_parts(e.ended.baseline.as_ref());
+        self.bytes = self.bytes.saturating_sub(e.bytes + shared);
+        true
+    }
+
+    /// Counts one more holder of each of `record`'s parts; the bytes of those held first.
+    fn hold_parts(&mut self, record: Option<&CapsRecord>) -> usize {
+        let mut charged = 0;
+        for (address, bytes) in record.map(CapsRecord::shared_parts).into_iter().flatten() {
+            let held = self.shared.entry(address).or_insert((0, bytes));
+            if held.0 == 0 {
+                charged += held.1 + SHARED_OVERHEAD;
             }
-            if queue.is_empty() {
-                self.by_key.remove(&key);
+            held.0 += 1;
+        }
+        charged
+    }
+
+    /// Counts one holder less of each of `record`'s parts; the bytes of those held no more.
+    fn release_parts(&mut self, record: Option<&CapsRecord>) -> usize {
+        let mut released = 0;
+        for (address, _) in record.map(CapsRecord::shared_parts).into_iter().flatten() {
+            let Some(held) = self.shared.get_mut(&address) else {
+                continue;
+            };
+            held.0 = held.0.saturating_sub(1);
+            if held.0 == 0 {
+                released += held.1 + SHARED_OVERHEAD;
+                self.shared.remove(&address);
             }
         }
-        true
+        released
     }
 }
 
@@ -313,14 +352,58 @@ mod tests {
     }
 
     #[test]
+    fn records_that_share_a_capability_record_are_charged_for_it_once() {
+        let caps = CapsRecord::new(
+            &serde_json::json!({"roots": {"listChanged": true}, "sampling": {}}),
+            &serde_json::json!({"tools": {"listChanged": true}, "logging": {}}),
+        );
+        let parts = caps.heap_bytes() + 3 * SHARED_OVERHEAD;
+        let with_caps = |sid: &str, ts: i64| Ended {
+            baseline: Some(caps.clone()),
+            ..ended(sid, ts)
+        };
+        let mut l = Lineage::new(usize::MAX);
+        l.remember(key("a"), ended("s0", 0));
+        let bare = l.bytes();
+        assert_eq!(bare, entry_bytes(&key("a"), "s0"));
+        l.remember(key("a"), with_caps("s1", 1));
+        assert_eq!(l.bytes(), 2 * bare + parts);
+        l.remember(key("b"), with_caps("s2", 2));
+        assert_eq!(
+            l.bytes(),
+            3 * bare + parts,
+            "the second holder adds its entry only"
+        );
+        // Another record's parts are its own: charged whole.
+        let other = CapsRecord::new(&serde_json::json!({}), &serde_json::json!({"tools": {}}));
+        l.remember(
+            key("c"),
+            Ended {
+                baseline: Some(other.clone()),
+                ..ended("s3", 3)
+            },
+        );
+        let others = other.heap_bytes() + 3 * SHARED_OVERHEAD;
+        assert_eq!(l.bytes(), 4 * bare + parts + others);
+        // Given back with the last holder, not before.
+        l.expire(Timestamp(102), 100);
+        assert_eq!((l.len(), l.bytes()), (2, 2 * bare + parts + others));
+        l.expire(Timestamp(103), 100);
+        assert_eq!((l.len(), l.bytes()), (1, bare + others));
+        l.expire(Timestamp(1000), 100);
+        assert!(l.is_empty() && l.bytes() == 0 && l.shared.is_empty());
+    }
+
+    #[test]
     fn the_byte_bound_drops_the_oldest_records_and_says_how_many() {
-        let mut l = Lineage::new(3 * (ENTRY_OVERHEAD + 4));
+        let one = entry_bytes(&key("a"), "s0");
+        let mut l = Lineage::new(3 * one);
         for i in 0..3 {
             assert_eq!(l.remember(key("a"), ended(&format!("s{i}"), i)), Dropped(0));
         }
         assert_eq!(l.remember(key("b"), ended("s9", 9)), Dropped(1));
         assert_eq!(l.len(), 3);
-        assert!(l.bytes() <= 3 * (ENTRY_OVERHEAD + 4));
+        assert!(l.bytes() <= 3 * one);
         assert_eq!(
             l.predecessor(&key("a"), Timestamp(10), 100)
                 .map(|e| e.session_id.as_str()),

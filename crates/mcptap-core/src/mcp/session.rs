@@ -124,7 +124,27 @@ impl CapsRecord {
     }
 
     pub(super) fn heap_bytes(&self) -> usize {
-        self.server_caps.len() + paths_bytes(&self.client_paths) + paths_bytes(&self.server_paths)
+        self.shared_parts().iter().map(|&(_, bytes)| bytes).sum()
+    }
+
+    /// What the record's heap bytes are made of, by address and bytes: the records of one
+    /// fleet's `initialize` texts share them (see [`HandshakeCache`]), so a store of many
+    /// records can charge each part once.
+    pub(super) fn shared_parts(&self) -> [(usize, usize); 3] {
+        [
+            (
+                Arc::as_ptr(&self.server_caps).cast::<u8>().addr(),
+                self.server_caps.len(),
+            ),
+            (
+                Arc::as_ptr(&self.client_paths).cast::<u8>().addr(),
+                paths_bytes(&self.client_paths),
+            ),
+            (
+                Arc::as_ptr(&self.server_paths).cast::<u8>().addr(),
+                paths_bytes(&self.server_paths),
+            ),
+        ]
     }
 }
 
