@@ -5,7 +5,7 @@
 //! Ended sessions are indexed by [`LineageKey`] (a hash lookup per first handshake, not a
 //! scan), kept for the lineage window and within a byte bound, oldest dropped first (counted).
 
-use super::session::CapsRecord;
+use super::session::{CapsRecord, heap_block_bytes};
 use crate::model::Timestamp;
 use crate::table_hash::HashMap;
 use std::collections::VecDeque;
@@ -50,28 +50,32 @@ struct Entry {
     bytes: usize,
 }
 
-/// Bytes one record costs besides its strings: its slot in the age queue (twice: a queue
-/// grows by doubling) and its key's slot in the table of newest records (twice, for a
-/// table's free slots).
-const ENTRY_OVERHEAD: usize =
-    2 * std::mem::size_of::<Entry>() + 2 * std::mem::size_of::<(LineageKey, u64)>();
-
-/// Bytes a string of `len` bytes takes on the heap: rounded up to the allocator's size
-/// classes, with room for their waste.
-fn heap_string_bytes(len: usize) -> usize {
-    len.next_multiple_of(16) + 16
+/// Bytes one item of `size` bytes takes in a hash table at its emptiest: a table fills to
+/// 7/8 and then doubles, so up to 16/7 slots per item, each with a control byte.
+const fn table_slot_bytes(size: usize) -> usize {
+    (size + 1) * 16 / 7 + 1
 }
+
+/// Bytes one record costs besides its strings: its slot in the age queue (twice: a queue
+/// grows by doubling, and shrinks when a quarter full, see [`Lineage::fit`]) and its key's
+/// slot in the table of newest records.
+const ENTRY_OVERHEAD: usize =
+    2 * std::mem::size_of::<Entry>() + table_slot_bytes(std::mem::size_of::<(LineageKey, u64)>());
 
 /// What a record costs besides the shared parts of its capability record: its key is held
 /// twice (in the record, and in the table of newest records while it is its key's newest).
 fn entry_bytes(key: &LineageKey, session_id: &str) -> usize {
-    ENTRY_OVERHEAD
-        + 2 * heap_string_bytes(key.lineage_id.len())
-        + heap_string_bytes(session_id.len())
+    ENTRY_OVERHEAD + 2 * heap_block_bytes(key.lineage_id.len()) + heap_block_bytes(session_id.len())
 }
 
-/// Bytes one shared part of capability records costs besides its own: its table slot (twice).
-const SHARED_OVERHEAD: usize = 2 * std::mem::size_of::<(usize, (usize, usize))>();
+/// Bytes one shared part of capability records costs besides its own: its table slot.
+const SHARED_OVERHEAD: usize = table_slot_bytes(std::mem::size_of::<(usize, (usize, usize))>());
+
+/// Tables and queues keep their room after a peak; below a quarter full they give it back,
+/// so that what a peak of small records left is not held uncharged beside large ones.
+const SHRINK_BELOW_FILL: usize = 4;
+/// Room kept however empty the store is.
+const MIN_ROOM: usize = 64;
 
 /// Recently ended sessions by lineage key.
 #[derive(Debug, Default)]
@@ -181,8 +185,27 @@ impl Lineage {
             self.newest.remove(&e.key);
         }
         let shared = self.release_parts(e.ended.baseline.as_ref());
+        debug_assert!(self.bytes >= e.bytes + shared, "charges drifted");
         self.bytes = self.bytes.saturating_sub(e.bytes + shared);
+        self.fit();
         true
+    }
+
+    /// Gives back the room of the queue and the tables when they are a quarter full or less
+    /// (amortised: each shrink follows at least as many drops as it copies records).
+    fn fit(&mut self) {
+        let fits = |len: usize, capacity: usize| {
+            capacity <= MIN_ROOM || len.saturating_mul(SHRINK_BELOW_FILL) > capacity
+        };
+        if !fits(self.order.len(), self.order.capacity()) {
+            self.order.shrink_to(self.order.len() * 2);
+        }
+        if !fits(self.newest.len(), self.newest.capacity()) {
+            self.newest.shrink_to(self.newest.len() * 2);
+        }
+        if !fits(self.shared.len(), self.shared.capacity()) {
+            self.shared.shrink_to(self.shared.len() * 2);
+        }
     }
 
     /// Counts one more holder of each of `record`'s parts; the bytes of those held first.
@@ -203,6 +226,7 @@ impl Lineage {
         let mut released = 0;
         for (address, _) in record.map(CapsRecord::shared_parts).into_iter().flatten() {
             let Some(held) = self.shared.get_mut(&address) else {
+                debug_assert!(false, "a part released that was not held");
                 continue;
             };
             held.0 = held.0.saturating_sub(1);
@@ -357,7 +381,14 @@ mod tests {
             &serde_json::json!({"roots": {"listChanged": true}, "sampling": {}}),
             &serde_json::json!({"tools": {"listChanged": true}, "logging": {}}),
         );
-        let parts = caps.heap_bytes() + 3 * SHARED_OVERHEAD;
+        let charged = |c: &CapsRecord| {
+            c.shared_parts().iter().map(|&(_, b)| b).sum::<usize>() + 3 * SHARED_OVERHEAD
+        };
+        let parts = charged(&caps);
+        assert!(
+            parts > caps.heap_bytes(),
+            "blocks, counts and table slots besides the text"
+        );
         let with_caps = |sid: &str, ts: i64| Ended {
             baseline: Some(caps.clone()),
             ..ended(sid, ts)
@@ -383,7 +414,7 @@ mod tests {
                 ..ended("s3", 3)
             },
         );
-        let others = other.heap_bytes() + 3 * SHARED_OVERHEAD;
+        let others = charged(&other);
         assert_eq!(l.bytes(), 4 * bare + parts + others);
         // Given back with the last holder, not before.
         l.expire(Timestamp(102), 100);
@@ -392,6 +423,28 @@ mod tests {
         assert_eq!((l.len(), l.bytes()), (1, bare + others));
         l.expire(Timestamp(1000), 100);
         assert!(l.is_empty() && l.bytes() == 0 && l.shared.is_empty());
+    }
+
+    #[test]
+    fn the_room_of_a_peak_is_given_back() {
+        let mut l = Lineage::new(usize::MAX);
+        for i in 0..10_000 {
+            l.remember(key(&format!("k{i}")), ended("s", i));
+        }
+        let peak = (l.order.capacity(), l.newest.capacity());
+        l.expire(Timestamp(9_990 + 100), 100);
+        assert_eq!(l.len(), 10);
+        assert!(
+            l.order.capacity() <= MIN_ROOM && l.newest.capacity() <= 2 * MIN_ROOM,
+            "{peak:?} -> {} {}",
+            l.order.capacity(),
+            l.newest.capacity()
+        );
+        assert_eq!(
+            l.predecessor(&key("k9999"), Timestamp(10_000), 100)
+                .map(|e| e.ts),
+            Some(Timestamp(9_999))
+        );
     }
 
     #[test]

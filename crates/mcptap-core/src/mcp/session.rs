@@ -124,28 +124,40 @@ impl CapsRecord {
     }
 
     pub(super) fn heap_bytes(&self) -> usize {
-        self.shared_parts().iter().map(|&(_, bytes)| bytes).sum()
+        self.server_caps.len() + paths_bytes(&self.client_paths) + paths_bytes(&self.server_paths)
     }
 
-    /// What the record's heap bytes are made of, by address and bytes: the records of one
-    /// fleet's `initialize` texts share them (see [`HandshakeCache`]), so a store of many
-    /// records can charge each part once.
+    /// The record's three heap parts, by address and the bytes their blocks take (the
+    /// `Arc`'s counts and the allocator's rounding included): the records of one fleet's
+    /// `initialize` texts share them (see [`HandshakeCache`]), so a store of many records
+    /// can charge each part once.
     pub(super) fn shared_parts(&self) -> [(usize, usize); 3] {
+        const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
+        let paths = |p: &CapPaths| {
+            heap_block_bytes(ARC_COUNTS + std::mem::size_of_val(&**p))
+                + p.iter().map(|s| heap_block_bytes(s.len())).sum::<usize>()
+        };
         [
             (
                 Arc::as_ptr(&self.server_caps).cast::<u8>().addr(),
-                self.server_caps.len(),
+                heap_block_bytes(ARC_COUNTS + self.server_caps.len()),
             ),
             (
                 Arc::as_ptr(&self.client_paths).cast::<u8>().addr(),
-                paths_bytes(&self.client_paths),
+                paths(&self.client_paths),
             ),
             (
                 Arc::as_ptr(&self.server_paths).cast::<u8>().addr(),
-                paths_bytes(&self.server_paths),
+                paths(&self.server_paths),
             ),
         ]
     }
+}
+
+/// At most what a heap block asked for `len` bytes takes: the allocator's size classes are
+/// at most a quarter apart, in steps of 16 bytes at least.
+pub(crate) fn heap_block_bytes(len: usize) -> usize {
+    len.saturating_add(len / 4).next_multiple_of(16) + 16
 }
 
 /// What `initialize`s declared (parsed values and capability records), by the raw texts of the
