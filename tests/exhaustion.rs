@@ -168,3 +168,75 @@ fn unanswered_pipelined_heads_are_charged_to_the_budget() {
     assert_within_budget(rss, "72 MB of pipelined request heads");
     assert!(stderr.contains("flows evicted: memory="), "{stderr}");
 }
+
+/// A head that spans segments is gathered in its connection's head buffer, which grows to
+/// about one and a half times the head. Once the head is parsed, a long head's buffer is given
+/// back, and what a connection keeps between heads is charged by its capacity: open
+/// connections that each sent one long head once held it all, uncharged (2026-12-07).
+#[test]
+fn long_heads_leave_no_uncharged_buffers_on_open_connections() {
+    use mcptap_core::decode::TcpFlags;
+    use mcptap_testkit::capture::{PcapHeader, PcapWriter};
+    use mcptap_testkit::{Link, Segment};
+    let link = Link::Ethernet {
+        vlan_tags: Vec::new(),
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let capture = dir.path().join("long-heads.pcap");
+    let file = std::io::BufWriter::new(std::fs::File::create(&capture).expect("capture"));
+    let mut w = PcapWriter::new(file, PcapHeader::nanos(link.linktype())).expect("header");
+    let server: std::net::SocketAddr = "127.0.0.3:8080".parse().expect("addr");
+    let flags = |syn, ack| TcpFlags {
+        syn,
+        ack,
+        ..TcpFlags::default()
+    };
+    // 60 KB in 1,400-byte segments: the buffer grows to 89,600 bytes, 60 KB of them written.
+    let head = format!(
+        "GET /mcp?{} HTTP/1.1\r\nHost: mcp.internal\r\n\r\n",
+        "p".repeat(60_000)
+    );
+    let answer = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+    let mut ts = 1_000_000_000i64;
+    // One connection after the other, none closed: 2,400 x 60 KB written is over the budget
+    // and its slack.
+    for i in 0..2400u32 {
+        let client: std::net::SocketAddr = format!("127.1.{}.{}:{}", i / 250, 1 + i % 250, 40000)
+            .parse()
+            .expect("addr");
+        let mut write = |src, dst, seq: u32, ack: u32, f, payload: &[u8]| {
+            ts += 1000;
+            let seg = Segment {
+                ts_nanos: ts,
+                src,
+                dst,
+                seq,
+                ack,
+                flags: f,
+                payload: payload.to_vec(),
+            };
+            w.write(ts, &seg.frame(&link)).expect("record");
+        };
+        let (c0, s0) = (1000u32, 9000u32);
+        write(client, server, c0, 0, flags(true, false), b"");
+        write(server, client, s0, c0 + 1, flags(true, true), b"");
+        let mut seq = c0 + 1;
+        for piece in head.as_bytes().chunks(1400) {
+            write(client, server, seq, s0 + 1, flags(false, true), piece);
+            seq += piece.len() as u32;
+        }
+        write(server, client, s0 + 1, seq, flags(false, true), answer);
+        write(
+            client,
+            server,
+            seq,
+            s0 + 1 + answer.len() as u32,
+            flags(false, true),
+            b"",
+        );
+    }
+    drop(w);
+    let (rss, _, stderr) = replay_bounded(&capture);
+    assert_within_budget(rss, "2,400 open connections after a 60 KB head each");
+    assert!(stderr.contains("2400 flows"), "{stderr}");
+}

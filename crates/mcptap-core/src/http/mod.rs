@@ -638,7 +638,33 @@ impl HalfParser {
     pub fn is_ignored(&self) -> bool {
         matches!(self.state, State::Ignored)
     }
+
+    /// A head that spans segments starts its buffer with room for a typical head, so that it
+    /// is not regrown segment by segment.
+    fn start_head_buf(&mut self, first: &[u8]) {
+        if self.head_buf.capacity() == 0 {
+            self.head_buf.reserve(first.len().max(HEAD_BUF_START));
+        }
+        self.head_buf.extend_from_slice(first);
+    }
+
+    /// Done with the head in the buffer. A buffer that a long head grew past
+    /// [`HEAD_BUF_KEPT`] is given back: kept, it would hold up to twice `max_head_bytes` for
+    /// the connection's life (it is charged by its capacity, see
+    /// [`Connection::buffered_bytes`]).
+    fn clear_head_buf(&mut self) {
+        if self.head_buf.capacity() > HEAD_BUF_KEPT {
+            self.head_buf = Vec::new();
+        } else {
+            self.head_buf.clear();
+        }
+    }
 }
+
+/// Room a spanning head's buffer starts with: most MCP heads are a few hundred bytes.
+const HEAD_BUF_START: usize = 1024;
+/// The largest head buffer a connection keeps between heads.
+const HEAD_BUF_KEPT: usize = 4 * HEAD_BUF_START;
 
 /// Both halves of a connection plus the queue pairing requests with responses.
 #[derive(Debug)]
@@ -952,7 +978,7 @@ impl Connection {
         }
         if !self.halves[half].is_ignored() {
             self.halves[half].state = State::Resync;
-            self.halves[half].head_buf.clear();
+            self.halves[half].clear_head_buf();
             self.halves[half].resync_scanned = 0;
         }
     }
@@ -970,7 +996,7 @@ impl Connection {
         self.abandon_pending(AbandonReason::Desync, out);
         let parser = &mut self.halves[half];
         parser.state = State::Resync;
-        parser.head_buf.clear();
+        parser.clear_head_buf();
         parser.resync_scanned = 0;
     }
 
@@ -1224,12 +1250,12 @@ impl Connection {
             HeadParse::Partial => {
                 let parser = &mut self.halves[half];
                 if carried == 0 {
-                    parser.head_buf.extend_from_slice(data);
+                    parser.start_head_buf(data);
                 }
                 if parser.head_buf.len() > limits.max_head_bytes {
                     out.push(HttpEvent::Error(HttpError::HeadTooLarge));
                     let response = parser.head_buf.starts_with(b"HTTP/");
-                    parser.head_buf.clear();
+                    parser.clear_head_buf();
                     // HTTP-shaped, only too big: keep looking for the next message.
                     parser.seen_http = true;
                     parser.state = State::Resync;
@@ -1264,7 +1290,7 @@ impl Connection {
                     _ => HttpError::TooManyHeaders,
                 }));
                 let parser = &mut self.halves[half];
-                parser.head_buf.clear();
+                parser.clear_head_buf();
                 let http_shaped = matches!(
                     parsed,
                     HeadParse::TooManyHeaders
@@ -1295,7 +1321,7 @@ impl Connection {
                 }
                 let parser = &mut self.halves[half];
                 parser.seen_http = true;
-                parser.head_buf.clear();
+                parser.clear_head_buf();
                 self.desync(half, reason, out);
                 // Resynchronise past the head: its body cannot be delimited.
                 len.saturating_sub(carried).max(1).min(data.len())
@@ -1307,7 +1333,7 @@ impl Connection {
                 facts,
             } => {
                 let parser = &mut self.halves[half];
-                parser.head_buf.clear();
+                parser.clear_head_buf();
                 parser.seen_http = true;
                 parser.empty_lines = 0;
                 let used = len - carried;
@@ -1323,7 +1349,7 @@ impl Connection {
                 facts,
             } => {
                 let parser = &mut self.halves[half];
-                parser.head_buf.clear();
+                parser.clear_head_buf();
                 parser.seen_http = true;
                 parser.empty_lines = 0;
                 let used = len - carried;
@@ -1703,8 +1729,9 @@ impl Connection {
         out.push(HttpEvent::ResponseEnd { exchange: ex, end });
     }
 
-    /// Bytes held for messages in progress (heads, JSON bodies, SSE events, decoders) and the
-    /// spare SSE parser's buffers, for the pipeline's memory budget.
+    /// Bytes held for messages in progress (heads, JSON bodies, SSE events, decoders), each
+    /// half's head buffer as allocated (kept between heads) and the spare SSE parser's
+    /// buffers, for the pipeline's memory budget.
     pub fn buffered_bytes(&self) -> usize {
         let spare = self.spare_sse.as_ref().map_or(0, |p| p.retained_bytes());
         spare
@@ -1713,12 +1740,12 @@ impl Connection {
                 .halves
                 .iter()
                 .map(|h| {
-                    h.head_buf.len()
+                    h.head_buf.capacity()
                         + match &h.state {
                             State::Body { sink, coding, .. } => {
                                 coding.as_ref().map_or(0, |c| c.memory())
                                     + match sink {
-                                        Sink::Json(b) => b.len(),
+                                        Sink::Json(b) => b.capacity(),
                                         Sink::Sse(p) => p.buffered_bytes(),
                                         _ => 0,
                                     }

@@ -126,9 +126,13 @@ struct DataLine {
 }
 
 impl SseParser {
-    /// Bytes held for the event being assembled (for memory accounting).
+    /// Bytes held for the event being assembled, as allocated (for memory accounting): the
+    /// buffers keep their room between events.
     pub fn buffered_bytes(&self) -> usize {
-        self.partial_line.len() + self.block.buffered_bytes()
+        self.partial_line.capacity()
+            + self.block.data.capacity()
+            + self.block.event_type.capacity()
+            + self.block.id.capacity()
     }
 
     /// `max_event_bytes`: cap on the bytes buffered for one event (sum of field values + current partial line). When exceeded, the event is dropped, `overflows()` increments, and the parser discards input until the next blank line; memory stays bounded no matter how long a line is (think a 50 MB line without newline).
@@ -397,6 +401,9 @@ impl SseParser {
         self.overflows += 1;
         self.data_line = None;
         self.block.reset();
+        // The event's data grew to the cap: what the stream keeps of it is what any stream
+        // keeps between events.
+        self.block.data.shrink_to(RETAINED_DATA_CAPACITY);
         self.partial_line.clear();
         self.partial_line.shrink_to(RETAINED_LINE_CAPACITY);
         self.discarding = true;
@@ -789,6 +796,30 @@ mod tests {
         assert_eq!(parser.overflows(), 1);
         assert_eq!(parser.events_dispatched(), 2);
         assert!(!parser.finish());
+    }
+
+    #[test]
+    fn an_overflowed_event_leaves_no_more_room_than_any_event() {
+        // The event's data grows to the cap before it is dropped; the stream goes on.
+        const MAX: usize = 4 << 20;
+        let mut parser = SseParser::new(MAX);
+        let mut out = Vec::new();
+        parser.push(b"data: ", &mut out);
+        let filler = vec![b'a'; 64 * 1024];
+        for _ in 0..(MAX / filler.len() + 1) {
+            parser.push(&filler, &mut out);
+        }
+        assert_eq!(parser.overflows(), 1);
+        parser.push(b"\n\n", &mut out);
+        // What it holds is charged as allocated, and is what a stream keeps between events.
+        let held = parser.buffered_bytes();
+        assert!(
+            held <= RETAINED_DATA_CAPACITY + RETAINED_LINE_CAPACITY + 64,
+            "{held}"
+        );
+        assert!(held >= parser.block.data.capacity());
+        parser.push(b"data: after\n\n", &mut out);
+        assert_eq!(out, vec![ev("after")]);
     }
 
     #[test]

@@ -749,3 +749,34 @@ fn a_bare_lf_is_found_wherever_it_is() {
     }
     generated_line_text(0x2545_f491_4f6c_dd1d, 100_000, 12, 3).for_each(|bytes| check(&bytes));
 }
+
+#[test]
+fn a_head_buffer_is_charged_as_allocated_and_a_long_heads_given_back() {
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    // A head in two segments is gathered in the buffer, charged by its room while it waits
+    // and after: it is kept for the connection's next head.
+    let short = b"GET /mcp HTTP/1.1\r\nHost: h\r\nAccept: text/event-stream\r\n\r\n";
+    run(&mut c, 0, &short[..10], &mut out);
+    assert!(
+        c.buffered_bytes() >= HEAD_BUF_START,
+        "{}",
+        c.buffered_bytes()
+    );
+    run(&mut c, 0, &short[10..], &mut out);
+    let kept = c.buffered_bytes();
+    assert!(kept >= HEAD_BUF_START, "{kept}");
+    // A long head grows it past what a connection keeps; once parsed, it is given back.
+    let long = format!(
+        "GET /mcp?{} HTTP/1.1\r\nHost: h\r\nAccept: text/event-stream\r\n\r\n",
+        "p".repeat(30_000)
+    );
+    run_split(&mut c, 0, long.as_bytes(), 1400, &mut out);
+    let requests = out
+        .iter()
+        .filter(|e| matches!(e, HttpEvent::Request { .. }))
+        .count();
+    assert_eq!(requests, 2, "{out:?}");
+    // What is left is the two pending requests' charge: no head buffer.
+    assert_eq!(c.buffered_bytes(), c.pending.bytes);
+}
