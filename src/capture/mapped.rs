@@ -34,9 +34,13 @@ type LegacyParseFn = fn(&[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapE
 
 enum Format {
     /// Classic pcap: the header is handed out as the first block, like pcap-parser's reader.
+    /// `records`: how [`MappedReader::next_legacy_record`] reads a record; `caplen_limit`: see
+    /// [`super::pcap_caplen_limit`].
     Legacy {
         header: PcapHeader,
         parse: LegacyParseFn,
+        records: RecordLayout,
+        caplen_limit: u32,
     },
     /// pcapng: the byte order of the current section, set by each Section Header Block.
     Ng { big_endian: bool },
@@ -94,14 +98,23 @@ impl MappedReader {
             Ok((_, h)) => h,
             Err(e) => return Err(owned(e)),
         };
-        let parse: LegacyParseFn = if header.is_modified_format() {
-            parse_pcap_frame_modified
+        let (parse, records): (LegacyParseFn, _) = if header.is_modified_format() {
+            (parse_pcap_frame_modified, RecordLayout::Other)
         } else if header.is_bigendian() {
-            parse_pcap_frame_be
+            (
+                parse_pcap_frame_be,
+                RecordLayout::Plain { big_endian: true },
+            )
         } else {
-            parse_pcap_frame
+            (parse_pcap_frame, RecordLayout::Plain { big_endian: false })
         };
-        reader.format = Format::Legacy { header, parse };
+        let caplen_limit = super::pcap_caplen_limit(header.snaplen);
+        reader.format = Format::Legacy {
+            header,
+            parse,
+            records,
+            caplen_limit,
+        };
         Ok(reader)
     }
 
@@ -147,25 +160,37 @@ impl MappedReader {
     /// without the block wrapping of the general `next`/`consume` protocol. `None` leaves the
     /// reader untouched for the general path (file header not yet handed out, pcapng, a record
     /// cut by the window or the file, a malformed record).
+    #[inline]
     pub(super) fn next_legacy_record(&mut self) -> Option<LegacyPcapBlock<'_>> {
-        let Format::Legacy { parse, .. } = &self.format else {
+        let Format::Legacy {
+            parse,
+            records,
+            caplen_limit,
+            ..
+        } = &self.format
+        else {
             return None;
         };
         if self.consumed == 0 {
             return None;
         }
         let data = self.map.as_ref()?.get(self.pos..self.end)?;
-        let (rest, block) = parse(data).ok()?;
-        if let Format::Legacy { header, .. } = &self.format
-            && block.caplen > super::pcap_caplen_limit(header.snaplen)
-        {
+        let (block, used) = match *records {
+            // Read here rather than through the parser's function pointer: once per packet.
+            RecordLayout::Plain { big_endian: false } => plain_record::<false>(data)?,
+            RecordLayout::Plain { big_endian: true } => plain_record::<true>(data)?,
+            RecordLayout::Other => {
+                let (rest, block) = parse(data).ok()?;
+                (block, data.len() - rest.len())
+            }
+        };
+        if block.caplen > *caplen_limit {
             // A corrupt length: the general path resynchronises.
             return None;
         }
-        let used = data.len() - rest.len();
         self.pos += used;
         self.consumed += used;
-        prefetch(rest);
+        prefetch(data.get(used..).unwrap_or_default());
         Some(block)
     }
 
@@ -173,6 +198,40 @@ impl MappedReader {
     fn window_end(&self) -> u64 {
         self.map_start + self.map.as_ref().map_or(self.pos, |_| self.end) as u64
     }
+}
+
+/// How a classic pcap file's records are laid out.
+#[derive(Debug, Clone, Copy)]
+enum RecordLayout {
+    /// The 16-byte record header of libpcap's format, in the file's byte order.
+    Plain { big_endian: bool },
+    /// Another (the modified format's longer header): read by pcap-parser.
+    Other,
+}
+
+/// A classic pcap record wholly in `data` (what pcap-parser's `parse_pcap_frame` /
+/// `parse_pcap_frame_be` read) and the bytes it takes; `None` when it is cut.
+#[inline]
+fn plain_record<const BIG_ENDIAN: bool>(data: &[u8]) -> Option<(LegacyPcapBlock<'_>, usize)> {
+    let header: &[u8; 16] = data.first_chunk()?;
+    let word = |at: usize| {
+        let bytes = [header[at], header[at + 1], header[at + 2], header[at + 3]];
+        if BIG_ENDIAN {
+            u32::from_be_bytes(bytes)
+        } else {
+            u32::from_le_bytes(bytes)
+        }
+    };
+    let caplen = word(8);
+    let used = 16usize.checked_add(usize::try_from(caplen).ok()?)?;
+    let block = LegacyPcapBlock {
+        ts_sec: word(0),
+        ts_usec: word(4),
+        caplen,
+        origlen: word(12),
+        data: data.get(16..used)?,
+    };
+    Some((block, used))
 }
 
 fn owned(e: nom::Err<PcapError<&[u8]>>) -> PcapError<&'static [u8]> {
@@ -290,4 +349,55 @@ fn prefetch(next: &[u8]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = next;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records read here as pcap-parser reads them, whole or cut anywhere, in both byte orders.
+    #[test]
+    fn plain_records_read_as_pcap_parser_reads_them() {
+        let mut rng = mcptap_testkit::SplitMix64(7);
+        let mut next = move || rng.next_u64();
+        for _ in 0..2000 {
+            let caplen = (next() % 300) as u32;
+            let big_endian = next() % 2 == 0;
+            let word = |v: u32| {
+                if big_endian {
+                    v.to_be_bytes()
+                } else {
+                    v.to_le_bytes()
+                }
+            };
+            let mut record = Vec::new();
+            for v in [next() as u32, next() as u32, caplen, next() as u32] {
+                record.extend_from_slice(&word(v));
+            }
+            record.extend((0..caplen + (next() % 40) as u32).map(|i| i as u8));
+            let cut = (next() as usize) % (record.len() + 1);
+            let data = &record[..cut];
+            let ours = if big_endian {
+                plain_record::<true>(data)
+            } else {
+                plain_record::<false>(data)
+            };
+            let theirs = if big_endian {
+                parse_pcap_frame_be(data)
+            } else {
+                parse_pcap_frame(data)
+            };
+            match (ours, theirs) {
+                (Some((block, used)), Ok((rest, expected))) => {
+                    let fields = |b: &LegacyPcapBlock<'_>| {
+                        (b.ts_sec, b.ts_usec, b.caplen, b.origlen, b.data.to_vec())
+                    };
+                    assert_eq!(fields(&block), fields(&expected));
+                    assert_eq!(used, data.len() - rest.len());
+                }
+                (None, Err(_)) => {}
+                (ours, theirs) => panic!("cut {cut} of {}: {ours:?} {theirs:?}", record.len()),
+            }
+        }
+    }
 }

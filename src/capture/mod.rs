@@ -355,7 +355,7 @@ fn read_single(
     deliver: &mut dyn FnMut(RawPacket<'_>),
 ) -> Result<(), CaptureError> {
     for file in files {
-        while file.next_packet(deliver)? {}
+        while file.next_packets(deliver)? {}
     }
     Ok(())
 }
@@ -751,6 +751,28 @@ impl FileReader {
 
     /// Delivers the next packet of this file, if any. `Ok(false)` means the
     /// file is finished (cleanly or truncated).
+    /// [`FileReader::next_packet`], delivering every classic pcap record wholly inside the
+    /// mapped window in one call: where packets follow each other in one file (not merged
+    /// with others'), the general path's checks are made once per window, not per packet.
+    fn next_packets(
+        &mut self,
+        on_packet: &mut dyn FnMut(RawPacket<'_>),
+    ) -> Result<bool, CaptureError> {
+        if let Some(Reader::Mapped(mapped)) = self.reader.as_mut()
+            && let Format::Legacy(Some(info)) = &self.state.format
+        {
+            let mut last_ts = None;
+            while let Some(block) = mapped.next_legacy_record() {
+                last_ts = Some(info.packet(&block, on_packet));
+            }
+            if let Some(ts) = last_ts {
+                self.state.last_ts = ts;
+                return Ok(true);
+            }
+        }
+        self.next_packet(on_packet)
+    }
+
     fn next_packet(
         &mut self,
         on_packet: &mut dyn FnMut(RawPacket<'_>),
