@@ -41,7 +41,25 @@ impl Id {
 
     /// The id as a JSON value again, for output.
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+        // The ids clients send, without serde_json's reader: once per answered request.
+        let text = self.0.as_str();
+        if let Some(inner) = plain_string(text) {
+            return Value::String(inner.to_owned());
+        }
+        if plain_integer(text) {
+            // As serde_json reads them: u64 when not negative, i64 when negative; `-0` and
+            // what does not fit become floats there, so they go to it.
+            if text.starts_with('-') {
+                if let Ok(n) = text.parse::<i64>()
+                    && n != 0
+                {
+                    return Value::from(n);
+                }
+            } else if let Ok(n) = text.parse::<u64>() {
+                return Value::from(n);
+            }
+        }
+        serde_json::from_str(text).unwrap_or(Value::Null)
     }
 }
 
@@ -883,6 +901,42 @@ mod tests {
         assert_eq!(Id("\"x\"".into()).to_value(), Value::from("x"));
         // Equal strings written with different escapes are one id.
         assert_eq!(Id::from_raw("\"a/b\""), Id::from_raw("\"a\\/b\""));
+    }
+
+    #[test]
+    fn an_id_becomes_the_value_serde_json_reads_from_it() {
+        let ids = [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "42",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1.5",
+            "1e3",
+            "-0.0",
+            "\"\"",
+            "\"abc-1\"",
+            "\"a\\\"b\"",
+            "\"\\u00e9\"",
+            "\"é\"",
+        ];
+        for raw in ids {
+            let id = Id::from_raw(raw).unwrap();
+            let serde: Value = serde_json::from_str(&id.0).unwrap();
+            assert_eq!(id.to_value(), serde, "{raw}");
+            // Written back alike too (a negative zero stays a float).
+            assert_eq!(
+                serde_json::to_string(&id.to_value()).unwrap(),
+                serde_json::to_string(&serde).unwrap(),
+                "{raw}"
+            );
+        }
     }
 
     #[test]
