@@ -26,6 +26,11 @@ pub struct PushReport {
     pub conflicting_overlaps: u32,
 }
 
+/// What a buffered segment costs besides its bytes: its map entry (key and vector, in
+/// B-tree nodes about two-thirds full), the vector's allocation rounded up, and that
+/// allocation's header. A stream of one-byte segments is charged for what it holds.
+const PENDING_SEGMENT_OVERHEAD: usize = 96;
+
 #[derive(Debug)]
 pub struct Reassembler {
     /// Sequence number of the next byte to deliver; None until the first segment or SYN.
@@ -34,6 +39,7 @@ pub struct Reassembler {
     offset: u64,
     /// Out-of-order segments keyed by stream offset; ranges never overlap.
     pending: BTreeMap<u64, Vec<u8>>,
+    /// Bytes of `pending`, each segment with [`PENDING_SEGMENT_OVERHEAD`].
     buffered: usize,
     max_buffered: usize,
     /// Stream offset of the FIN, once seen.
@@ -283,7 +289,7 @@ impl Reassembler {
         }
         for (s, e) in pieces {
             let bytes = payload[(s - start) as usize..(e - start) as usize].to_vec();
-            self.buffered += bytes.len();
+            self.buffered += bytes.len() + PENDING_SEGMENT_OVERHEAD;
             self.pending.insert(s, bytes);
         }
     }
@@ -296,7 +302,7 @@ impl Reassembler {
                 break;
             }
             let bytes = entry.remove();
-            self.buffered -= bytes.len();
+            self.buffered -= (bytes.len() + PENDING_SEGMENT_OVERHEAD).min(self.buffered);
             let end = start + bytes.len() as u64;
             if end <= self.offset {
                 report.identical_overlaps += 1;
@@ -377,6 +383,26 @@ mod tests {
         assert_eq!(c.bytes, b"ab????????XY");
         assert_eq!(rep.gaps, vec![(GapReason::Lost, 8)]);
         assert!(!r.hole_acked(200));
+    }
+
+    #[test]
+    fn buffered_segments_are_charged_with_their_overhead() {
+        // Room for 100 one-byte segments behind a hole, not the 100 x 100 that bytes alone
+        // would let in.
+        let mut r = Reassembler::new(100 * (1 + PENDING_SEGMENT_OVERHEAD));
+        r.on_syn(99);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        for i in 0..100u32 {
+            r.push(102 + 2 * i, b"x", false, &mut c, &mut rep);
+        }
+        assert_eq!(r.buffered_bytes(), 100 * (1 + PENDING_SEGMENT_OVERHEAD));
+        assert!(rep.gaps.is_empty());
+        r.push(302, b"x", false, &mut c, &mut rep);
+        assert_eq!(rep.gaps.first(), Some(&(GapReason::BufferLimit, 2)));
+        // The hole filled: delivered and no longer charged.
+        r.push(100, &[b'y'; 400], false, &mut c, &mut rep);
+        assert_eq!(r.buffered_bytes(), 0);
     }
 
     #[test]

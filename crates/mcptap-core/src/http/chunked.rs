@@ -32,6 +32,8 @@ pub fn anomalies(bits: u8) -> impl Iterator<Item = FramingAnomaly> {
 
 /// Longest accepted chunk-size line, including extensions and the CRLF.
 const MAX_SIZE_LINE: usize = 4096;
+/// Most room the size-line buffer keeps between chunks.
+const KEPT_SIZE_LINE: usize = 64;
 /// Most bytes accepted for the trailer section, including its final CRLF.
 const MAX_TRAILERS: usize = 8192;
 
@@ -180,6 +182,11 @@ impl ChunkedDecoder {
         std::mem::take(&mut self.anomalies)
     }
 
+    /// Bytes held for a size line that spans segments, as allocated (for the memory budget).
+    pub fn buffered_bytes(&self) -> usize {
+        self.size_line.capacity()
+    }
+
     /// Data bytes still to come in the current chunk (0 between chunks).
     pub fn chunk_remaining(&self) -> u64 {
         match self.state {
@@ -269,7 +276,12 @@ impl ChunkedDecoder {
             }
             self.anomalies |= size_line_anomalies(&self.size_line);
             let size = parse_size_line(&self.size_line);
-            self.size_line.clear();
+            // Size lines are a few bytes: a long one's room (up to MAX_SIZE_LINE) is not kept.
+            if self.size_line.capacity() > KEPT_SIZE_LINE {
+                self.size_line = Vec::new();
+            } else {
+                self.size_line.clear();
+            }
             size?
         };
         self.state = if size == 0 {

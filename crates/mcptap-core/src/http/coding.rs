@@ -166,8 +166,16 @@ impl std::fmt::Debug for Stage {
     }
 }
 
-/// Bytes a flate2 inflater holds (32 KiB window plus state).
-const INFLATE_MEMORY: usize = 48 << 10;
+/// Bytes a flate2 inflater holds (32 KiB window plus state), with the 32 KiB buffer of its
+/// writer.
+const INFLATE_MEMORY: usize = (48 << 10) + (32 << 10);
+/// What a gzip member's header may add for the decoder's life: flate2 keeps its FEXTRA, FNAME
+/// and FCOMMENT fields, up to 64 KiB each.
+const GZIP_HEADER_MEMORY: usize = 3 * (64 << 10);
+/// The most a brotli decoder's Huffman tables and context maps take besides its window:
+/// a stream may declare 256 trees of each kind, about 2.7 MiB, whatever the window it
+/// declares.
+const BROTLI_TABLES_MEMORY: usize = 3 << 20;
 
 impl Stage {
     fn out(&mut self) -> &mut Capped {
@@ -184,7 +192,7 @@ impl Stage {
     fn memory(&self) -> usize {
         match self {
             Stage::Sniff { prefix, out, .. } => prefix.capacity() + out.buf.capacity(),
-            Stage::Gzip(d) => INFLATE_MEMORY + d.get_ref().buf.capacity(),
+            Stage::Gzip(d) => INFLATE_MEMORY + GZIP_HEADER_MEMORY + d.get_ref().buf.capacity(),
             Stage::Zlib(d) => INFLATE_MEMORY + d.get_ref().buf.capacity(),
             Stage::Raw(d) => INFLATE_MEMORY + d.get_ref().buf.capacity(),
             Stage::Br(d, window) => window + d.get_ref().buf.capacity(),
@@ -226,7 +234,10 @@ impl Stage {
             }
             Coding::Br => {
                 let window = brotli_window(prefix.first().copied().unwrap_or(0));
-                Stage::Br(Box::new(Brotli::new(out, 4096)), window + (64 << 10))
+                Stage::Br(
+                    Box::new(Brotli::new(out, 4096)),
+                    window + (64 << 10) + BROTLI_TABLES_MEMORY,
+                )
             }
             Coding::Zstd => {
                 let window = zstd_window(prefix)?;
@@ -483,6 +494,23 @@ mod tests {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         e.write_all(data).unwrap();
         e.finish().unwrap()
+    }
+
+    #[test]
+    fn decoders_are_charged_for_what_a_stream_can_make_them_hold() {
+        // brotli: its tables take megabytes whatever small window the stream declares.
+        let mut br = BodyDecoder::new(&[Coding::Br]).expect("br");
+        br.push(&[0x0b], &mut |_| {}).expect("window byte");
+        assert!(br.memory() >= BROTLI_TABLES_MEMORY, "{}", br.memory());
+        // gzip: a member's header fields are kept for the decoder's life.
+        let mut gz = BodyDecoder::new(&[Coding::Gzip]).expect("gzip");
+        let body = gzip(b"{}");
+        gz.push(&body[..4], &mut |_| {}).expect("gzip start");
+        assert!(
+            gz.memory() >= INFLATE_MEMORY + GZIP_HEADER_MEMORY,
+            "{}",
+            gz.memory()
+        );
     }
 
     #[test]

@@ -52,9 +52,9 @@ impl HeadText {
             .unwrap_or_default()
     }
 
-    /// Bytes held, for memory budgets.
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
+    /// Bytes held as allocated, for memory budgets.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.0.capacity()
     }
 }
 

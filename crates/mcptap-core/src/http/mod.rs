@@ -165,9 +165,18 @@ impl RequestHead {
         self.path = self.text.push_str(path);
     }
 
-    /// Bytes its kept values take.
-    pub fn text_bytes(&self) -> usize {
-        self.text.len()
+    /// Bytes it holds besides itself, as allocated: its kept values, the forwarding headers
+    /// and the prefixed headers it copied (each with its tuple and a word of rounding).
+    pub fn heap_bytes(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        self.text.held_bytes()
+            + text(&self.forwarded_for)
+            + text(&self.forwarded)
+            + self
+                .prefixed
+                .iter()
+                .map(|(n, v)| n.capacity() + v.capacity() + 48)
+                .sum::<usize>()
     }
 
     fn slot(&self, header: RequestHeader) -> Option<&Option<Span>> {
@@ -700,8 +709,13 @@ enum ProxyScan {
 #[derive(Debug, Default)]
 struct PendingRequests {
     queue: VecDeque<(u64, PendingRequest)>,
+    /// Bytes the queued requests hold besides their slots.
     bytes: usize,
 }
+
+/// Most slots an empty queue keeps: a connection that pipelined a thousand requests once does
+/// not keep their room.
+const KEPT_PENDING_SLOTS: usize = 8;
 
 /// What the response to a request needs of it: its head went up with the request (a copy of
 /// every header kept for each request cost more allocations than the rest of the exchange).
@@ -724,9 +738,9 @@ impl PendingRequest {
         }
     }
 
-    /// Bytes it holds, with its queue slot.
+    /// Bytes it holds besides its queue slot.
     fn bytes(&self) -> usize {
-        std::mem::size_of::<(u64, PendingRequest)>() + self.upgrade.as_ref().map_or(0, |u| u.len())
+        self.upgrade.as_ref().map_or(0, |u| u.len())
     }
 }
 
@@ -747,7 +761,15 @@ impl PendingRequests {
     fn pop_front(&mut self) -> Option<(u64, PendingRequest)> {
         let entry = self.queue.pop_front()?;
         self.bytes -= entry.1.bytes().min(self.bytes);
+        if self.queue.is_empty() && self.queue.capacity() > KEPT_PENDING_SLOTS {
+            self.queue = VecDeque::new();
+        }
         Some(entry)
+    }
+
+    /// Bytes held, as allocated: every slot of the queue and what the requests hold.
+    fn held_bytes(&self) -> usize {
+        self.queue.capacity() * std::mem::size_of::<(u64, PendingRequest)>() + self.bytes
     }
 }
 
@@ -1733,17 +1755,29 @@ impl Connection {
     /// half's head buffer as allocated (kept between heads) and the spare SSE parser's
     /// buffers, for the pipeline's memory budget.
     pub fn buffered_bytes(&self) -> usize {
-        let spare = self.spare_sse.as_ref().map_or(0, |p| p.retained_bytes());
+        let spare = self.spare_sse.as_ref().map_or(0, |p| p.buffered_bytes());
         spare
-            + self.pending.bytes
+            + self.pending.held_bytes()
             + self
                 .halves
                 .iter()
                 .map(|h| {
                     h.head_buf.capacity()
                         + match &h.state {
-                            State::Body { sink, coding, .. } => {
-                                coding.as_ref().map_or(0, |c| c.memory())
+                            State::Body {
+                                framing,
+                                sink,
+                                coding,
+                                request,
+                                ..
+                            } => {
+                                // A kept request's head waits here for its body.
+                                request.as_ref().map_or(0, |r| {
+                                    std::mem::size_of::<RequestHead>() + r.heap_bytes()
+                                }) + match framing {
+                                    Framing::Chunked(decoder) => decoder.buffered_bytes(),
+                                    _ => 0,
+                                } + coding.as_ref().map_or(0, |c| c.memory())
                                     + match sink {
                                         Sink::Json(b) => b.capacity(),
                                         Sink::Sse(p) => p.buffered_bytes(),

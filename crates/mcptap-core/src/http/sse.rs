@@ -27,6 +27,9 @@ const RETAINED_LINE_CAPACITY: usize = 1024;
 /// Most capacity carried over to the next event's data buffer.
 const RETAINED_DATA_CAPACITY: usize = 64 << 10;
 
+/// Most capacity an event's type or id buffer keeps for the next event.
+const RETAINED_FIELD_CAPACITY: usize = 256;
+
 /// Most items [`SseParser::push_each`]'s buffer keeps between pushes.
 const RETAINED_ITEMS: usize = 16;
 
@@ -76,8 +79,14 @@ impl Block {
     fn reset(&mut self) {
         self.data.clear();
         self.has_data = false;
-        self.event_type.clear();
-        self.id.clear();
+        // An event's type and id are short; a long one's room is not kept for the stream.
+        for field in [&mut self.event_type, &mut self.id] {
+            if field.capacity() > RETAINED_FIELD_CAPACITY {
+                *field = Vec::new();
+            } else {
+                field.clear();
+            }
+        }
         self.has_id = false;
         self.retry = None;
         self.has_fields = false;
@@ -127,7 +136,8 @@ struct DataLine {
 
 impl SseParser {
     /// Bytes held for the event being assembled, as allocated (for memory accounting): the
-    /// buffers keep their room between events.
+    /// buffers keep their room between events, and a spare parser between streams (see
+    /// [`SseParser::recycle`]).
     pub fn buffered_bytes(&self) -> usize {
         self.partial_line.capacity()
             + self.block.data.capacity()
@@ -230,11 +240,6 @@ impl SseParser {
                 .saturating_sub(self.block.buffered_bytes());
             super::buffer::grow_for(&mut self.block.data, expected.min(room));
         }
-    }
-
-    /// Buffer capacity held while idle between streams (see [`SseParser::recycle`]).
-    pub fn retained_bytes(&self) -> usize {
-        self.partial_line.capacity() + self.block.data.capacity()
     }
 
     /// Resets the parser for the next stream of the same connection, keeping buffers of at
@@ -917,7 +922,7 @@ mod tests {
         let mut p = SseParser::new(1000);
         let mut out = Vec::new();
         p.reserve_hint(500);
-        assert_eq!(p.retained_bytes(), 0, "no data line yet: nothing reserved");
+        assert_eq!(p.buffered_bytes(), 0, "no data line yet: nothing reserved");
         p.push(b"data: {\"a\":", &mut out);
         p.reserve_hint(500);
         assert!(p.block.data.capacity() >= p.block.data.len() + 500);

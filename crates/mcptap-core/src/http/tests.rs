@@ -778,5 +778,47 @@ fn a_head_buffer_is_charged_as_allocated_and_a_long_heads_given_back() {
         .count();
     assert_eq!(requests, 2, "{out:?}");
     // What is left is the two pending requests' charge: no head buffer.
-    assert_eq!(c.buffered_bytes(), c.pending.bytes);
+    assert_eq!(c.buffered_bytes(), c.pending.held_bytes());
+}
+
+#[test]
+fn what_a_half_holds_between_segments_is_charged() {
+    let mut out = Vec::new();
+    // A kept request's head waits for its body: its 30 KB path is charged meanwhile.
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let head = format!(
+        "POST /mcp?{} HTTP/1.1\r\nContent-Type: application/json\r\nMcp-Session-Id: s\r\nContent-Length: 40\r\n\r\n{{",
+        "p".repeat(30_000)
+    );
+    run(&mut c, 0, head.as_bytes(), &mut out);
+    assert!(c.buffered_bytes() > 30_000, "{}", c.buffered_bytes());
+
+    // A chunk-size line that spans segments is held, charged, and its room given back.
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    run(&mut c, 0, INIT_REQ, &mut out);
+    run(
+        &mut c,
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2",
+        &mut out,
+    );
+    let before = c.buffered_bytes();
+    let extension = format!(";{}", "x".repeat(3000));
+    run(&mut c, 1, extension.as_bytes(), &mut out);
+    assert!(c.buffered_bytes() > before + 2900, "{}", c.buffered_bytes());
+    run(&mut c, 1, b"\r\n{}\r\n", &mut out);
+    assert!(c.buffered_bytes() < before + 100, "{}", c.buffered_bytes());
+
+    // A queue that held a thousand pipelined requests gives their room back once answered.
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let get = b"GET /mcp HTTP/1.1\r\nHost: h\r\n\r\n";
+    run(&mut c, 0, &get.repeat(1000), &mut out);
+    let held = c.buffered_bytes();
+    assert!(
+        held >= 1000 * std::mem::size_of::<(u64, PendingRequest)>(),
+        "{held}"
+    );
+    let answer = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+    run(&mut c, 1, &answer.repeat(1000), &mut out);
+    assert!(c.buffered_bytes() < 1024, "{}", c.buffered_bytes());
 }

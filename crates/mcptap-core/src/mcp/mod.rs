@@ -343,13 +343,19 @@ fn exchange_id_of(ev: &HttpEvent) -> Option<u64> {
 
 /// Roughly what a held message holds.
 pub(crate) fn held_cost(ev: &HttpEvent) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
     256 + match ev {
-        HttpEvent::Request { head, body, .. } => body.len() + head.path().len(),
-        HttpEvent::ResponseJson { body, .. } => body.len(),
+        HttpEvent::Request { head, body, .. } => body.capacity() + head.heap_bytes(),
+        HttpEvent::ResponseJson { body, .. } => body.capacity(),
+        // An event's type and id are as long as the wire made them.
         HttpEvent::ResponseSse {
             item: SseItem::Event(e),
             ..
-        } => e.data.len(),
+        } => e.data.capacity() + text(&e.event_type) + text(&e.id),
+        HttpEvent::ResponseSse {
+            item: SseItem::NoData { id },
+            ..
+        } => text(id),
         _ => 0,
     }
 }
@@ -4491,6 +4497,29 @@ fn framing_of(ex: &ExchangeState) -> (FramingMode, bool) {
 #[cfg(test)]
 mod tests {
     use crate::jsonrpc::nesting_depth;
+
+    /// What a staged or held SSE item costs counts the texts the wire sized: a block with a
+    /// 1 MB id and no data once cost 256 bytes, and a split replay's queue took dozens.
+    #[test]
+    fn an_sse_items_texts_count_in_what_it_holds() {
+        use crate::http::HttpEvent;
+        use crate::http::sse::{SseEvent, SseItem};
+        let long = || Some("i".repeat(1 << 20));
+        let no_data = HttpEvent::ResponseSse {
+            exchange: 0,
+            item: SseItem::NoData { id: long() },
+        };
+        assert!(super::held_cost(&no_data) > 1 << 20);
+        let event = HttpEvent::ResponseSse {
+            exchange: 0,
+            item: SseItem::Event(SseEvent {
+                event_type: long(),
+                id: long(),
+                ..SseEvent::default()
+            }),
+        };
+        assert!(super::held_cost(&event) > 2 << 20);
+    }
 
     /// The validating pass measures the depth the handshake's limit is checked against.
     #[test]

@@ -189,15 +189,7 @@ impl ExchangeState {
     /// request head's strings and the requests (ids, methods, tools, `initialize` params).
     pub fn cost(&self) -> usize {
         let head = &self.head;
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let head_bytes = head.text_bytes()
-            + text(&head.forwarded_for)
-            + text(&head.forwarded)
-            + head
-                .prefixed
-                .iter()
-                .map(|(n, v)| n.len() + v.len() + 48)
-                .sum::<usize>();
+        let head_bytes = head.heap_bytes();
         let request_bytes: usize = self
             .requests
             .iter()
