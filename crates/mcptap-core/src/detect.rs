@@ -5,10 +5,11 @@
 //! returns alert values. Per-session detection state (how the server answers each method) is
 //! a [`ModeTracker`], stored in the session.
 
+use crate::mcp::session::heap_block_bytes;
 use crate::mcp::transactions::{AnswerShape, StreamContent};
 use crate::mcp::{
     AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
-    HandshakeVerdict, MismatchReview, UnansweredReview,
+    HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
 };
 use crate::model::{
     AlertKind, CapabilityChange, ClientNarrowing, Divergence, DivergenceReason, Downgrade,
@@ -235,11 +236,52 @@ pub struct ModeTracker {
 /// Bound on distinct methods tracked per session (method names come from the wire).
 const MAX_METHODS: usize = 64;
 
+/// Longest method name kept as sent. No MCP method comes near it; a longer name is kept as a
+/// digest of it, so that what a session keeps per method is small whatever the wire sends.
+const MAX_KEPT_METHOD_BYTES: usize = 256;
+
+/// The key an oversized method name is tracked under: its length and a digest of it (NUL
+/// first, as no name a conformant peer sends starts with it).
+fn oversized_method_key(method: &str) -> String {
+    use std::hash::BuildHasher;
+    let digest = foldhash::fast::FixedState::with_seed(0x6d65_7468_6f64_6b65).hash_one(method);
+    format!("\0{digest:016x}:{}", method.len())
+}
+
+impl HeapBytes for ModeTracker {
+    /// The method table's room and, per method, its name and alerted reasons.
+    fn heap_bytes(&self) -> usize {
+        let block = |bytes: usize| {
+            if bytes == 0 {
+                0
+            } else {
+                heap_block_bytes(bytes)
+            }
+        };
+        let table = block(self.methods.capacity() * std::mem::size_of::<(Box<str>, MethodState)>());
+        let per_method: usize = self
+            .methods
+            .iter()
+            .map(|(name, state)| {
+                block(name.len())
+                    + block(state.alerted.capacity() * std::mem::size_of::<DivergenceReason>())
+            })
+            .sum();
+        table + per_method
+    }
+}
+
 impl ModeTracker {
     /// Another instance's record of the same session: a mode fits now only if it fits every
     /// answer either saw; reasons alerted by either count as alerted.
     pub fn merge(&mut self, theirs: ModeTracker) {
         for (method, state) in theirs.methods {
+            // A record from elsewhere may hold a name this instance would not keep.
+            let method = if method.len() > MAX_KEPT_METHOD_BYTES {
+                oversized_method_key(&method).into_boxed_str()
+            } else {
+                method
+            };
             let full = self.methods.len() >= MAX_METHODS;
             match self.methods.iter_mut().find(|(m, _)| *m == method) {
                 Some((_, mine)) => {
@@ -268,7 +310,14 @@ impl ModeTracker {
         streaming_negotiated: bool,
         accept: Option<&str>,
     ) -> Option<DivergenceFinding> {
-        let at = match self.methods.iter().position(|(m, _)| **m == *method) {
+        let oversized_key;
+        let key = if method.len() > MAX_KEPT_METHOD_BYTES {
+            oversized_key = oversized_method_key(method);
+            oversized_key.as_str()
+        } else {
+            method
+        };
+        let at = match self.methods.iter().position(|(m, _)| **m == *key) {
             Some(at) => at,
             None if self.methods.len() >= MAX_METHODS => return None,
             None => {
@@ -276,7 +325,7 @@ impl ModeTracker {
                     modes: SSE | JSON | AUTO,
                     alerted: Vec::new(),
                 };
-                self.methods.push((method.into(), fresh));
+                self.methods.push((key.into(), fresh));
                 self.methods.len() - 1
             }
         };
@@ -465,6 +514,61 @@ mod tests {
                 .is_none()
         );
         assert!(t.observe("tools/call", Json, false, None).is_some());
+    }
+
+    #[test]
+    fn heap_bytes_count_method_names_and_oversized_ones_are_kept_as_a_digest() {
+        let mut t = ModeTracker::default();
+        assert_eq!(t.heap_bytes(), 0);
+        t.observe("tools/call", SseResultOnly, false, None);
+        let one = t.heap_bytes();
+        assert!(one >= "tools/call".len(), "{one}");
+        // A name at the bound is kept as sent, and counted.
+        let at_bound = "m".repeat(MAX_KEPT_METHOD_BYTES);
+        t.observe(&at_bound, Json, false, None);
+        assert!(
+            t.heap_bytes() >= one + MAX_KEPT_METHOD_BYTES,
+            "{}",
+            t.heap_bytes()
+        );
+        assert!(t.methods.iter().any(|(m, _)| **m == *at_bound));
+        // Names of 60 KB cost what a short name costs, and are still tracked apart.
+        let before = t.heap_bytes();
+        let long_a = format!("{}a", "x".repeat(60_000));
+        let long_b = format!("{}b", "x".repeat(60_000));
+        assert!(t.observe(&long_a, SseResultOnly, false, None).is_none());
+        assert!(t.observe(&long_b, Json, false, None).is_none());
+        assert!(
+            t.heap_bytes() - before < 512,
+            "{before} -> {}",
+            t.heap_bytes()
+        );
+        assert!(
+            t.methods
+                .iter()
+                .all(|(m, _)| m.len() <= MAX_KEPT_METHOD_BYTES)
+        );
+        assert_eq!(
+            reasons(&t.observe(&long_a, Json, false, None)),
+            vec![DivergenceReason::ModeContradiction]
+        );
+        assert!(t.observe(&long_b, Json, false, None).is_none());
+        // A record from elsewhere with the name as sent merges into the same method.
+        let mut theirs = ModeTracker::default();
+        theirs.methods.push((
+            long_b.clone().into_boxed_str(),
+            MethodState {
+                modes: JSON,
+                alerted: vec![DivergenceReason::NotAccepted],
+            },
+        ));
+        let methods = t.methods.len();
+        t.merge(theirs);
+        assert_eq!(t.methods.len(), methods);
+        assert!(
+            t.observe(&long_b, Json, false, Some("text/event-stream"))
+                .is_none()
+        );
     }
 
     #[test]

@@ -1,25 +1,25 @@
 //! The session table and what it may hold: a cap on sessions and on their estimated bytes,
 //! with least-recently-seen eviction beyond either.
 
+use super::review::HeapBytes;
 use super::session::{Session, SessionKey};
 use crate::model::Timestamp;
 use crate::table_hash::HashMap;
 use crate::usage::SharedUsage;
 use std::sync::Arc;
 
-/// What one session costs besides its id and capability record: the boxed struct, its slot in
-/// the table (counted twice: the table keeps up to half its slots free), and the per-method
-/// mode state and in-flight table a busy session grows. Measured at ~1.6 KB in all with the
-/// capability sets of common clients and servers.
+/// What one session costs besides what it holds on the heap: the boxed struct and its slot
+/// in the table (counted twice: the table keeps up to half its slots free).
 fn fixed_cost<D>() -> usize {
     std::mem::size_of::<Session<D>>()
         + 2 * (std::mem::size_of::<SessionKey>() + std::mem::size_of::<Box<Session<D>>>() + 1)
-        + 768
 }
 
-fn session_cost<D>(sid: &str, s: &Session<D>) -> usize {
+fn session_cost<D: HeapBytes>(sid: &str, s: &Session<D>) -> usize {
     fixed_cost::<D>()
         + sid.len()
+        + s.in_flight.heap_bytes()
+        + s.detection.heap_bytes()
         + s.lineage_id.as_ref().map_or(0, |l| l.len())
         + s.protocol_version.as_ref().map_or(0, |l| l.len())
         + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
@@ -59,7 +59,7 @@ pub struct SessionTable<D> {
     usage: Arc<SharedUsage>,
 }
 
-impl<D> SessionTable<D> {
+impl<D: HeapBytes> SessionTable<D> {
     pub fn new(max_sessions: usize, max_bytes: usize, usage: Arc<SharedUsage>) -> Self {
         SessionTable {
             sessions: HashMap::default(),
@@ -205,6 +205,44 @@ mod tests {
         let before = t.bytes();
         assert!(t.remove(&key(5)).is_some());
         assert!(t.bytes() < before);
+    }
+
+    #[test]
+    fn a_session_is_charged_for_its_requests_in_flight_until_they_are_answered() {
+        use crate::jsonrpc::Id;
+        let mut t: SessionTable<()> = SessionTable::new(10, usize::MAX, Arc::default());
+        t.insert(
+            key(0),
+            Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0)),
+        );
+        t.recharge(&key(0));
+        let idle = t.bytes();
+        let ids: Vec<Id> = (0..4096).map(|i| Id(format!("\"{i:0>100}\""))).collect();
+        let s = t.get_mut(&key(0)).expect("session");
+        for (n, id) in (0..).zip(&ids) {
+            s.in_flight.insert(id, (1, n));
+        }
+        t.recharge(&key(0));
+        // Each request holds a slot and a copy of its 102-byte id, at the least.
+        let busy = t.bytes();
+        assert!(busy - idle >= 4096 * (102 + 24), "{idle} -> {busy}");
+        let s = t.get_mut(&key(0)).expect("session");
+        for id in &ids[..4000] {
+            s.in_flight.remove(id);
+        }
+        t.recharge(&key(0));
+        let fewer = t.bytes();
+        assert!(
+            fewer - idle < (busy - idle) / 8,
+            "{idle} -> {busy} -> {fewer}"
+        );
+        let s = t.get_mut(&key(0)).expect("session");
+        for id in &ids[4000..] {
+            s.in_flight.remove(id);
+        }
+        t.recharge(&key(0));
+        // All answered: what is left is at most the smallest table's room.
+        assert!(t.bytes() - idle <= 256, "{idle} -> {}", t.bytes());
     }
 
     #[test]

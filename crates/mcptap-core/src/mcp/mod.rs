@@ -26,7 +26,7 @@ pub mod transactions;
 pub use headers::HTTP_INTEREST;
 pub use review::{
     AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
-    HandshakeVerdict, MismatchReview, UnansweredReview,
+    HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
 };
 
 use crate::http::sse::SseItem;
@@ -791,6 +791,12 @@ impl<D: Detector> Tracker<D> {
                 self.end_session(&old, now, EndReason::Evicted, out);
             }
         }
+    }
+
+    /// Re-estimates what session `key` costs after it shrank. A smaller charge never calls for
+    /// room, so nothing is evicted here (the next growth evicts if the total is still over).
+    fn recharge_shrunk(&mut self, key: &SessionKey) {
+        self.sessions.recharge(key);
     }
 
     /// Enforces the session caps by ending the least recently seen sessions.
@@ -1904,12 +1910,19 @@ impl<D: Detector> Tracker<D> {
     /// An exchange that will never be answered on its connection: its requests no longer
     /// wait for answers on other streams either.
     fn forget_in_flight(&mut self, server: SocketAddr, ex: &ExchangeState) {
-        if let Some(sid) = &ex.session_id
-            && let Some(s) = self.sessions.get_mut(&(server, sid.clone()))
-        {
-            for r in ex.requests.iter() {
-                s.in_flight.remove(&r.id);
-            }
+        let Some(sid) = &ex.session_id else {
+            return;
+        };
+        let key = (server, sid.clone());
+        let Some(s) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        let mut forgot = false;
+        for r in ex.requests.iter() {
+            forgot |= s.in_flight.remove(&r.id).is_some();
+        }
+        if forgot {
+            self.recharge_shrunk(&key);
         }
     }
 
@@ -2113,6 +2126,7 @@ impl<D: Detector> Tracker<D> {
             })),
             (_, None) => {}
         }
+        self.recharge_shrunk(key);
     }
 
     /// The answer to `id` arrived on another stream of session `key` after the stream that
@@ -2130,6 +2144,7 @@ impl<D: Detector> Tracker<D> {
         r.exchange.answered = true;
         r.exchange.duration_ms = ts.millis_since(r.exchange.ts);
         out.push(Output::Event(Event::Exchange(r.exchange)));
+        self.recharge_shrunk(key);
         true
     }
 
@@ -2435,12 +2450,13 @@ impl<D: Detector> Tracker<D> {
             };
             // A known session with its route, outside fleet mode (nearly every request): one
             // lookup.
+            let mut in_flight_grew = false;
             let done = self.fleet.is_none()
                 && match self.sessions.get_mut(&key) {
                     Some(s) if s.route.is_some() => {
                         s.last_seen = ts;
                         let answers = std::mem::take(&mut client_answers);
-                        noted.note(
+                        in_flight_grew = noted.note(
                             s,
                             &key.1,
                             None,
@@ -2465,7 +2481,7 @@ impl<D: Detector> Tracker<D> {
                 });
                 if let Some(s) = self.sessions.get_mut(&key) {
                     let answers = std::mem::take(&mut client_answers);
-                    noted.note(
+                    in_flight_grew = noted.note(
                         s,
                         &key.1,
                         fleet_key,
@@ -2475,6 +2491,9 @@ impl<D: Detector> Tracker<D> {
                         &mut route,
                     );
                 }
+            }
+            if in_flight_grew {
+                self.recharge(&key, ts, out);
             }
             session_id = Some(key.1);
         }
@@ -2772,7 +2791,7 @@ impl<D: Detector> Tracker<D> {
         }
         let sid = ex.session_id.as_ref()?;
         let session = self.sessions.get(&(ctx.server, sid.clone()))?;
-        session.in_flight.get(id).copied()
+        session.in_flight.get(id)
     }
 
     fn sole_open_request(&self, here: ExchangeKey) -> Option<Id> {
@@ -3063,6 +3082,8 @@ impl<D: Detector> Tracker<D> {
                 session.alerts += u32::from(alert.is_some());
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
+                // Its requests in flight shrank; its detection state may have grown.
+                self.recharge(&key, ts, out);
             }
             (None, Era::Legacy) => {
                 let Some(lid) = alert_ctx.lineage_id else {
@@ -3093,6 +3114,8 @@ impl<D: Detector> Tracker<D> {
                 }
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
+                // The endpoint's detection state may have grown.
+                self.recharge(&key, ts, out);
             }
             (None, _) => {}
         }
@@ -4098,8 +4121,11 @@ impl<D: Detector> Tracker<D> {
             out.append(&mut alerts);
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             if let Some(s) = session {
-                s.in_flight.remove(&r.id);
+                let forgot = s.in_flight.remove(&r.id).is_some();
                 s.alerts += u32::from(alert.is_some());
+                if forgot && let Some(k) = &key {
+                    self.recharge_shrunk(k);
+                }
             }
             alert_ctx.push(out, ts, alert);
         }
@@ -4417,7 +4443,8 @@ struct SessionRequest<'r> {
 impl SessionRequest<'_> {
     /// Notes the request in session `s` (id `sid`): its flow, its requests in flight, the
     /// client's answers to the server's requests (into `server_answers`). Fills in the lineage
-    /// and route the request did not name from the session's.
+    /// and route the request did not name from the session's. Returns whether its requests in
+    /// flight grew (the session is to be charged again).
     // `server_answers` is the exchange's list, boxed as it keeps them.
     #[allow(clippy::too_many_arguments, clippy::vec_box)]
     fn note<D>(
@@ -4429,7 +4456,7 @@ impl SessionRequest<'_> {
         server_answers: &mut Vec<Box<Exchange>>,
         lineage_id: &mut Option<Box<str>>,
         route: &mut Option<u16>,
-    ) {
+    ) -> bool {
         let (ctx, head, ts) = (self.ctx, self.head, self.ts);
         if let Some(k) = fleet_key {
             s.fleet_key = Some(k.into());
@@ -4445,9 +4472,10 @@ impl SessionRequest<'_> {
         if self.era == Era::HttpSse {
             s.era = Era::HttpSse;
         }
+        let in_flight_before = s.in_flight.heap_bytes();
         for r in self.requests {
             if s.in_flight.len() < self.max_in_flight {
-                s.in_flight.insert(r.id.clone(), (ctx.flow, self.exchange));
+                s.in_flight.insert(&r.id, (ctx.flow, self.exchange));
             }
         }
         for (id, code) in client_answers {
@@ -4483,6 +4511,7 @@ impl SessionRequest<'_> {
                 input_required: None,
             }));
         }
+        s.in_flight.heap_bytes() != in_flight_before
     }
 }
 

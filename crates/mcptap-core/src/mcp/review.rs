@@ -9,6 +9,18 @@ use super::transactions::{AnswerShape, StreamContent};
 use crate::model::{AlertKind, FailedAnswer, HandshakeDiff, PathDiff, StreamEnd};
 use serde_json::Value;
 
+/// What a session's part holds on the heap, charged with the session (see `budget`).
+pub trait HeapBytes {
+    fn heap_bytes(&self) -> usize;
+}
+
+/// Sessions without detection state (tests of the session table).
+impl HeapBytes for () {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 /// The detection layer, as the session layer sees it.
 pub trait Detector {
     /// Detection's own state per session (e.g. how the server answers each method), stored
@@ -17,7 +29,8 @@ pub trait Detector {
         + Clone
         + std::fmt::Debug
         + serde::Serialize
-        + serde::de::DeserializeOwned;
+        + serde::de::DeserializeOwned
+        + HeapBytes;
 
     /// Fleet mode: another instance's view of a session's detection state (`theirs`) met
     /// this one's; afterwards `ours` holds what both saw.

@@ -269,7 +269,7 @@ pub struct Session<D> {
     pub requests: u64,
     pub alerts: u32,
     /// Requests awaiting a response, for answers that arrive on a GET stream.
-    pub in_flight: HashMap<Id, ExchangeKey>,
+    pub in_flight: InFlight,
     /// Requests whose stream ended without their answer but may be resumed.
     pub resuming: Vec<Resuming>,
     pub detection: D,
@@ -314,7 +314,7 @@ impl<D: Clone> Session<D> {
             streaming_negotiated: self.streaming_negotiated,
             requests: self.requests,
             alerts: self.alerts,
-            in_flight: HashMap::default(),
+            in_flight: InFlight::default(),
             resuming: Vec::new(),
             detection: self.detection.clone(),
             ext: self.ext.as_ref().map(|e| Box::new(e.server_replica())),
@@ -336,6 +336,76 @@ impl<D> Session<D> {
             self.fleet_flows.rotate_right(1);
             self.fleet_flows[0] = flow;
         }
+    }
+}
+
+/// A session's requests awaiting a response, by id, with what their ids hold: a client can
+/// have thousands in flight, with ids of any length, and the session is charged for them.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    by_id: HashMap<Id, ExchangeKey>,
+    /// Heap bytes of the ids in `by_id` (the table holds copies of them).
+    id_bytes: usize,
+}
+
+/// The smallest table's room (4 slots), kept when it empties: a session's one request at a
+/// time does not reallocate it per request.
+const IN_FLIGHT_KEPT_CAPACITY: usize = 3;
+
+impl InFlight {
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    pub fn get(&self, id: &Id) -> Option<ExchangeKey> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Notes request `id` of exchange `at` (a repeated id keeps its stored copy).
+    pub fn insert(&mut self, id: &Id, at: ExchangeKey) {
+        match self.by_id.get_mut(id) {
+            Some(slot) => *slot = at,
+            None => {
+                self.id_bytes += id_heap_bytes(id);
+                self.by_id.insert(id.clone(), at);
+            }
+        }
+    }
+
+    /// Forgets request `id`. A table left under a quarter full gives back its room (a burst
+    /// of requests must not keep thousands of slots for the session's life).
+    pub fn remove(&mut self, id: &Id) -> Option<ExchangeKey> {
+        let (stored, at) = self.by_id.remove_entry(id)?;
+        self.id_bytes -= id_heap_bytes(&stored);
+        let capacity = self.by_id.capacity();
+        if capacity > IN_FLIGHT_KEPT_CAPACITY && self.by_id.len() * 4 < capacity {
+            self.by_id.shrink_to(self.by_id.len() * 2);
+        }
+        Some(at)
+    }
+
+    /// What the table and its ids take on the heap: its slots (a power of two with 1/8 kept
+    /// free, the std table's layout) with a control byte each, and the ids' blocks.
+    pub fn heap_bytes(&self) -> usize {
+        let capacity = self.by_id.capacity();
+        let slots = if capacity == 0 {
+            0
+        } else {
+            (capacity.saturating_mul(8) / 7).next_power_of_two()
+        };
+        slots * (std::mem::size_of::<(Id, ExchangeKey)>() + 1) + self.id_bytes
+    }
+}
+
+fn id_heap_bytes(id: &Id) -> usize {
+    if id.0.is_empty() {
+        0
+    } else {
+        heap_block_bytes(id.0.len())
     }
 }
 
@@ -582,7 +652,7 @@ impl<D: Default> Session<D> {
             streaming_negotiated: false,
             requests: 0,
             alerts: 0,
-            in_flight: HashMap::default(),
+            in_flight: InFlight::default(),
             resuming: Vec::new(),
             detection: D::default(),
             ext: None,
@@ -624,6 +694,40 @@ mod tests {
     use super::*;
     use crate::model::SharedJson;
     use serde_json::json;
+
+    #[test]
+    fn in_flight_counts_its_room_and_ids_and_gives_room_back_as_it_drains() {
+        let mut t = InFlight::default();
+        assert_eq!(t.heap_bytes(), 0);
+        let long = Id(format!("\"{}\"", "i".repeat(10_000)));
+        t.insert(&long, (1, 1));
+        assert!(t.heap_bytes() >= 10_002, "{}", t.heap_bytes());
+        // The same id again keeps its stored copy: nothing more to count.
+        let once = t.heap_bytes();
+        t.insert(&long, (1, 2));
+        assert_eq!((t.heap_bytes(), t.get(&long)), (once, Some((1, 2))));
+        for i in 0..4095 {
+            t.insert(&Id(i.to_string()), (2, i));
+        }
+        let slot = std::mem::size_of::<(Id, ExchangeKey)>() + 1;
+        let full = t.heap_bytes();
+        // 4096 entries need more than 4096 slots, each id its own block besides.
+        assert!(full >= 4096 * slot + 4095 * 16 + 10_002, "{full}");
+        assert_eq!(t.remove(&long), Some((1, 2)));
+        assert!(full - t.heap_bytes() >= 10_002);
+        for i in 0..4000 {
+            assert_eq!(t.remove(&Id(i.to_string())), Some((2, i)));
+        }
+        // 95 left: the room shrank with them.
+        assert!(t.heap_bytes() < full / 8, "{} of {full}", t.heap_bytes());
+        for i in 4000..4095 {
+            t.remove(&Id(i.to_string()));
+        }
+        assert!(t.is_empty());
+        assert!(t.remove(&Id("0".into())).is_none());
+        // Drained: at most the smallest table is kept.
+        assert!(t.heap_bytes() <= 4 * slot, "{}", t.heap_bytes());
+    }
 
     #[test]
     fn handshake_cache_shares_readings_of_equal_texts_within_its_bound() {
