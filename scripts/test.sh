@@ -18,5 +18,7 @@ scripts/e2e.sh
 # Process-wide limits: the full-scale flood through the daemon's worker path (4 workers) stays
 # within the memory budget + 64 MiB, evicts, and still alerts on the one faulty session.
 scripts/flood.sh --worker-threads 4
+scripts/attack/charges.sh
+scripts/attack/charges.sh --threads 1
 if [[ -x scripts/check-ops.sh ]]; then scripts/check-ops.sh; fi
 scripts/check-package.sh
