@@ -3073,6 +3073,7 @@ impl<D: Detector> Tracker<D> {
                 let Some(session) = self.sessions.get_mut(&key) else {
                     return;
                 };
+                let before = (session.in_flight.room(), session.detection.heap_bytes());
                 session.in_flight.remove(id);
                 let review = AnswerReview {
                     streaming_negotiated: session.streaming_negotiated,
@@ -3080,10 +3081,14 @@ impl<D: Detector> Tracker<D> {
                 };
                 let alert = self.detector.answer(&mut session.detection, &review);
                 session.alerts += u32::from(alert.is_some());
+                // Recharged when its detection state grew or its in-flight table gave room
+                // back; an answered id alone is left charged until then (over, never under).
+                let changed = (session.in_flight.room(), session.detection.heap_bytes()) != before;
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
-                // Its requests in flight shrank; its detection state may have grown.
-                self.recharge(&key, ts, out);
+                if changed {
+                    self.recharge(&key, ts, out);
+                }
             }
             (None, Era::Legacy) => {
                 let Some(lid) = alert_ctx.lineage_id else {
@@ -3103,7 +3108,9 @@ impl<D: Detector> Tracker<D> {
                     streaming_negotiated: streaming,
                     ..*review
                 };
+                let before = endpoint.detection.heap_bytes();
                 let alert = self.detector.answer(&mut endpoint.detection, &review);
+                let grew = endpoint.detection.heap_bytes() != before;
                 self.publish_server_entry(&key);
                 if alert.is_some()
                     && let Some(l) = self
@@ -3114,8 +3121,9 @@ impl<D: Detector> Tracker<D> {
                 }
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
-                // The endpoint's detection state may have grown.
-                self.recharge(&key, ts, out);
+                if grew {
+                    self.recharge(&key, ts, out);
+                }
             }
             (None, _) => {}
         }
