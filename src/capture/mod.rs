@@ -749,11 +749,11 @@ impl FileReader {
         Ok(file)
     }
 
-    /// Delivers the next packet of this file, if any. `Ok(false)` means the
-    /// file is finished (cleanly or truncated).
     /// [`FileReader::next_packet`], delivering every classic pcap record wholly inside the
     /// mapped window in one call: where packets follow each other in one file (not merged
     /// with others'), the general path's checks are made once per window, not per packet.
+    /// (`next_packet`'s fast path, looped: one function for both cost 10 instructions per
+    /// packet.)
     fn next_packets(
         &mut self,
         on_packet: &mut dyn FnMut(RawPacket<'_>),
@@ -773,6 +773,8 @@ impl FileReader {
         self.next_packet(on_packet)
     }
 
+    /// Delivers the next packet of this file, if any. `Ok(false)` means the
+    /// file is finished (cleanly or truncated).
     fn next_packet(
         &mut self,
         on_packet: &mut dyn FnMut(RawPacket<'_>),
