@@ -3,7 +3,7 @@
 # pass of 2026-12-07): each scenario's generator (scripts/attack/charges/g_*.py) writes a
 # capture of connections that stay open after growing one buffer, which is replayed with a
 # 64 MiB budget under /usr/bin/time; peak RSS must stay under the budget plus 64 MiB. Before
-# the fixes (521eb63, 4991742, 092a01f) each took 150-520 MB. Captures go to a temporary
+# the fixes (092a01f, 521eb63, 4991742) each took 168-508 MiB. Captures go to a temporary
 # directory and are deleted; nothing is sent anywhere.
 #
 #   scripts/attack/charges.sh [--bin PATH] [--threads N] [SCENARIO...]
