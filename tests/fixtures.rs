@@ -515,7 +515,8 @@ fn auto_mode_server_is_healthy() {
 fn a_stream_with_an_event_id_waits_for_its_resumption() {
     // Request 4's stream carries only a priming event with an id: the client may resume it
     // (2025-11-25), and the capture ends inside the resumption window, so it is reported
-    // unanswered without an alert; the streams without an id alert at once.
+    // unanswered without an alert; the streams without an id alert at once, but not one the
+    // end of the capture cut off.
     let evs = events("empty_stream.pcap");
     let call4 = of(&evs, "exchange")
         .into_iter()
@@ -525,6 +526,14 @@ fn a_stream_with_an_event_id_waits_for_its_resumption() {
     assert_eq!(call4["media_type"], "sse");
     let alerted: Vec<&Value> = of(&evs, "alert").iter().map(|a| &a["request_id"]).collect();
     assert!(!alerted.contains(&&Value::from(4)), "{alerted:?}");
+    // Request 6's stream is still open when the capture ends: reported, unanswered, quiet.
+    let call6 = of(&evs, "exchange")
+        .into_iter()
+        .find(|e| e["request_id"] == 6)
+        .expect("request 6");
+    assert_eq!(call6["answered"], false);
+    assert_eq!(call6["media_type"], "sse");
+    assert!(!alerted.contains(&&Value::from(6)), "{alerted:?}");
     assert!(
         of(&evs, "alert")
             .iter()

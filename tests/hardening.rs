@@ -678,3 +678,87 @@ fn evicting_flows_that_hold_segments_stays_shallow() {
     assert!(p.memory_in_use() <= 1 << 20, "{}", p.memory_in_use());
     assert!(p.active_flows() > 100, "{} flows left", p.active_flows());
 }
+
+/// One `exchange` event per JSON-RPC request: a tools/call whose connection the server closes
+/// before answering, and one whose connection is still open when the capture ends, are each
+/// reported unanswered (HTTP status 0, media type `none`), without an alert; the same bytes
+/// with one thread, the layers on two and the session layer in shards.
+#[test]
+fn requests_never_answered_are_reported_when_their_connection_ends() {
+    use mcptap_core::decode::{Decoded, decode};
+    let server = server();
+    let mut sim = Sim::new(16);
+    let mut talk = Conversation::new("lost-s2");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+        .initialized();
+    let first = sim.connect(client(), server, talk.take_writes());
+    sim.run(vec![first]);
+    let mut lost = |sim: &mut Sim, port: u16, server_closes: bool| {
+        let id = talk.take_request_id();
+        let body = mcp::tools_call_request(id, "search_docs", "{}");
+        let request = mcptap_testkit::tcp::AppWrite::client(talk.post(&body));
+        let conn = sim.connect(Endpoint::new([127, 0, 0, 2], port), server, vec![request]);
+        sim.run(vec![if server_closes {
+            conn.server_closes()
+        } else {
+            conn
+        }]);
+    };
+    lost(&mut sim, 40001, true);
+    lost(&mut sim, 40002, false);
+    // The second connection's FINs never make it into the capture: it is open at the end.
+    let linktype = sim.linktype();
+    let frames: Vec<mcptap_testkit::Frame> = sim
+        .frames()
+        .iter()
+        .filter(|f| match decode(linktype, &f.data) {
+            Decoded::Tcp(seg) => {
+                !(seg.flags.fin && (seg.src.port() == 40002 || seg.dst.port() == 40002))
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lost.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
+    )
+    .expect("write");
+    let replay = |threads: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
+            .args(["replay", "--threads", threads])
+            .arg(&path)
+            .output()
+            .expect("run mcptap replay");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let one = replay("1");
+    for threads in ["2", "4"] {
+        assert_eq!(one, replay(threads), "--threads {threads}");
+    }
+    let events: Vec<Value> = one
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "exchange" && e["method"] == "tools/call")
+        .collect();
+    assert_eq!(calls.len(), 2, "{events:?}");
+    for (call, port) in calls.iter().zip(["40001", "40002"]) {
+        assert!(
+            call["client"].as_str().is_some_and(|c| c.ends_with(port)),
+            "{call}"
+        );
+        assert_eq!(call["answered"], false, "{call}");
+        assert_eq!(call["http_status"], 0, "{call}");
+        assert_eq!(call["media_type"], "none", "{call}");
+        assert_eq!(call["session_id"], "lost-s2", "{call}");
+    }
+    assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
+    let summary = events.last().expect("summary");
+    assert_eq!(summary["exchanges"], 3, "{summary}");
+}

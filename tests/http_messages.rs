@@ -212,6 +212,9 @@ fn both_ways(path: &Path) -> (Vec<Event>, Vec<Event>) {
     read_captures(&[path.display().to_string()], &mut |pkt| {
         let ts = Timestamp(pkt.ts_nanos);
         by_packets.handle_packet(ts, pkt.linktype, pkt.data, &mut out_p);
+        // The gateway's clock runs with the packets, messages or not (a request cut off by the
+        // end is reported with the time of the end).
+        by_messages.advance_time(ts, &mut out_m);
         let Some(seg) = Segment::decode(pkt.ts_nanos, pkt.linktype, pkt.data) else {
             return;
         };

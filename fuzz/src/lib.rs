@@ -692,9 +692,16 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                 exchange,
                 item: SseItem::Comment,
             },
-            6 => HttpEvent::ResponseEnd {
-                exchange,
-                end: BODY_ENDS[usize::from(r.u8() % 4)],
+            // The end's top bit: no response began (the encoder writes ResponseEnd's as 0..4).
+            6 => match r.u8() {
+                e if e & 0x80 != 0 => HttpEvent::NoResponse {
+                    exchange,
+                    end: BODY_ENDS[usize::from(e % 4)],
+                },
+                e => HttpEvent::ResponseEnd {
+                    exchange,
+                    end: BODY_ENDS[usize::from(e % 4)],
+                },
             },
             10 => HttpEvent::Abandoned {
                 exchange,
@@ -774,7 +781,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
                 item: SseItem::Comment,
                 ..
             } => 5,
-            HttpEvent::ResponseEnd { .. } => 6,
+            HttpEvent::ResponseEnd { .. } | HttpEvent::NoResponse { .. } => 6,
             HttpEvent::Error(_) => 9,
             HttpEvent::Abandoned { .. } => 10,
             HttpEvent::Anomaly { .. } => 11,
@@ -790,6 +797,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             | HttpEvent::ResponseJson { exchange, .. }
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
+            | HttpEvent::NoResponse { exchange, .. }
             | HttpEvent::Abandoned { exchange, .. } => *exchange % 16,
             HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => {
                 exchange.map_or(0, |e| (e % 16) | 16)
@@ -846,6 +854,9 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             },
             HttpEvent::ResponseEnd { end, .. } => {
                 w.u8(BODY_ENDS.iter().position(|b| b == end).unwrap_or(0) as u8)
+            }
+            HttpEvent::NoResponse { end, .. } => {
+                w.u8(0x80 | BODY_ENDS.iter().position(|b| b == end).unwrap_or(0) as u8)
             }
             HttpEvent::Error(reason) => w.u8(index_of(HttpError::ALL, reason)),
             HttpEvent::Abandoned { reason, .. } => w.u8(index_of(AbandonReason::ALL, reason)),

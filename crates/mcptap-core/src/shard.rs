@@ -174,6 +174,7 @@ impl ShardRouter {
             HttpEvent::ResponseJson { exchange, .. }
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
+            | HttpEvent::NoResponse { exchange, .. }
             | HttpEvent::Abandoned { exchange, .. }
             | HttpEvent::Anomaly {
                 exchange: Some(exchange),

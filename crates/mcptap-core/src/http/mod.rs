@@ -496,6 +496,12 @@ pub enum HttpEvent {
         exchange: u64,
         end: BodyEnd,
     },
+    /// The server's side of the connection ended (`end`: closed, reset, timed out, the end of
+    /// the capture) before any response to the request began: it has its answer, none.
+    NoResponse {
+        exchange: u64,
+        end: BodyEnd,
+    },
     /// The request will never be paired with a response (lost sync, pipelining cap): forget it.
     Abandoned {
         exchange: u64,
@@ -1061,6 +1067,13 @@ impl Connection {
                 self.drain_coding(&mut coding, &mut sink, exchange, out);
             }
             self.finish_body(sink, exchange, end, out);
+        }
+        if self.client_half.is_some_and(|client| client != half) {
+            // No response can follow on this connection: the requests still waiting for one
+            // went unanswered.
+            while let Some((exchange, _)) = self.pending.pop_front() {
+                out.push(HttpEvent::NoResponse { exchange, end: how });
+            }
         }
     }
 

@@ -822,3 +822,49 @@ fn what_a_half_holds_between_segments_is_charged() {
     run(&mut c, 1, &answer.repeat(1000), &mut out);
     assert!(c.buffered_bytes() < 1024, "{}", c.buffered_bytes());
 }
+
+/// Three pipelined requests, the first answered with a body the close cuts off: when the
+/// server's side ends, that body ends and the two never answered are reported in order, by
+/// how the side ended; the client's side ending first reports nothing (a half-closed client
+/// still gets its answers).
+#[test]
+fn requests_still_waiting_when_the_server_side_ends_have_no_response() {
+    let mut reqs = Vec::new();
+    for i in 0..3 {
+        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}");
+        reqs.extend_from_slice(format!("POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nMcp-Session-Id: s\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+    let cut = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: {\"jsonrpc\"";
+    for how in [BodyEnd::ServerClosed, BodyEnd::Aborted, BodyEnd::Unfinished] {
+        let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+        let mut out = Vec::new();
+        run(&mut c, 0, &reqs, &mut out);
+        run(&mut c, 1, cut, &mut out);
+        c.on_close(0, how, &mut out);
+        assert!(
+            !out.iter().any(|e| matches!(
+                e,
+                HttpEvent::NoResponse { .. } | HttpEvent::ResponseEnd { .. }
+            )),
+            "{how:?}: {out:?}"
+        );
+        out.clear();
+        c.on_close(1, how, &mut out);
+        let ends: Vec<(u64, bool)> = out
+            .iter()
+            .filter_map(|e| match e {
+                HttpEvent::ResponseEnd { exchange, .. } => Some((*exchange, true)),
+                HttpEvent::NoResponse { exchange, end } => {
+                    assert_eq!(*end, how);
+                    Some((*exchange, false))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, [(0, true), (1, false), (2, false)], "{how:?}");
+        // Nothing is left to report twice.
+        out.clear();
+        c.on_close(1, how, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+}

@@ -332,6 +332,7 @@ fn exchange_id_of(ev: &HttpEvent) -> Option<u64> {
         | HttpEvent::ResponseJson { exchange, .. }
         | HttpEvent::ResponseSse { exchange, .. }
         | HttpEvent::ResponseEnd { exchange, .. }
+        | HttpEvent::NoResponse { exchange, .. }
         | HttpEvent::Abandoned { exchange, .. } => Some(*exchange),
         HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => *exchange,
         HttpEvent::DuplicateHeader { .. }
@@ -1845,6 +1846,14 @@ impl<D: Detector> Tracker<D> {
             HttpEvent::ResponseEnd { exchange, end } => {
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
+            // Reported as a response that ended before it began: unanswered, no alert.
+            HttpEvent::NoResponse { exchange, end } => {
+                let end = match end {
+                    BodyEnd::Unfinished => BodyEnd::Unfinished,
+                    _ => BodyEnd::Aborted,
+                };
+                self.on_response_end(ctx, ts, exchange, end, out)
+            }
             HttpEvent::Abandoned { exchange, reason } => {
                 out.push(Output::Telemetry(Telemetry::ExchangeAbandoned { reason }));
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
@@ -1926,7 +1935,8 @@ impl<D: Detector> Tracker<D> {
         }
     }
 
-    /// The flow is gone: forget its exchanges (their ends were reported by the HTTP layer).
+    /// The flow is gone: forget its exchanges (their ends were reported by the HTTP layer,
+    /// `NoResponse` included).
     /// In fleet mode, a connection whose exchanges wait for the store closes once they are
     /// released.
     pub fn on_flow_closed(&mut self, flow: u64) {
@@ -1941,7 +1951,10 @@ impl<D: Detector> Tracker<D> {
     }
 
     fn close_flow_now(&mut self, flow: u64) {
+        // HTTP ended them all (`NoResponse` for those never answered); any left can no longer
+        // be answered either.
         for ex in self.transactions.close_flow(flow) {
+            self.forget_in_flight(ex.server, &ex);
             self.retire(ex);
         }
         self.proxied.remove(&flow);
@@ -3977,16 +3990,15 @@ impl<D: Detector> Tracker<D> {
         let Some(ex) = self.transactions.remove((ctx.flow, exchange)) else {
             return;
         };
-        if end == BodyEnd::Unfinished {
-            // Cut off by the end of the capture or a timeout: not ended, nothing to conclude.
-            self.end_if_expired(&ex, ts, out);
-            self.retire(ex);
-            return;
-        }
+        // Cut off by the end of the capture or a timeout (`Unfinished`), or reset: not ended,
+        // so nothing is concluded (no alert), but its unanswered requests are reported.
         let status = ex.response.as_ref().map_or(0, |r| r.status);
         // HTTP+SSE: the GET stream carried every answer of its session; the POSTs still
-        // waiting for theirs will not get them.
+        // waiting for theirs will not get them (at the end of the capture, `finish` reports
+        // them).
         if ex.era == Era::HttpSse
+            && end != BodyEnd::Unfinished
+            && ex.response.is_some()
             && ex.head.method() == "GET"
             && let Some(sid) = &ex.session_id
         {

@@ -778,3 +778,51 @@ fn handshakes_read_once_and_reused_give_the_same_events_and_counts() {
         assert_eq!(e["client_info"], json!({"name": "agent", "version": "1"}));
     }
 }
+
+/// A request whose connection ends before any response began is reported unanswered (status
+/// 0, media type `none`), without an alert, however the connection ended; its id leaves the
+/// session's requests in flight, so a client that reconnects after each lost request does not
+/// grow the session. Leftovers of a flow closed without those reports leave it too.
+#[test]
+fn requests_their_connection_ended_on_are_reported_unanswered_and_forgotten() {
+    let mut h = Harness::new();
+    h.handshake(ctx(1, 40000), 1, None, "s1", json!({}), json!({"tools":{}}));
+    let mut settled = None;
+    let ends = [BodyEnd::ServerClosed, BodyEnd::Aborted, BodyEnd::Unfinished];
+    for i in 0..96u64 {
+        let c = ctx(10 + i, 41000 + i as u16);
+        let body = json!({"jsonrpc":"2.0","id":format!("lost-{i}"),"method":"tools/call","params":{"name":"search"}});
+        h.send(
+            c,
+            HttpEvent::Request {
+                exchange: 0,
+                head: Box::new(post(Some("s1"))),
+                body: body.to_string().into_bytes(),
+            },
+        );
+        if i < 64 {
+            let end = ends[i as usize % 3];
+            h.send(c, HttpEvent::NoResponse { exchange: 0, end });
+        }
+        h.t.on_flow_closed(c.flow);
+        // The first request gave the table its kept room; the rest add nothing.
+        let now = h.t.session_bytes();
+        let settled = *settled.get_or_insert(now);
+        assert_eq!(now, settled, "after request {i}");
+    }
+    let lost: Vec<_> = h
+        .of("exchange")
+        .into_iter()
+        .filter(|e| e["method"] == "tools/call")
+        .collect();
+    assert_eq!(lost.len(), 64);
+    for (i, e) in lost.iter().enumerate() {
+        assert_eq!(e["request_id"], format!("lost-{i}"));
+        assert_eq!(e["answered"], false);
+        assert_eq!(e["http_status"], 0);
+        assert_eq!(e["media_type"], "none");
+        assert_eq!(e["tool"], "search");
+        assert_eq!(e["session_id"], "s1");
+    }
+    assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
+}
