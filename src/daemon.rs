@@ -1196,6 +1196,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     for oc in captures {
         tracing::info!(interface = %oc.interface, linktype = oc.linktype, filter = %cfg.capture.filter, workers = n_workers, split = layout.split, flow_threads = layout.flow_threads, session_threads = layout.session_threads, "capturing");
         let dispatcher = Dispatcher::new(directory.clone(), n_workers);
+        let interface = oc.interface.clone();
         threads.push(
             live::spawn(
                 oc,
@@ -1207,8 +1208,18 @@ pub fn run(cfg: Config) -> Result<(), String> {
                     let metrics = metrics.clone();
                     let sinks = sinks.clone();
                     let mut reported = DirectoryStats::default();
+                    let interface = interface.clone();
+                    let mut warnings = live::DropWarnings::default();
                     move |d: live::Drops, directory: DirectoryStats| {
                         metrics.add_capture_drops(d.kernel, d.interface);
+                        for (source, packets) in warnings.first(d) {
+                            tracing::warn!(
+                                interface = %interface,
+                                source,
+                                packets,
+                                "packets dropped before mcptap read them: connections crossing the drops have gaps and MCP alerts may be missed (counted in mcptap_capture_drops_total; warned once per interface and source; see the McptapCaptureDrops runbook)"
+                            );
+                        }
                         if d.kernel + d.interface > 0 {
                             let mut sinks = sinks.lock().unwrap_or_else(|p| p.into_inner());
                             *sinks.capture_drops.get_or_insert(0) += d.kernel + d.interface;

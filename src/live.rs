@@ -152,6 +152,33 @@ pub struct Drops {
     pub interface: u64,
 }
 
+impl Drops {
+    /// The sources that dropped packets in this report, by their `source` label.
+    pub fn by_source(self) -> [(&'static str, u64); 2] {
+        [("kernel", self.kernel), ("interface", self.interface)]
+    }
+}
+
+/// Which drop sources of one interface were warned about: one WARN per source, the first time
+/// it drops (the counter and the alert rule take it from there).
+#[derive(Debug, Default)]
+pub struct DropWarnings {
+    warned: [bool; 2],
+}
+
+impl DropWarnings {
+    /// The sources of `drops` to warn about now, with their counts.
+    pub fn first(&mut self, drops: Drops) -> Vec<(&'static str, u64)> {
+        let mut now = Vec::new();
+        for (warned, (source, n)) in self.warned.iter_mut().zip(drops.by_source()) {
+            if n > 0 && !std::mem::replace(warned, true) {
+                now.push((source, n));
+            }
+        }
+        now
+    }
+}
+
 /// pcap's counters (received, dropped) are u32 and wrap; this widens them into running u64
 /// deltas and a u64 total.
 #[derive(Debug, Default, Clone, Copy)]
@@ -863,6 +890,17 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_drop_source_is_warned_about_once_when_it_first_drops() {
+        let mut w = DropWarnings::default();
+        let drops = |kernel, interface| Drops { kernel, interface };
+        assert!(w.first(drops(0, 0)).is_empty());
+        assert_eq!(w.first(drops(3, 0)), [("kernel", 3)]);
+        assert!(w.first(drops(5, 0)).is_empty());
+        assert_eq!(w.first(drops(7, 2)), [("interface", 2)]);
+        assert!(w.first(drops(1, 1)).is_empty());
+    }
 
     #[test]
     fn drop_counter_survives_wraparound() {

@@ -762,3 +762,81 @@ fn requests_never_answered_are_reported_when_their_connection_ends() {
     let summary = events.last().expect("summary");
     assert_eq!(summary["exchanges"], 3, "{summary}");
 }
+
+/// Blind spots are counted and warned about once: a capture where twelve connections each lost
+/// a request segment gives gaps on every one, one WARN per gap reason, and the counts in the
+/// summary.
+#[test]
+fn each_blind_spot_is_warned_about_once_and_counted_every_time() {
+    use mcptap_core::decode::{Decoded, decode};
+    let mut sim = Sim::new(17).with_segment_sizes(vec![120]);
+    let conns: Vec<_> = (0..12u16)
+        .map(|i| {
+            let mut talk = Conversation::new(&format!("gap-s{i}"));
+            talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+            talk.tools_call("r", Answer::Json);
+            sim.connect(
+                Endpoint::new([127, 0, 0, 2], 41000 + i),
+                server(),
+                talk.take_writes(),
+            )
+        })
+        .collect();
+    sim.run(conns);
+    let linktype = sim.linktype();
+    // Each connection loses the first segment of its second request.
+    let mut requests_seen = std::collections::HashMap::new();
+    let frames: Vec<mcptap_testkit::Frame> = sim
+        .frames()
+        .iter()
+        .filter(|f| {
+            let Decoded::Tcp(seg) = decode(linktype, &f.data) else {
+                return true;
+            };
+            if seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
+                return true;
+            }
+            let seen = requests_seen.entry(seg.src.port()).or_insert(0);
+            *seen += 1;
+            *seen != 2
+        })
+        .cloned()
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("gaps.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
+    )
+    .expect("write");
+    for threads in ["1", "2"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
+            .args(["replay", "--threads", threads])
+            .arg(&path)
+            .output()
+            .expect("run mcptap replay");
+        assert!(out.status.success());
+        let stdout = String::from_utf8(out.stdout).expect("UTF-8");
+        let summary: Value =
+            serde_json::from_str(stdout.lines().last().expect("summary")).expect("JSON");
+        assert!(
+            summary["gaps"].as_u64().is_some_and(|g| g >= 12),
+            "{summary}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("tcp_gaps"))
+            .collect();
+        assert!(!warnings.is_empty(), "--threads {threads}: {stderr}");
+        let mut reasons: Vec<&str> = warnings
+            .iter()
+            .filter_map(|l| l.split("reason=").nth(1))
+            .filter_map(|r| r.split_whitespace().next())
+            .collect();
+        let all = reasons.len();
+        reasons.sort();
+        reasons.dedup();
+        assert_eq!(reasons.len(), all, "--threads {threads}: {warnings:?}");
+    }
+}

@@ -193,7 +193,67 @@ fn first_undecodable_warning(server: std::net::SocketAddr) -> bool {
     first_warning(server, "undecodable_body")
 }
 
+/// Blind spots already warned about in this process: (what, reason), one WARN each. The
+/// kinds and reasons are fixed label sets, so this stays small.
+static BLIND_SPOTS_WARNED: std::sync::Mutex<std::collections::BTreeSet<(&str, &str)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Whether blind spot `what` with `reason` gets its one warning now.
+fn first_blind_spot(what: &'static str, reason: &'static str) -> bool {
+    let Ok(mut warned) = BLIND_SPOTS_WARNED.lock() else {
+        return false;
+    };
+    warned.insert((what, reason))
+}
+
+/// The one WARN of a blind spot that hides traffic (a gap, an eviction, a limit, an answer
+/// that cannot be paired or read): what it means and where it is counted. Later ones are
+/// DEBUG lines and counts.
+fn warn_blind_spot(t: &Telemetry) -> bool {
+    let (what, reason, meaning) = match t {
+        Telemetry::TcpGap { reason, .. } => (
+            "tcp_gaps",
+            reason.as_str(),
+            "TCP bytes were lost to mcptap: HTTP messages crossing them are not seen (counted in mcptap_tcp_gaps_total)",
+        ),
+        Telemetry::FlowEvicted { reason } if reason.as_str() != "idle" => (
+            "flows_evicted",
+            reason.as_str(),
+            "connections were dropped while still tracked: what they carry next is not seen (counted in mcptap_flows_evicted_total; raise limits.max_flows or limits.memory_budget_bytes)",
+        ),
+        Telemetry::LimitHit { limit } => (
+            "limits_hit",
+            limit.as_str(),
+            "a limit was hit: what it bounds is cut short (counted in mcptap_limits_hit_total; the README's metrics table says what each limit drops)",
+        ),
+        Telemetry::ExchangeAbandoned { reason } => (
+            "exchanges_abandoned",
+            reason.as_str(),
+            "requests could not be paired with their responses: their answers are not seen (counted in mcptap_http_exchanges_abandoned_total)",
+        ),
+        Telemetry::HttpError { reason } => (
+            "http_parse_errors",
+            reason.as_str(),
+            "HTTP messages could not be read as sent (counted in mcptap_http_parse_errors_total)",
+        ),
+        Telemetry::JsonRpcError { reason } => (
+            "jsonrpc_parse_errors",
+            reason.as_str(),
+            "MCP bodies could not be read as JSON-RPC (counted in mcptap_jsonrpc_parse_errors_total)",
+        ),
+        _ => return false,
+    };
+    if !first_blind_spot(what, reason) {
+        return false;
+    }
+    tracing::warn!(target: "mcptap::blind_spot", what, reason, "{meaning}; warned once per reason");
+    true
+}
+
 pub fn log_telemetry(t: &Telemetry) {
+    if warn_blind_spot(t) {
+        return;
+    }
     match t {
         Telemetry::UndecodableFlow { server, reason } => {
             if first_warning(*server, reason.as_str()) {
