@@ -2949,8 +2949,9 @@ impl<D: Detector> Tracker<D> {
             .flatten();
         // The event owns the exchange's strings; what follows reads them there.
         let mut event = exchange_of(ex, method, tool, id.to_value(), None);
-        let still_open =
-            ex.requests.sole_open().is_some() || ex.requests.iter().any(|r| !r.answered);
+        // O(1): a scan here, after each answer of a batch, made a batch answered in order
+        // quadratic (a 3.6 MB batch of 80,000 requests took 15 s).
+        let still_open = ex.requests.has_open();
         if let Some(p) = parked.take() {
             let session = here_sid
                 .as_ref()

@@ -77,6 +77,12 @@ impl Requests {
         }
     }
 
+    /// Whether a request is still unanswered. O(1): asked after every answer, a scan of the
+    /// list would make answering a batch in order quadratic.
+    pub fn has_open(&self) -> bool {
+        self.open_count > 0
+    }
+
     /// The only unanswered request, if exactly one is left.
     pub fn sole_open(&self) -> Option<&PendingRequest> {
         if self.open_count != 1 {
@@ -483,6 +489,24 @@ mod tests {
         let mut r = Requests::new(vec![request("a"), request("b")]);
         r.answer(0);
         assert_eq!(r.sole_open().map(|p| p.id.0.as_str()), Some("b"));
+    }
+
+    #[test]
+    fn has_open_follows_the_answers_without_a_scan() {
+        for n in [1, 3, 9, 1000] {
+            let mut r = Requests::new((0..n).map(|i| request(&i.to_string())).collect());
+            for i in 0..n {
+                assert!(r.has_open(), "{n}: {i}");
+                let at = r.find_open(&Id(i.to_string())).expect("open");
+                r.answer(at);
+                // Answering again changes nothing.
+                r.answer(at);
+                let scanned = r.iter().any(|p| !p.answered);
+                assert_eq!(r.has_open(), scanned, "{n}: {i}");
+            }
+            assert!(!r.has_open());
+        }
+        assert!(!Requests::new(Vec::new()).has_open());
     }
 
     #[test]
