@@ -2080,7 +2080,8 @@ enum Unfolded {
 /// Joins each line break followed by SP or HT to the line before it with one space (RFC 9112
 /// §5.2), up to the empty line that ends the head. A continuation that reads like a header
 /// field of its own (`Content-Length: 38` behind a space) is not unfolded: that is a smuggling
-/// shape, and llhttp rejects it too.
+/// shape, and llhttp rejects it too. Nor is a head with a line that is neither a field nor a
+/// continuation (the unfolded head would fail there as well), and the scan stops at that line.
 fn unfold(buf: &[u8]) -> Unfolded {
     let mut out = Vec::with_capacity(buf.len());
     let mut folded = false;
@@ -2102,6 +2103,12 @@ fn unfold(buf: &[u8]) -> Unfolded {
             };
         }
         if continuing && looks_like_field(line) {
+            return Unfolded::NoFold;
+        }
+        if !continuing && line_start > 0 && !looks_like_field(line) {
+            // Neither a field nor a continuation: no unfolding makes this head valid. Stopping
+            // here keeps the scan within the head: a segment of heads each broken in its first
+            // field, with no empty line after them, was scanned to its end once per head.
             return Unfolded::NoFold;
         }
         out.extend_from_slice(line);

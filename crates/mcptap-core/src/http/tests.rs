@@ -471,6 +471,39 @@ fn obs_fold_is_unfolded_unless_the_continuation_reads_like_a_field() {
         unfold(b"GET / HTTP/1.1\r\nA: b\r\n\r\n"),
         Unfolded::NoFold
     ));
+    // A line that is neither a field nor a continuation: no unfolding can save the head, so
+    // there is nothing to wait for, ended or not.
+    for broken in [
+        &b"GET / HTTP/1.1\r\nA: b\r\n c\r\nbad line\r\n"[..],
+        b"GET / HTTP/1.1\r\nA: b\r\n c\r\nbad line\r\n\r\n",
+        b"GET / HTTP/1.1\r\nA: b\r\n c\r\nGET / HTTP/1.1\r\n",
+    ] {
+        assert!(matches!(unfold(broken), Unfolded::NoFold));
+    }
+}
+
+/// Heads broken in their first field, back to back with no empty line, each cost the bytes up
+/// to the next one (unfolding them scanned on to the end of the segment, once per head): each
+/// is counted, and the connection finds every next head.
+#[test]
+fn a_segment_of_heads_broken_in_their_first_field_is_read_once() {
+    let unit = b"GET / HTTP/1.1\r\nbad header\r\n";
+    let heads = 20_000;
+    // A good request after them, in the same segment, is read.
+    let mut segment = unit.repeat(heads);
+    segment.extend_from_slice(INIT_REQ);
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    run(&mut c, 0, &segment, &mut out);
+    let bad = out
+        .iter()
+        .filter(|e| **e == HttpEvent::Error(HttpError::BadRequestHead))
+        .count();
+    assert_eq!(bad, heads);
+    assert!(
+        out.iter().any(|e| matches!(e, HttpEvent::Request { .. })),
+        "{out:?}"
+    );
 }
 
 #[test]
