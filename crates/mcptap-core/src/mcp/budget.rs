@@ -25,7 +25,9 @@ fn session_cost<D: HeapBytes>(sid: &str, s: &Session<D>) -> usize {
         + s.baseline.as_ref().map_or(0, |b| b.heap_bytes())
         + s.resuming.iter().map(resuming_cost).sum::<usize>()
         + s.ext.as_ref().map_or(0, |e| e.heap_bytes())
-        + s.parked.iter().map(|e| e.cost()).sum::<usize>()
+        // As charged when parked (an answer only shrinks one): a parked POST may carry a
+        // batch of thousands of requests, and sessions are recharged per request.
+        + s.parked.iter().map(|e| e.charged).sum::<usize>()
         + s.server_requests
             .iter()
             .map(|r| {

@@ -4017,6 +4017,11 @@ impl<D: Detector> Tracker<D> {
         {
             if s.parked.len() < session::MAX_PARKED {
                 let key = (ctx.server, sid.clone());
+                // Charged to the session as it is now, once: answers only shrink it, and adding
+                // up its requests at every recharge of the session made each of its requests
+                // cost time in proportion to the batches parked.
+                let mut ex = ex;
+                ex.charged = ex.cost();
                 s.parked.push(ex);
                 self.recharge(&key, ts, out);
                 return;

@@ -275,7 +275,8 @@ pub struct Session<D> {
     pub detection: D,
     /// Era state: modern declarations, failures, discover results; allocated on first use.
     pub ext: Option<Box<EraState>>,
-    /// HTTP+SSE: POST exchanges answered 202 whose answers come on the GET stream.
+    /// HTTP+SSE: POST exchanges answered 202 whose answers come on the GET stream, each
+    /// charged as it was when parked (`ExchangeState::charged`).
     pub parked: Vec<Box<ExchangeState>>,
     /// Requests the server sent on a stream, waiting for the client's POSTed answer.
     pub server_requests: Vec<ServerRequest>,

@@ -173,7 +173,8 @@ pub struct ExchangeState {
     pub ends_session: bool,
     /// Client answers to server requests this POST carried, reported with its status.
     pub server_answers: Vec<Box<crate::model::Exchange>>,
-    /// What [`Transactions`] charged for it when it opened.
+    /// What [`Transactions`] charged for it when it opened; once parked (HTTP+SSE), what its
+    /// session is charged for it.
     pub charged: usize,
 }
 

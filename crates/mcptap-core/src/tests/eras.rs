@@ -221,6 +221,44 @@ fn http_sse_answers_on_the_get_stream_and_parked_posts_end_with_it() {
     assert_eq!(ex[1]["answered"], false);
 }
 
+/// Parked POSTs are charged to their session once, as they were when parked: the requests of
+/// 64 parked batches were added up again at every recharge of the session, so that each later
+/// request cost time in proportion to all of them.
+#[test]
+fn parked_batches_are_charged_once_and_later_requests_do_not_add_them_up() {
+    let mut h = Harness::new();
+    let path = "/messages?sessionId=abc";
+    sse_stream(&mut h, path);
+    let idle = h.t.session_bytes();
+    // One id throughout: the in-flight table holds one entry, the batches all their requests.
+    let batch = Value::Array(vec![
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
+        1000
+    ]);
+    for ex in 1..=64 {
+        sse_post(&mut h, ex, path, batch.clone());
+    }
+    let parked = h.t.session_bytes();
+    assert!(parked - idle >= 64 * 1000 * 64, "{idle} -> {parked}");
+    // The parked list is full: these end unanswered, each recharging the session.
+    for ex in 65..2065 {
+        sse_post(
+            &mut h,
+            ex,
+            path,
+            json!({"jsonrpc":"2.0","id":ex + 1,"method":"tools/list"}),
+        );
+    }
+    assert_eq!(h.limit_hits(Limit::ParkedPosts), 2000);
+    assert!(
+        h.t.session_bytes() >= parked,
+        "still charged for the parked batches"
+    );
+    // The stream's end reports every parked request, and the charge goes with them.
+    h.end(ctx(1), 1, BodyEnd::ServerClosed);
+    assert!(h.t.session_bytes() < parked - 64 * 1000 * 64);
+}
+
 #[test]
 fn http_sse_endpoints_are_bounded_per_stream_and_in_length() {
     let mut h = Harness::new();
