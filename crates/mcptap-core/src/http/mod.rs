@@ -2083,7 +2083,10 @@ enum Unfolded {
 /// shape, and llhttp rejects it too. Nor is a head with a line that is neither a field nor a
 /// continuation (the unfolded head would fail there as well), and the scan stops at that line.
 fn unfold(buf: &[u8]) -> Unfolded {
-    let mut out = Vec::with_capacity(buf.len());
+    // Grown as lines are taken, not sized to `buf`: most heads given here are broken, not
+    // folded, and stop within their first lines; a buffer the size of the rest of a 256 KB
+    // segment for each was allocator work in proportion to the segment.
+    let mut out = Vec::new();
     let mut folded = false;
     let mut line_start = 0;
     // The current line continues a folded one: an empty remainder is not the end of the head.
