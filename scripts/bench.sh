@@ -270,13 +270,22 @@ os.close(fd)' "$1"
 # ------------------------------------------------------------------ measurements
 # run_timed OUT_PREFIX CMD...: runs CMD under /usr/bin/time -v; stdout to OUT_PREFIX.out,
 # stderr to OUT_PREFIX.err; prints "wall_seconds peak_rss_kib cpu_seconds" (user + system).
+# CPU time the hypervisor gave other guests (all CPUs, /proc/stat's steal column), in ticks:
+# on a VM it stretches wall times whatever the binary does, so the timed runs report it.
+CLK_TCK="$(getconf CLK_TCK)"
+steal_ticks() { awk '/^cpu /{print $9; exit}' /proc/stat; }
+steal_of() { cat "$1.steal" 2>/dev/null || echo "?"; }
+
 run_timed() {
   local prefix="$1"; shift
-  local t0 t1
+  local t0 t1 s0 s1
+  s0="$(steal_ticks)"
   t0="$EPOCHREALTIME"
   /usr/bin/time -v -o "$prefix.time" "$@" > "$prefix.out" 2> "$prefix.err" \
     || { echo "bench.sh: failed: $* (see $prefix.err)" >&2; tail -5 "$prefix.err" >&2; exit 1; }
   t1="$EPOCHREALTIME"
+  s1="$(steal_ticks)"
+  awk -v a="$s0" -v b="$s1" -v hz="$CLK_TCK" 'BEGIN{printf "%.2f\n", (b-a)/hz}' > "$prefix.steal"
   local rss cpu
   rss="$(awk -F': ' '/Maximum resident set size/{print $2}' "$prefix.time")"
   cpu="$(awk -F': ' '/User time|System time/{s += $2} END{printf "%.3f", s}' "$prefix.time")"
@@ -359,12 +368,12 @@ for name in "${NAMES[@]}"; do
   # The flow and session layers on two threads (--threads 2) are timed in the same rounds,
   # before the one-thread runs in even rounds and after them in odd ones: a load that comes
   # and goes meets both alike, so their ratio holds on a shared machine.
-  splits=""; split_cpus=""
+  splits=""; split_cpus=""; split_steals=""; one_steals=""
   defaults=""
   split_one() {
     read -r wall _ cpu < <(run_timed "$WORK/split-$name-$i" "$BIN" replay "$file" --events "$events_to" --threads 2)
-    printf 'split  run %d: %s s wall, %s s CPU (--threads 2)\n' "$i" "$wall" "$cpu"
-    splits+="$wall "; split_cpus+="$cpu "
+    printf 'split  run %d: %s s wall, %s s CPU (--threads 2), steal %s s\n' "$i" "$wall" "$cpu" "$(steal_of "$WORK/split-$name-$i")"
+    splits+="$wall "; split_cpus+="$cpu "; split_steals+="$(steal_of "$WORK/split-$name-$i") "
   }
   # As an operator runs it: no --threads, one thread per core (the same as --threads 2 on
   # a 2-core machine, timed all the same so that the figure says what it measured).
@@ -387,8 +396,9 @@ for name in "${NAMES[@]}"; do
       # know the flag runs on one thread anyway).
       bin="$BIN"; one=(--threads 1); [ "$t" = base ] && bin="$BASELINE" && one=("${BASE_ONE[@]}")
       read -r wall rss cpu < <(run_timed "$WORK/$t-$name-$i" "$bin" replay "$file" --events "$events_to" "${one[@]}")
-      printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB\n' "$t" "$i" "$wall" "$cpu" "$rss"
+      printf '%-6s run %d: %s s wall, %s s CPU, peak RSS %s KiB, steal %s s\n' "$t" "$i" "$wall" "$cpu" "$rss" "$(steal_of "$WORK/$t-$name-$i")"
       walls[$t]+="$wall "; cpus[$t]+="$cpu "; [ "$rss" -gt "${rss_max[$t]}" ] && rss_max[$t]="$rss"
+      [ "$t" = mcptap ] && one_steals+="$(steal_of "$WORK/$t-$name-$i") "
     done
     if [ $((i % 2)) = 1 ]; then split_run; fi
   done
@@ -402,6 +412,9 @@ for name in "${NAMES[@]}"; do
   R[$name.split.rounds]="$(median $(paste -d' ' <(tr ' ' '\n' <<< "${walls[mcptap]}" | grep .) <(tr ' ' '\n' <<< "$splits" | grep .) | awk '{print $1/$2}'))"
   # shellcheck disable=SC2086
   R[$name.default.wall]="$(median $defaults)"
+  # shellcheck disable=SC2086
+  echo "hypervisor steal during the timed runs (all CPUs): one thread median $(median $one_steals) s, --threads 2 median $(median $split_steals) s"
+
   summary="$(grep -E 'mcptap summary|alerts:|gaps:' "$WORK/mcptap-$name-1.err" | sed 's/^ */  /')"
   echo "$summary"
   packets="$(sed -n 's/.*mcptap summary: \([0-9]*\) packets.*/\1/p' "$WORK/mcptap-$name-1.err")"
