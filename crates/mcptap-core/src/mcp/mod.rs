@@ -301,21 +301,100 @@ fn take_alerts(
     fleet_key: &str,
     mine: impl Fn(&Alert) -> bool,
 ) -> Vec<SharedAlert> {
+    let start = start.min(out.len());
+    let picked = |o: &Output| matches!(o, Output::Event(Event::Alert(a)) if mine(a));
+    if !out[start..].iter().any(picked) {
+        return Vec::new();
+    }
+    // One pass over the tail: removing each alert in place moved the rest of `out` once per
+    // alert (a batch whose answers each alert made that quadratic).
+    let tail: Vec<Output> = out.drain(start..).collect();
     let mut alerts = Vec::new();
-    let mut i = start.min(out.len());
-    while i < out.len() {
-        let picked = matches!(&out[i], Output::Event(Event::Alert(a)) if mine(a));
-        if picked && let Output::Event(event) = out.remove(i) {
-            let dedup = match &event {
-                Event::Alert(a) => format!("{fleet_key}:{}", a.kind.identity()),
-                _ => String::new(),
-            };
-            alerts.push(SharedAlert { dedup, event });
-        } else {
-            i += 1;
+    for o in tail {
+        match o {
+            Output::Event(Event::Alert(a)) if mine(&a) => {
+                let dedup = format!("{fleet_key}:{}", a.kind.identity());
+                alerts.push(SharedAlert {
+                    dedup,
+                    event: Event::Alert(a),
+                });
+            }
+            other => out.push(other),
         }
     }
     alerts
+}
+
+#[cfg(test)]
+mod take_alerts_tests {
+    use super::*;
+    use crate::model::{AlertKind, EmptyReason, EmptyResult, StreamEnd};
+
+    fn alert(id: u64, session: &str) -> Output {
+        let addr: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        Output::Event(Event::Alert(Box::new(Alert {
+            v: Default::default(),
+            ts: Timestamp(id as i64),
+            session_id: Some(session.to_string()),
+            server: addr,
+            client: addr,
+            kind: AlertKind::EmptyToolResult(EmptyResult {
+                request_id: Value::from(id),
+                tool: None,
+                reason: EmptyReason::NoEvents,
+                sse_events: 0,
+                ended_by: StreamEnd::FinalChunk,
+            }),
+            framing: FramingMode::Strict,
+            era: Era::Legacy,
+            protocol_version: None,
+            lineage_id: None,
+        })))
+    }
+
+    fn session_of(o: &Output) -> Option<&str> {
+        match o {
+            Output::Event(Event::Alert(a)) => a.session_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The picked alerts after `start` come out in order, everything else stays in order, and
+    /// tens of thousands of them take one pass.
+    #[test]
+    fn picked_alerts_leave_in_order_and_the_rest_stays() {
+        let mut out = vec![alert(0, "mine")];
+        for i in 1..=40_000u64 {
+            out.push(alert(i, if i % 2 == 0 { "mine" } else { "other" }));
+            out.push(Output::Telemetry(Telemetry::LimitHit {
+                limit: Limit::ParkedPosts,
+            }));
+        }
+        let taken = take_alerts(&mut out, 1, "fleet", |a| {
+            a.session_id.as_deref() == Some("mine")
+        });
+        assert_eq!(taken.len(), 20_000);
+        for (n, t) in taken.iter().enumerate() {
+            assert_eq!(t.dedup, format!("fleet:empty_tool_result:{}", 2 * (n + 1)));
+            let Event::Alert(a) = &t.event else {
+                panic!("not an alert");
+            };
+            assert_eq!(a.ts, Timestamp(2 * (n as i64 + 1)));
+        }
+        // The one before `start` stays; the rest alternate as they came.
+        assert_eq!(out.len(), 1 + 20_000 + 40_000);
+        assert_eq!(session_of(&out[0]), Some("mine"));
+        let others: Vec<i64> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(Event::Alert(a)) => Some(a.ts.0),
+                _ => None,
+            })
+            .skip(1)
+            .collect();
+        assert_eq!(others, (0..20_000).map(|n| 2 * n + 1).collect::<Vec<_>>());
+        assert!(take_alerts(&mut out, 1, "fleet", |_| false).is_empty());
+    }
 }
 
 /// Bounds of fleet mode's held messages: per session, in all, and sessions waiting at once.
