@@ -679,6 +679,28 @@ fn evicting_flows_that_hold_segments_stays_shallow() {
     assert!(p.active_flows() > 100, "{} flows left", p.active_flows());
 }
 
+/// `mcptap replay --threads THREADS` of `frames` written as a capture file; it must succeed.
+fn replay_binary(
+    linktype: u32,
+    frames: &[mcptap_testkit::Frame],
+    threads: &str,
+) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("frames.pcap");
+    std::fs::write(&path, mcptap_testkit::capture::pcap_bytes(linktype, frames)).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
+        .args(["replay", "--threads", threads])
+        .arg(&path)
+        .output()
+        .expect("run mcptap replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// One `exchange` event per JSON-RPC request: a tools/call whose connection the server closes
 /// before answering, and one whose connection is still open when the capture ends, are each
 /// reported unanswered (HTTP status 0, media type `none`), without an alert; the same bytes
@@ -719,20 +741,8 @@ fn requests_never_answered_are_reported_when_their_connection_ends() {
         })
         .cloned()
         .collect();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("lost.pcap");
-    std::fs::write(
-        &path,
-        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
-    )
-    .expect("write");
     let replay = |threads: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
-            .args(["replay", "--threads", threads])
-            .arg(&path)
-            .output()
-            .expect("run mcptap replay");
-        assert!(out.status.success());
+        let out = replay_binary(linktype, &frames, threads);
         String::from_utf8(out.stdout).expect("UTF-8")
     };
     let one = replay("1");
@@ -802,20 +812,8 @@ fn each_blind_spot_is_warned_about_once_and_counted_every_time() {
         })
         .cloned()
         .collect();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("gaps.pcap");
-    std::fs::write(
-        &path,
-        mcptap_testkit::capture::pcap_bytes(linktype, &frames),
-    )
-    .expect("write");
     for threads in ["1", "2"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcptap"))
-            .args(["replay", "--threads", threads])
-            .arg(&path)
-            .output()
-            .expect("run mcptap replay");
-        assert!(out.status.success());
+        let out = replay_binary(linktype, &frames, threads);
         let stdout = String::from_utf8(out.stdout).expect("UTF-8");
         let summary: Value =
             serde_json::from_str(stdout.lines().last().expect("summary")).expect("JSON");

@@ -1,31 +1,12 @@
-# Minimal classic-pcap writer for the CPU-time attack generators (loopback addresses only).
-import struct, random
-ETH = b'\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\x08\x00'
-class P:
-    def __init__(s, out):
-        s.f = open(out, 'wb', buffering=1 << 20); s.t = 10**9
-        s.f.write(struct.pack('<IHHiIII', 0xa1b2c3d4, 2, 4, 0, 0, 262144, 1))
-    def rec(s, fr):
-        sec, us = divmod(s.t // 1000, 1000000)
-        s.f.write(struct.pack('<IIII', sec, us, len(fr), len(fr))); s.f.write(fr); s.t += 1000
-    def close(s): s.f.close()
-def tcp(src, sp, dst, dp, seq, ack, fl, p=b''):
-    t = struct.pack('>HHIIBBHHH', sp, dp, seq & 0xffffffff, ack & 0xffffffff, 0x50, fl, 65535, 0, 0)
-    ip = struct.pack('>BBHHHBBH4s4s', 0x45, 0, 40 + len(p), 0, 0x4000, 64, 6, 0, bytes(src), bytes(dst))
-    return ETH + ip + t + p
-S = (127, 0, 0, 3)
-class Conn:
-    def __init__(s, p, c, port=8080, sport=40000):
-        s.p = p; s.C = (127, 1 + (c >> 16), (c >> 8) & 255, c & 255); s.cp = sport; s.sp = port
-        s.cs = random.getrandbits(32); s.ss = random.getrandbits(32)
-        p.rec(tcp(s.C, s.cp, S, s.sp, s.cs, 0, 2)); p.rec(tcp(S, s.sp, s.C, s.cp, s.ss, s.cs + 1, 18))
-        s.cs += 1; s.ss += 1; p.rec(tcp(s.C, s.cp, S, s.sp, s.cs, s.ss, 16))
-    def c2s(s, data, mss=1400):
-        for i in range(0, len(data), mss):
-            ch = data[i:i + mss]; s.p.rec(tcp(s.C, s.cp, S, s.sp, s.cs, s.ss, 24, ch)); s.cs += len(ch)
-    def s2c(s, data, mss=1400):
-        for i in range(0, len(data), mss):
-            ch = data[i:i + mss]; s.p.rec(tcp(S, s.sp, s.C, s.cp, s.ss, s.cs, 24, ch)); s.ss += len(ch)
+# The CPU-time attack generators' capture writer: scripts/attack/charges/pc.py's, plus segments
+# at an offset, a FIN exchange and TSO-sized segments (loopback addresses only).
+import importlib.util, os, struct, random
+_spec = importlib.util.spec_from_file_location(
+    'charges_pc', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'charges', 'pc.py'))
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+ETH, P, tcp, S = _base.ETH, _base.P, _base.tcp, _base.S
+class Conn(_base.Conn):
     def c2s_at(s, off, data):  # a client segment at offset `off` from the next expected byte
         s.p.rec(tcp(s.C, s.cp, S, s.sp, s.cs + off, s.ss, 24, data))
     def s2c_at(s, off, data):
