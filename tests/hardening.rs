@@ -27,6 +27,24 @@ fn alerts(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|e| e["event"] == "alert").collect()
 }
 
+/// The frames of `sim` without the TCP segments `keep` turns down (frames that are not TCP
+/// stay): a capture that lost what a tap would have lost.
+fn frames_keeping(
+    sim: &Sim,
+    mut keep: impl FnMut(&mcptap_core::decode::TcpSegment<'_>) -> bool,
+) -> Vec<mcptap_testkit::Frame> {
+    use mcptap_core::decode::{Decoded, decode};
+    let linktype = sim.linktype();
+    sim.frames()
+        .iter()
+        .filter(|f| match decode(linktype, &f.data) {
+            Decoded::Tcp(seg) => keep(&seg),
+            _ => true,
+        })
+        .cloned()
+        .collect()
+}
+
 /// Item 10: an error is every SDK's early-exit path; answered as plain JSON inside a session
 /// whose tools/call results stream, it decides no response mode and raises nothing.
 #[test]
@@ -572,7 +590,6 @@ fn an_unresumed_sse_stream_alerts_after_the_resumption_window() {
 /// (the answers acknowledging it cannot wait for bytes that will never come).
 #[test]
 fn a_lost_request_segment_does_not_freeze_the_connection() {
-    use mcptap_core::decode::{Decoded, decode};
     use mcptap_core::pipeline::{Limits, Pipeline};
     use mcptap_testkit::sim::{events_of, replay_frames};
     let mut talk = Conversation::new("lost-s1");
@@ -587,22 +604,14 @@ fn a_lost_request_segment_does_not_freeze_the_connection() {
     // Drop the first data segment of the second request.
     let mut seen_requests = 0;
     let mut dropped = false;
-    let frames: Vec<mcptap_testkit::Frame> = sim
-        .frames()
-        .iter()
-        .filter(|f| {
-            let Decoded::Tcp(seg) = decode(linktype, &f.data) else {
-                return true;
-            };
-            if dropped || seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
-                return true;
-            }
-            seen_requests += 1;
-            dropped = seen_requests == 2;
-            !dropped
-        })
-        .cloned()
-        .collect();
+    let frames = frames_keeping(&sim, |seg| {
+        if dropped || seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
+            return true;
+        }
+        seen_requests += 1;
+        dropped = seen_requests == 2;
+        !dropped
+    });
     assert!(dropped);
     let outputs = replay_frames(linktype, &frames, Pipeline::new(Limits::default()));
     // Every answer reaches the HTTP layer (none stays held behind the bytes that never come),
@@ -707,7 +716,6 @@ fn replay_binary(
 /// with one thread, the layers on two and the session layer in shards.
 #[test]
 fn requests_never_answered_are_reported_when_their_connection_ends() {
-    use mcptap_core::decode::{Decoded, decode};
     let server = server();
     let mut sim = Sim::new(16);
     let mut talk = Conversation::new("lost-s2");
@@ -730,17 +738,9 @@ fn requests_never_answered_are_reported_when_their_connection_ends() {
     lost(&mut sim, 40002, false);
     // The second connection's FINs never make it into the capture: it is open at the end.
     let linktype = sim.linktype();
-    let frames: Vec<mcptap_testkit::Frame> = sim
-        .frames()
-        .iter()
-        .filter(|f| match decode(linktype, &f.data) {
-            Decoded::Tcp(seg) => {
-                !(seg.flags.fin && (seg.src.port() == 40002 || seg.dst.port() == 40002))
-            }
-            _ => true,
-        })
-        .cloned()
-        .collect();
+    let frames = frames_keeping(&sim, |seg| {
+        !(seg.flags.fin && (seg.src.port() == 40002 || seg.dst.port() == 40002))
+    });
     let replay = |threads: &str| {
         let out = replay_binary(linktype, &frames, threads);
         String::from_utf8(out.stdout).expect("UTF-8")
@@ -778,7 +778,6 @@ fn requests_never_answered_are_reported_when_their_connection_ends() {
 /// summary.
 #[test]
 fn each_blind_spot_is_warned_about_once_and_counted_every_time() {
-    use mcptap_core::decode::{Decoded, decode};
     let mut sim = Sim::new(17).with_segment_sizes(vec![120]);
     let conns: Vec<_> = (0..12u16)
         .map(|i| {
@@ -796,22 +795,14 @@ fn each_blind_spot_is_warned_about_once_and_counted_every_time() {
     let linktype = sim.linktype();
     // Each connection loses the first segment of its second request.
     let mut requests_seen = std::collections::HashMap::new();
-    let frames: Vec<mcptap_testkit::Frame> = sim
-        .frames()
-        .iter()
-        .filter(|f| {
-            let Decoded::Tcp(seg) = decode(linktype, &f.data) else {
-                return true;
-            };
-            if seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
-                return true;
-            }
-            let seen = requests_seen.entry(seg.src.port()).or_insert(0);
-            *seen += 1;
-            *seen != 2
-        })
-        .cloned()
-        .collect();
+    let frames = frames_keeping(&sim, |seg| {
+        if seg.dst.port() != 8080 || !seg.payload.starts_with(b"POST ") {
+            return true;
+        }
+        let seen = requests_seen.entry(seg.src.port()).or_insert(0);
+        *seen += 1;
+        *seen != 2
+    });
     for threads in ["1", "2"] {
         let out = replay_binary(linktype, &frames, threads);
         let stdout = String::from_utf8(out.stdout).expect("UTF-8");
