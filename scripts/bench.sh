@@ -111,6 +111,8 @@ case "$MIXED_MB/$MCP_MB" in
 esac
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
+# The build needs libpcap-dev; setup.sh installs what is missing (a fresh machine has none).
+"$ROOT/scripts/setup.sh"
 [ "$MICRO_ONLY" = 1 ] && TSHARK=0
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (apt-get install time)"
 command -v tcpdump >/dev/null || die "tcpdump not found (apt-get install tcpdump)"
