@@ -1,6 +1,6 @@
-# Not a time scenario: a request behind a head broken in its first field is seen when both
-# arrive in one segment and lost when the broken head waits across segments (the carried
-# bytes are dropped and one byte of the next segment skipped). usage: g_carried_invalid.py OUT whole|split
+# Not a time scenario: a request behind a head broken in its first field, both in one segment
+# (whole) or the broken head waiting across segments (split). Until 2026-12-07 the split
+# one was lost (the carried bytes were dropped); both are read now. usage: g_carried_invalid.py OUT whole|split
 import sys, os; sys.path.insert(0, os.path.dirname(__file__)); from pc import *
 out, split = sys.argv[1], sys.argv[2] == 'split'
 p = P(out); k = Conn(p, 1)

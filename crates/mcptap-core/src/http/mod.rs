@@ -610,6 +610,15 @@ pub struct HalfParser {
     head_buf: Vec<u8>,
     /// Bytes scanned in Resync without finding a message start.
     resync_scanned: u64,
+    /// In Resync: the scan is inside a line, so the next message start is past a line feed
+    /// (or at the next segment's start). The first bytes of a line that may become a start,
+    /// cut by a segment's end, are kept in `head_buf`.
+    resync_mid_line: bool,
+    /// The head in `head_buf` began with too few bytes to tell whether it is HTTP.
+    start_undecided: bool,
+    /// Set when a spanning head turned out broken and its bytes were scanned again: the
+    /// segment that ended it is read again from its start, in the state that scan left.
+    read_again: bool,
     /// A message was parsed here once: this is HTTP, never give up on it.
     seen_http: bool,
     /// The half was seen from its first byte (the connection's SYN was captured).
@@ -644,6 +653,9 @@ impl HalfParser {
             },
             head_buf: Vec::new(),
             resync_scanned: 0,
+            resync_mid_line: false,
+            start_undecided: false,
+            read_again: false,
             seen_http: false,
             synchronised_start: synchronised,
             empty_lines: 0,
@@ -667,7 +679,16 @@ impl HalfParser {
     /// [`HEAD_BUF_KEPT`] is given back: kept, it would hold up to twice `max_head_bytes` for
     /// the connection's life (it is charged by its capacity, see
     /// [`Connection::buffered_bytes`]).
+    /// Look for the next message start; `mid_line` when the bytes to come continue a line.
+    fn enter_resync(&mut self, mid_line: bool) {
+        self.state = State::Resync;
+        self.clear_head_buf();
+        self.resync_scanned = 0;
+        self.resync_mid_line = mid_line;
+    }
+
     fn clear_head_buf(&mut self) {
+        self.start_undecided = false;
         if self.head_buf.capacity() > HEAD_BUF_KEPT {
             self.head_buf = Vec::new();
         } else {
@@ -927,6 +948,9 @@ impl Connection {
     /// Feeds reassembled bytes of half `half` (0 or 1).
     pub fn on_data(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
+        // A segment may start a message wherever the last one ended: clients send a message
+        // per segment, and this is how a resynchronising half finds the next one.
+        self.halves[half].resync_mid_line = false;
         if matches!(self.proxy[half], ProxyScan::Done) {
             return self.feed(half, data, out);
         }
@@ -977,6 +1001,10 @@ impl Connection {
         while !data.is_empty() {
             let used = self.step(half, data, out);
             if used == 0 {
+                // Each reading again starts from a shorter head buffer, so this ends.
+                if std::mem::take(&mut self.halves[half].read_again) {
+                    continue;
+                }
                 break;
             }
             data = &data[used..];
@@ -1005,9 +1033,7 @@ impl Connection {
             self.abandon_pending(AbandonReason::Gap, out);
         }
         if !self.halves[half].is_ignored() {
-            self.halves[half].state = State::Resync;
-            self.halves[half].clear_head_buf();
-            self.halves[half].resync_scanned = 0;
+            self.halves[half].enter_resync(false);
         }
     }
 
@@ -1022,10 +1048,8 @@ impl Connection {
     fn desync(&mut self, half: usize, reason: HttpError, out: &mut Vec<HttpEvent>) {
         out.push(HttpEvent::Error(reason));
         self.abandon_pending(AbandonReason::Desync, out);
-        let parser = &mut self.halves[half];
-        parser.state = State::Resync;
-        parser.clear_head_buf();
-        parser.resync_scanned = 0;
+        // At a message boundary: the next line starts here.
+        self.halves[half].enter_resync(false);
     }
 
     /// Half `half` ended. `fin` is a clean close by its sender; otherwise a reset, timeout or
@@ -1184,20 +1208,71 @@ impl Connection {
 
     fn resync(&mut self, half: usize, data: &[u8], out: &mut Vec<HttpEvent>) -> usize {
         let want_response = self.client_half.map(|c| c != half);
-        let found = find_message_start(data, want_response);
         let parser = &mut self.halves[half];
-        match found {
+        if !parser.head_buf.is_empty() {
+            // The previous segment ended on the first bytes of a line that may start a
+            // message: decide with the bytes that follow.
+            let mut joined = [0u8; START_TOKEN_MAX];
+            let kept = parser.head_buf.len().min(START_TOKEN_MAX);
+            joined[..kept].copy_from_slice(&parser.head_buf[..kept]);
+            let added = (START_TOKEN_MAX - kept).min(data.len());
+            joined[kept..kept + added].copy_from_slice(&data[..added]);
+            match start_token(&joined[..kept + added], want_response) {
+                StartToken::Yes => {
+                    // The message starts in the kept bytes: they become its head's first.
+                    parser.state = State::Head;
+                    parser.resync_scanned = 0;
+                    parser.empty_lines = MAX_EMPTY_LINES;
+                    return self.head(half, data, out);
+                }
+                StartToken::Maybe => {
+                    // Still too short to tell (a segment shorter than a method).
+                    parser.head_buf.extend_from_slice(data);
+                    return data.len();
+                }
+                // This segment's start is still a candidate (see `on_data`).
+                StartToken::No => parser.clear_head_buf(),
+            }
+        }
+        let from = if parser.resync_mid_line {
+            match memchr::memchr(b'\n', data) {
+                Some(nl) => {
+                    parser.resync_mid_line = false;
+                    nl + 1
+                }
+                None => {
+                    parser.resync_scanned += data.len() as u64;
+                    if parser.resync_scanned > MAX_RESYNC_SCAN && !parser.seen_http {
+                        self.give_up(half, UndecodableFlowReason::NotHttp, out);
+                    }
+                    return data.len();
+                }
+            }
+        } else {
+            0
+        };
+        let rest = data.get(from..).unwrap_or_default();
+        match find_message_start(rest, want_response) {
             Some(pos) => {
                 parser.state = State::Idle;
                 parser.resync_scanned = 0;
                 parser.empty_lines = MAX_EMPTY_LINES;
-                if pos == 0 {
+                if from + pos == 0 {
                     // Already at the start: parse now rather than report no progress.
                     return self.head(half, data, out);
                 }
-                pos
+                from + pos
             }
             None => {
+                // Where the scan stops decides where the next segment's scan begins.
+                let last_line = memchr::memrchr(b'\n', rest).map_or(0, |nl| nl + 1);
+                let tail = rest.get(last_line..).unwrap_or_default();
+                match start_token(tail, want_response) {
+                    _ if tail.is_empty() => parser.resync_mid_line = false,
+                    // A few bytes: no head buffer's room is reserved for them.
+                    StartToken::Maybe => parser.head_buf.extend_from_slice(tail),
+                    StartToken::Yes | StartToken::No => parser.resync_mid_line = true,
+                }
                 parser.resync_scanned += data.len() as u64;
                 if parser.resync_scanned > MAX_RESYNC_SCAN && !parser.seen_http {
                     self.give_up(half, UndecodableFlowReason::NotHttp, out);
@@ -1205,6 +1280,13 @@ impl Connection {
                 data.len()
             }
         }
+    }
+
+    /// Bytes kept from earlier segments were scanned again: the segment that ended them is
+    /// read again from its start (see [`Connection::feed`]), unless the half was given up.
+    fn read_again_unless_ignored(&mut self, half: usize) {
+        let parser = &mut self.halves[half];
+        parser.read_again = !parser.is_ignored();
     }
 
     /// The connection carried HTTP: one of its directions parsed a message.
@@ -1238,20 +1320,47 @@ impl Connection {
             }
             return run;
         }
-        if fresh && !looks_like_http_start(data) && !(any_method && looks_like_method(data)) {
-            if established {
-                // An HTTP connection with something else where a message must start.
-                let reason = if data.starts_with(b"HTTP/") {
-                    HttpError::UnsupportedHttpVersion
-                } else {
-                    HttpError::NotHttp
-                };
-                self.desync(half, reason, out);
-                return self.resync(half, data, out);
+        // A segment too short to tell whether a message starts is told with the next one's
+        // bytes, so that the answer does not depend on where the bytes were cut.
+        let mut joined = [0u8; MAX_METHOD + 1];
+        let probe: Option<&[u8]> = if fresh {
+            Some(data)
+        } else if parser.start_undecided {
+            let kept = parser.head_buf.len().min(joined.len());
+            joined[..kept].copy_from_slice(&parser.head_buf[..kept]);
+            let added = (joined.len() - kept).min(data.len());
+            joined[kept..kept + added].copy_from_slice(&data[..added]);
+            Some(&joined[..kept + added])
+        } else {
+            None
+        };
+        if let Some(probe) = probe {
+            match sniff_start(probe, any_method) {
+                StartSniff::Http => parser.start_undecided = false,
+                StartSniff::Undecided => parser.start_undecided = true,
+                StartSniff::NotHttp => {
+                    let held = std::mem::take(&mut parser.head_buf);
+                    if !established {
+                        // Not HTTP at a message boundary: a TLS or other protocol flow.
+                        self.give_up(half, classify_non_http(probe), out);
+                        return data.len();
+                    }
+                    // An HTTP connection with something else where a message must start.
+                    let reason = if probe.starts_with(b"HTTP/") {
+                        HttpError::UnsupportedHttpVersion
+                    } else {
+                        HttpError::NotHttp
+                    };
+                    self.desync(half, reason, out);
+                    if held.is_empty() {
+                        return self.resync(half, data, out);
+                    }
+                    // Scan the bytes kept from earlier segments, then read this one again.
+                    self.feed(half, &held, out);
+                    self.read_again_unless_ignored(half);
+                    return 0;
+                }
             }
-            // Not HTTP at a message boundary: a TLS or other protocol flow.
-            self.give_up(half, classify_non_http(data), out);
-            return data.len();
         }
         // Zero-copy when the whole head is in this segment; otherwise accumulate.
         let (buf, carried): (&[u8], usize) = if parser.head_buf.is_empty() {
@@ -1276,7 +1385,9 @@ impl Connection {
             let ends_head = buf.ends_with(b"\n\n") || buf.ends_with(b"\n\r\n");
             buf.len() < SHORT_FIRST_SEGMENT && !ends_head && !holds_head_end(Some(buf))
         };
-        let parsed = if waits_for_end {
+        // A buffer past the limit is parsed once all the same: a head broken before the limit
+        // is read as broken, as it is when it comes in one segment.
+        let parsed = if waits_for_end && buf.len() <= limits.max_head_bytes {
             HeadParse::Partial
         } else {
             parse_head(buf, &self.interest)
@@ -1290,10 +1401,10 @@ impl Connection {
                 if parser.head_buf.len() > limits.max_head_bytes {
                     out.push(HttpEvent::Error(HttpError::HeadTooLarge));
                     let response = parser.head_buf.starts_with(b"HTTP/");
-                    parser.clear_head_buf();
-                    // HTTP-shaped, only too big: keep looking for the next message.
+                    // HTTP-shaped, only too big: keep looking for the next message, past
+                    // the line the limit cut.
                     parser.seen_http = true;
-                    parser.state = State::Resync;
+                    parser.enter_resync(true);
                     if response {
                         // The skipped response answers the oldest pending request.
                         if let Some((exchange, _)) = self.pending.pop_front() {
@@ -1325,7 +1436,7 @@ impl Connection {
                     _ => HttpError::TooManyHeaders,
                 }));
                 let parser = &mut self.halves[half];
-                parser.clear_head_buf();
+                let held = std::mem::take(&mut parser.head_buf);
                 let http_shaped = matches!(
                     parsed,
                     HeadParse::TooManyHeaders
@@ -1342,10 +1453,19 @@ impl Connection {
                     self.give_up(half, classify_non_http(data), out);
                     return data.len();
                 }
-                parser.state = State::Resync;
                 if established {
                     // A message of an HTTP connection was lost: pairing by order is too.
                     self.abandon_pending(AbandonReason::Desync, out);
+                }
+                // Resync looks for the next start past this one's first line.
+                let parser = &mut self.halves[half];
+                parser.enter_resync(true);
+                if carried > 0 {
+                    // The head began in earlier segments: scan its bytes as resync would
+                    // have had they come in one segment, then read this one again.
+                    self.feed(half, held.get(1..carried).unwrap_or_default(), out);
+                    self.read_again_unless_ignored(half);
+                    return 0;
                 }
                 // Skip one byte so resync looks for the next start past this one.
                 1.min(data.len())
@@ -2437,32 +2557,69 @@ fn switched_to(upgrade: Option<&str>) -> UndecodableFlowReason {
     }
 }
 
-fn looks_like_http_start(data: &[u8]) -> bool {
-    let n = data.len().min(8);
-    let prefix = &data[..n];
-    if b"HTTP/1."[..n.min(7)] == prefix[..n.min(7)] {
-        return true;
-    }
-    METHODS
-        .iter()
-        .any(|m| m[..n.min(m.len())] == prefix[..n.min(m.len())])
-}
-
 /// Longest extension method taken as a request start (`UPDATEREDIRECTREF` is 17).
 const MAX_METHOD: usize = 24;
 
-/// `data` starts with a method token and a space (RFC 9112 §3.1), or with a token cut short
-/// by the end of the segment. Looks at most [`MAX_METHOD`] bytes, once per message.
-fn looks_like_method(data: &[u8]) -> bool {
+/// What the bytes at a message boundary say about a message starting there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StartSniff {
+    Http,
+    NotHttp,
+    /// They end before telling: the beginning of a start, or a token that may be a method.
+    Undecided,
+}
+
+/// Whether `data` starts an HTTP message: a response, a request by a known method, or
+/// with `any_method` (the request direction of an HTTP connection) any method token and a
+/// space (RFC 9112 §3.1). Looks at most [`MAX_METHOD`] + 1 bytes, once per message.
+fn sniff_start(data: &[u8], any_method: bool) -> StartSniff {
+    match start_token(data, None) {
+        StartToken::Yes => return StartSniff::Http,
+        StartToken::Maybe => return StartSniff::Undecided,
+        StartToken::No if !any_method => return StartSniff::NotHttp,
+        StartToken::No => {}
+    }
     let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
     let head = data
         .get(..data.len().min(MAX_METHOD + 1))
         .unwrap_or_default();
     match head.iter().position(|b| !is_tchar(b)) {
-        Some(0) => false,
-        Some(i) => head.get(i) == Some(&b' '),
-        None => head.len() <= MAX_METHOD,
+        Some(i) if i > 0 && head.get(i) == Some(&b' ') => StartSniff::Http,
+        Some(_) => StartSniff::NotHttp,
+        None if head.len() <= MAX_METHOD => StartSniff::Undecided,
+        None => StartSniff::NotHttp,
     }
+}
+
+/// The longest message start [`start_token`] looks for (`OPTIONS `).
+const START_TOKEN_MAX: usize = 8;
+
+/// What the bytes at a line start say about a message starting there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StartToken {
+    /// They begin with a request method or `HTTP/1.`, as `want_response` asks.
+    Yes,
+    /// Too few to tell: they are the beginning of one.
+    Maybe,
+    No,
+}
+
+fn start_token(line: &[u8], want_response: Option<bool>) -> StartToken {
+    let requests = want_response != Some(true);
+    let tokens = (want_response != Some(false))
+        .then_some(&b"HTTP/1."[..])
+        .into_iter()
+        .chain(METHODS.iter().copied().filter(|_| requests));
+    let mut answer = StartToken::No;
+    for token in tokens {
+        if line.starts_with(token) {
+            return StartToken::Yes;
+        }
+        if line.len() < token.len() && token.starts_with(line) {
+            answer = StartToken::Maybe;
+        }
+    }
+    answer
 }
 
 /// Finds the offset of the next plausible message start at a line beginning. `want_response`
@@ -2471,14 +2628,7 @@ fn find_message_start(data: &[u8], want_response: Option<bool>) -> Option<usize>
     let mut line_start = 0;
     loop {
         let rest = data.get(line_start..)?;
-        let is_response = rest.starts_with(b"HTTP/1.");
-        let is_request = METHODS.iter().any(|m| rest.starts_with(m));
-        let ok = match want_response {
-            Some(true) => is_response,
-            Some(false) => is_request,
-            None => is_response || is_request,
-        };
-        if ok {
+        if start_token(rest, want_response) == StartToken::Yes {
             return Some(line_start);
         }
         let nl = memchr::memchr(b'\n', rest)?;

@@ -440,10 +440,17 @@ fn extension_methods_on_an_http_connection_are_requests() {
         }
     }
     // Not a token and a space: still not HTTP, counted.
-    assert!(!looks_like_method(b"{\"x\": 1}"));
-    assert!(!looks_like_method(b"\x16\x03\x01"));
-    assert!(!looks_like_method(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ /"));
-    assert!(looks_like_method(b"M-SEA"));
+    assert_eq!(sniff_start(b"{\"x\": 1}", true), StartSniff::NotHttp);
+    assert_eq!(sniff_start(b"\x16\x03\x01", true), StartSniff::NotHttp);
+    assert_eq!(
+        sniff_start(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ /", true),
+        StartSniff::NotHttp
+    );
+    // Cut short: told by the bytes that follow.
+    assert_eq!(sniff_start(b"M-SEA", true), StartSniff::Undecided);
+    assert_eq!(sniff_start(b"M-SEARCH ", true), StartSniff::Http);
+    assert_eq!(sniff_start(b"M-SEARCH ", false), StartSniff::NotHttp);
+    assert_eq!(sniff_start(b"PO", false), StartSniff::Undecided);
 }
 
 #[test]
@@ -900,4 +907,176 @@ fn requests_still_waiting_when_the_server_side_ends_have_no_response() {
         c.on_close(1, how, &mut out);
         assert!(out.is_empty(), "{out:?}");
     }
+}
+
+/// The events of `bytes` fed to the request direction of a fresh connection, cut at `cuts`.
+fn request_events_in_pieces(bytes: &[u8], cuts: &[usize]) -> Vec<HttpEvent> {
+    events_in_pieces(&[], bytes, cuts)
+}
+
+/// The events of `requests` fed whole to a fresh connection's request direction, then of
+/// `responses` fed to the other cut at `cuts` (no requests: `responses` go first, half 0).
+fn events_in_pieces(requests: &[u8], responses: &[u8], cuts: &[usize]) -> Vec<HttpEvent> {
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    let half = usize::from(!requests.is_empty());
+    if half == 1 {
+        c.on_data(0, requests, &mut out);
+    }
+    let mut from = 0;
+    for &cut in cuts.iter().chain([responses.len()].iter()) {
+        c.on_data(half, &responses[from..cut], &mut out);
+        from = cut;
+    }
+    out
+}
+
+#[test]
+fn what_follows_a_broken_head_is_read_the_same_however_the_bytes_are_cut() {
+    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let cases: Vec<Vec<u8>> = vec![
+        // A head broken in its first header hides a request behind it.
+        [&b"GET / HTTP/1.1\r\nbad header\r\n"[..], valid].concat(),
+        // Broken in its request line, on a connection that carried HTTP.
+        [&valid[..], b"GET /\r\nHost: y\r\n", valid].concat(),
+        // A valid request, then garbage on the established connection, then a request.
+        [&valid[..], b"garbage\r\nmore garbage\r\n", valid].concat(),
+        // A method cut by a segment end, after garbage; a token that is no method.
+        [&valid[..], b"x\r\nPOSTAL junk\r\nGET", b"\r\n", valid].concat(),
+        // Empty lines and a head without its version.
+        [&valid[..], b"\r\n\r\nPOST /x\r\n\r\n", valid].concat(),
+        // Several broken heads before the request.
+        [
+            &b"GET / HTTP/1.1\r\nbad\r\nPOST / HTTP/1.1\r\nalso bad\r\nGET /\r\n"[..],
+            valid,
+        ]
+        .concat(),
+    ];
+    for bytes in &cases {
+        let whole = request_events_in_pieces(bytes, &[]);
+        assert!(
+            whole.iter().any(
+                |e| matches!(e, HttpEvent::Request { head, .. } if head.extracted(0) == Some("s1"))
+            ),
+            "whole: no request in {whole:?}"
+        );
+        for cut in 1..bytes.len() {
+            let cut_events = request_events_in_pieces(bytes, &[cut]);
+            assert_eq!(
+                cut_events,
+                whole,
+                "cut at {cut} of {:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let bytewise: Vec<usize> = (1..bytes.len()).collect();
+        assert_eq!(
+            request_events_in_pieces(bytes, &bytewise),
+            whole,
+            "byte by byte"
+        );
+    }
+}
+
+#[test]
+fn responses_after_garbage_are_read_the_same_however_the_bytes_are_cut() {
+    let request = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let requests = [&request[..], request, request].concat();
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let cases: Vec<Vec<u8>> = vec![
+        [&ok[..], b"junk\r\nHTTP/1.1 200 OK\r\nbroken\r\n\r\n", ok].concat(),
+        [
+            &ok[..],
+            b"HTTP/2 200\r\n\r\nzzHTTP/1.1 200 OK\r\n\r\nHT\r\n",
+            ok,
+        ]
+        .concat(),
+        [&ok[..], b"HTTP/1.1 abc\r\nX: y\r\n\r\n", ok, ok].concat(),
+    ];
+    for bytes in &cases {
+        let whole = events_in_pieces(&requests, bytes, &[]);
+        let answered = whole
+            .iter()
+            .filter(|e| matches!(e, HttpEvent::ResponseJson { .. }))
+            .count();
+        assert!(answered >= 1, "whole: {whole:?}");
+        for cut in 1..bytes.len() {
+            assert_eq!(
+                events_in_pieces(&requests, bytes, &[cut]),
+                whole,
+                "cut at {cut} of {:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let bytewise: Vec<usize> = (1..bytes.len()).collect();
+        assert_eq!(
+            events_in_pieces(&requests, bytes, &bytewise),
+            whole,
+            "byte by byte"
+        );
+    }
+}
+
+#[test]
+fn a_broken_head_longer_than_the_limit_is_read_as_broken_however_it_is_cut() {
+    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let garbage = b"a line of garbage, no field\r\n".repeat(3000);
+    assert!(garbage.len() > HttpLimits::default().max_head_bytes);
+    let bytes = [&valid[..], b"GET / HTTP/1.1\r\nbad\r\n", &garbage, valid].concat();
+    let whole = request_events_in_pieces(&bytes, &[]);
+    let requests = whole
+        .iter()
+        .filter(|e| matches!(e, HttpEvent::Request { .. }))
+        .count();
+    assert_eq!(requests, 2, "{whole:?}");
+    for cut in [
+        105,
+        110,
+        125,
+        1_000,
+        40_000,
+        66_000,
+        70_000,
+        bytes.len() - 50,
+    ] {
+        assert_eq!(
+            request_events_in_pieces(&bytes, &[cut]),
+            whole,
+            "cut at {cut}"
+        );
+    }
+    let every_kb: Vec<usize> = (1..bytes.len() / 1024).map(|k| k * 1024).collect();
+    assert_eq!(
+        request_events_in_pieces(&bytes, &every_kb),
+        whole,
+        "every KiB"
+    );
+}
+
+#[test]
+fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_start() {
+    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let requests = |events: &[HttpEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, HttpEvent::Request { .. }))
+            .count()
+    };
+    // Garbage ends mid-line; the next segment starts a request: taken (clients send a
+    // message per segment). In one segment, the method mid-line is not a start.
+    let garbage = [&valid[..], b"}} zz "].concat();
+    let bytes = [&garbage[..], valid].concat();
+    assert_eq!(
+        requests(&request_events_in_pieces(&bytes, &[garbage.len()])),
+        2
+    );
+    assert_eq!(requests(&request_events_in_pieces(&bytes, &[])), 1);
+    // A method cut by a segment's end at a line start is still found.
+    let garbage = [&valid[..], b"garbage\r\nPO"].concat();
+    let bytes = [&valid[..], b"garbage\r\n", valid].concat();
+    assert_eq!(
+        requests(&request_events_in_pieces(&bytes, &[garbage.len()])),
+        2
+    );
+    assert_eq!(requests(&request_events_in_pieces(&bytes, &[])), 2);
 }
