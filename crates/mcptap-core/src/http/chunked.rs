@@ -109,6 +109,8 @@ pub struct ChunkedDecoder {
     body_bytes: u64,
     /// Leniency used since the last [`ChunkedDecoder::take_anomalies`] (bits).
     anomalies: u8,
+    /// Where in the failing push's input the step that failed began (see [`Self::failed_at`]).
+    failed_at: u32,
 }
 
 impl Default for ChunkedDecoder {
@@ -127,7 +129,15 @@ impl ChunkedDecoder {
             trailer_line_starts_with_cr: false,
             body_bytes: 0,
             anomalies: 0,
+            failed_at: 0,
         }
+    }
+
+    /// After a push that failed: the offset in its input where the step that failed began
+    /// (a chunk-size line, a chunk's terminator or a trailer line), so that the caller can
+    /// look there for the next message rather than skip the rest of the input.
+    pub fn failed_at(&self) -> usize {
+        self.failed_at as usize
     }
 
     /// Decode from `input`. Body data is passed to `sink` as slices borrowed from `input` (zero-copy; one call per contiguous data run). Returns how many bytes of `input` were consumed. Once the last-chunk (size 0), any trailer fields and the final CRLF have been consumed, `done` is true and NO further bytes are consumed (the rest belongs to the next pipelined message). On error, the decoder is poisoned (further pushes return the same error).
@@ -166,6 +176,7 @@ impl ChunkedDecoder {
                 Err(error) => {
                     self.state = State::Failed(error);
                     self.size_line = Vec::new();
+                    self.failed_at = u32::try_from(consumed).unwrap_or(u32::MAX);
                     return Err(error);
                 }
             }
@@ -608,6 +619,24 @@ mod tests {
             run_split(&endless, &cuts).err(),
             Some(ChunkedError::TrailersTooLarge)
         );
+    }
+
+    #[test]
+    fn a_failed_push_says_where_the_step_that_failed_began() {
+        let mut sink = |_: &[u8]| {};
+        let mut decoder = ChunkedDecoder::new();
+        let input = b"2\r\n{}\r\nHTTP/1.1 200 OK\r\n";
+        assert_eq!(
+            decoder.push(input, &mut sink),
+            Err(ChunkedError::BadChunkSize)
+        );
+        assert_eq!(&input[decoder.failed_at()..], b"HTTP/1.1 200 OK\r\n");
+        let mut decoder = ChunkedDecoder::new();
+        assert_eq!(
+            decoder.push(b"5\r\nhelloXX", &mut sink),
+            Err(ChunkedError::BadChunkTerminator)
+        );
+        assert_eq!(decoder.failed_at(), 8);
     }
 
     #[test]

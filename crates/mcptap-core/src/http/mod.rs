@@ -1778,7 +1778,13 @@ impl Connection {
             Ok((used, false)) => return used,
             Err(_) => {
                 out.push(HttpEvent::Error(HttpError::BadChunk));
-                (data.len(), BodyEnd::Aborted)
+                // Resync looks from where the broken framing began: a message that starts
+                // there (a server that cut a body short) is read, as in the next segment.
+                let failed_at = match framing {
+                    Framing::Chunked(decoder) => decoder.failed_at(),
+                    _ => data.len(),
+                };
+                (failed_at.min(data.len()), BodyEnd::Aborted)
             }
         };
         let next = if end == BodyEnd::Complete {
@@ -1787,6 +1793,10 @@ impl Connection {
             State::Resync
         };
         self.end_body(half, end, next, out);
+        if used == 0 {
+            // The framing broke at this segment's first byte: resync reads it from there.
+            self.read_again_unless_ignored(half);
+        }
         used
     }
 

@@ -1080,3 +1080,33 @@ fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_sta
     );
     assert_eq!(requests(&request_events_in_pieces(&bytes, &[])), 2);
 }
+
+#[test]
+fn a_response_after_a_body_whose_chunked_framing_broke_is_read_and_paired() {
+    let request = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let requests = [&request[..], request].concat();
+    // The first body is cut short: a response starts where a chunk size must.
+    let bytes = [
+        &b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    ]
+    .concat();
+    let whole = events_in_pieces(&requests, &bytes, &[]);
+    assert!(
+        whole.contains(&HttpEvent::Error(HttpError::BadChunk)),
+        "{whole:?}"
+    );
+    assert!(
+        whole
+            .iter()
+            .any(|e| matches!(e, HttpEvent::ResponseJson { exchange: 1, .. })),
+        "the second request's answer: {whole:?}"
+    );
+    for cut in 1..bytes.len() {
+        assert_eq!(
+            events_in_pieces(&requests, &bytes, &[cut]),
+            whole,
+            "cut at {cut}"
+        );
+    }
+}
