@@ -8,7 +8,7 @@
 # Captures go to a temporary directory and are deleted; nothing is sent anywhere.
 #
 #   scripts/attack/time.sh [--bin PATH] [--reps N] [SCENARIO...]
-#   scenarios: batch ooo badheads parked slowhead pipeline sse json caps syn refeed (default: all)
+#   scenarios: batch ooo badheads parked slowhead pipeline sse json caps syn refeed refeedchain (default: all)
 # Exit status 1 when a scenario is superlinear. Needs python3, /usr/bin/time.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -36,9 +36,10 @@ declare -A ARGS=(
   [caps]="g_caps.py 250000 4000000 wide|g_caps.py 500000 8000000 wide|g_caps.py 1000000 16000000 wide" # wide capabilities
   [syn]="g_syn.py 50000|g_syn.py 100000|g_syn.py 200000"                    # many connections (under max_flows)
   [refeed]="g_refeed.py 60000 16000000|g_refeed.py 60000 32000000|g_refeed.py 60000 64000000" # spanning heads broken late
+  [refeedchain]="g_refeed_chain.py 60000 8000000|g_refeed_chain.py 60000 16000000|g_refeed_chain.py 60000 32000000" # start lines scanned again
 )
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(batch ooo badheads parked slowhead pipeline sse json caps syn refeed)
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(batch ooo badheads parked slowhead pipeline sse json caps syn refeed refeedchain)
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 failed=0

@@ -619,6 +619,9 @@ pub struct HalfParser {
     /// Set when a spanning head turned out broken and its bytes were scanned again: the
     /// segment that ended it is read again from its start, in the state that scan left.
     read_again: bool,
+    /// Bytes kept from earlier segments are being scanned again: they are no segment, so a
+    /// short remainder of them is parsed at once rather than left to wait for its end.
+    refeeding: bool,
     /// A message was parsed here once: this is HTTP, never give up on it.
     seen_http: bool,
     /// The half was seen from its first byte (the connection's SYN was captured).
@@ -656,6 +659,7 @@ impl HalfParser {
             resync_mid_line: false,
             start_undecided: false,
             read_again: false,
+            refeeding: false,
             seen_http: false,
             synchronised_start: synchronised,
             empty_lines: 0,
@@ -1282,6 +1286,14 @@ impl Connection {
         }
     }
 
+    /// Scans `held`, bytes kept from earlier segments, as resync would have had they come in
+    /// one segment with what follows.
+    fn refeed(&mut self, half: usize, held: &[u8], out: &mut Vec<HttpEvent>) {
+        let was = std::mem::replace(&mut self.halves[half].refeeding, true);
+        self.feed(half, held, out);
+        self.halves[half].refeeding = was;
+    }
+
     /// Bytes kept from earlier segments were scanned again: the segment that ended them is
     /// read again from its start (see [`Connection::feed`]), unless the half was given up.
     fn read_again_unless_ignored(&mut self, half: usize) {
@@ -1301,6 +1313,7 @@ impl Connection {
         // §3.1: REPORT, PURGE, M-SEARCH, ...), not only the ones a fresh flow is sniffed by.
         let any_method = established && self.client_half == Some(half);
         let parser = &mut self.halves[half];
+        let refeeding = parser.refeeding;
         let fresh = matches!(parser.state, State::Idle);
         if fresh && matches!(data.first(), Some(b'\r' | b'\n')) {
             // RFC 9112 §2.2: empty lines before a message are ignored (and counted).
@@ -1356,7 +1369,7 @@ impl Connection {
                         return self.resync(half, data, out);
                     }
                     // Scan the bytes kept from earlier segments, then read this one again.
-                    self.feed(half, &held, out);
+                    self.refeed(half, &held, out);
                     self.read_again_unless_ignored(half);
                     return 0;
                 }
@@ -1383,7 +1396,12 @@ impl Connection {
         } else {
             // A segment ending the head (a head sent alone) is parsed without the search.
             let ends_head = buf.ends_with(b"\n\n") || buf.ends_with(b"\n\r\n");
-            buf.len() < SHORT_FIRST_SEGMENT && !ends_head && !holds_head_end(Some(buf))
+            // Bytes scanned again are no first segment: a broken head among them is found now,
+            // not once per start line, each copying the segment that follows them.
+            !refeeding
+                && buf.len() < SHORT_FIRST_SEGMENT
+                && !ends_head
+                && !holds_head_end(Some(buf))
         };
         // A buffer past the limit is parsed once all the same: a head broken before the limit
         // is read as broken, as it is when it comes in one segment.
@@ -1398,6 +1416,9 @@ impl Connection {
                 if carried == 0 {
                     parser.start_head_buf(data);
                 }
+                // The bytes of this segment the head took (all of them, unless it went past
+                // the limit here).
+                let took = parser.head_buf.len() - carried;
                 if parser.head_buf.len() > limits.max_head_bytes {
                     out.push(HttpEvent::Error(HttpError::HeadTooLarge));
                     let response = parser.head_buf.starts_with(b"HTTP/");
@@ -1422,9 +1443,11 @@ impl Connection {
                         self.pending
                             .push_back((exchange, PendingRequest::default()));
                     }
-                } else {
-                    parser.state = State::Head;
+                    // The rest of the segment, past what the limit cut, is read by resync: a
+                    // message behind the head is found as when the head came in one segment.
+                    return took;
                 }
+                parser.state = State::Head;
                 data.len()
             }
             HeadParse::Invalid { .. } | HeadParse::TooManyHeaders => {
@@ -1463,7 +1486,7 @@ impl Connection {
                 if carried > 0 {
                     // The head began in earlier segments: scan its bytes as resync would
                     // have had they come in one segment, then read this one again.
-                    self.feed(half, held.get(1..carried).unwrap_or_default(), out);
+                    self.refeed(half, held.get(1..carried).unwrap_or_default(), out);
                     self.read_again_unless_ignored(half);
                     return 0;
                 }
