@@ -59,7 +59,7 @@ enum Command {
         /// Capture files; several files are merged by timestamp (a rotated set).
         #[arg(required = true)]
         files: Vec<String>,
-        /// Write NDJSON events here instead of standard output.
+        /// Write NDJSON events here instead of standard output (`-`: standard output).
         #[arg(long)]
         events: Option<String>,
         /// Exit with status 3 when any alert fired.
@@ -232,7 +232,7 @@ struct RunArgs {
     /// Metrics endpoint address [default: 127.0.0.1:9917].
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
-    /// NDJSON events file (reopened on SIGHUP).
+    /// NDJSON events file (reopened on SIGHUP; `-`: standard output, as --events-stdout).
     #[arg(long)]
     events: Option<String>,
     /// Also write events to standard output.
@@ -281,8 +281,10 @@ impl RunArgs {
         if let Some(l) = self.listen {
             cfg.metrics.listen = l;
         }
-        if let Some(e) = &self.events {
-            cfg.events.file = Some(e.clone());
+        match self.events.as_deref() {
+            Some("-") => cfg.events.stdout = true,
+            Some(e) => cfg.events.file = Some(e.to_owned()),
+            None => {}
         }
         cfg.events.stdout |= self.events_stdout;
         if let Some(secs) = self.stats_interval {
@@ -729,7 +731,8 @@ fn replay(
     } else {
         EVENTS_BUFFER
     };
-    let sink: Box<dyn Write> = match events {
+    // `--events -` is standard output, as `-` is standard input among the files.
+    let sink: Box<dyn Write> = match events.filter(|path| *path != "-") {
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::with_capacity(buffer, f)),
             Err(e) => {
@@ -940,6 +943,23 @@ fn warn_snaplen_cuts(read: &mcptap::capture::ReadSummary) {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn run_events_to_dash_are_standard_output() {
+        let config = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            let Command::Run(run) = cli.command else {
+                panic!("not run")
+            };
+            run.config().expect("config")
+        };
+        let dash = config(&["mcptap", "run", "-i", "lo", "--events", "-"]);
+        assert!(dash.events.stdout);
+        assert_eq!(dash.events.file, None);
+        let file = config(&["mcptap", "run", "-i", "lo", "--events", "/tmp/e.ndjson"]);
+        assert!(!file.events.stdout);
+        assert_eq!(file.events.file.as_deref(), Some("/tmp/e.ndjson"));
+    }
 
     #[test]
     fn replay_threads_spread_over_the_layers() {

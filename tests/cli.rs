@@ -106,6 +106,23 @@ fn events_file_and_standard_input() {
 }
 
 #[test]
+fn events_to_dash_are_written_to_standard_output_not_to_a_file_named_dash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["replay", "--events", "-", &fixture("incident.pcap")])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stdout_events(&out)
+            .iter()
+            .any(|e| e["kind"] == "capability_narrowing")
+    );
+    assert!(!dir.path().join("-").exists());
+}
+
+#[test]
 fn several_files_are_one_capture_in_timestamp_order() {
     // Given in either order, the earlier capture's session comes out first.
     let sessions = |args: &[&str]| -> Vec<String> {
