@@ -931,6 +931,27 @@ fn events_in_pieces(requests: &[u8], responses: &[u8], cuts: &[usize]) -> Vec<Ht
     out
 }
 
+/// The events of `responses` (see [`events_in_pieces`]) fed whole, checked to be the same
+/// when they are cut once anywhere and when they come a byte at a time.
+fn same_events_at_every_cut(requests: &[u8], responses: &[u8]) -> Vec<HttpEvent> {
+    let whole = events_in_pieces(requests, responses, &[]);
+    for cut in 1..responses.len() {
+        assert_eq!(
+            events_in_pieces(requests, responses, &[cut]),
+            whole,
+            "cut at {cut} of {:?}",
+            String::from_utf8_lossy(responses)
+        );
+    }
+    let bytewise: Vec<usize> = (1..responses.len()).collect();
+    assert_eq!(
+        events_in_pieces(requests, responses, &bytewise),
+        whole,
+        "byte by byte"
+    );
+    whole
+}
+
 #[test]
 fn what_follows_a_broken_head_is_read_the_same_however_the_bytes_are_cut() {
     let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
@@ -953,27 +974,12 @@ fn what_follows_a_broken_head_is_read_the_same_however_the_bytes_are_cut() {
         .concat(),
     ];
     for bytes in &cases {
-        let whole = request_events_in_pieces(bytes, &[]);
+        let whole = same_events_at_every_cut(&[], bytes);
         assert!(
             whole.iter().any(
                 |e| matches!(e, HttpEvent::Request { head, .. } if head.extracted(0) == Some("s1"))
             ),
             "whole: no request in {whole:?}"
-        );
-        for cut in 1..bytes.len() {
-            let cut_events = request_events_in_pieces(bytes, &[cut]);
-            assert_eq!(
-                cut_events,
-                whole,
-                "cut at {cut} of {:?}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-        let bytewise: Vec<usize> = (1..bytes.len()).collect();
-        assert_eq!(
-            request_events_in_pieces(bytes, &bytewise),
-            whole,
-            "byte by byte"
         );
     }
 }
@@ -994,26 +1000,12 @@ fn responses_after_garbage_are_read_the_same_however_the_bytes_are_cut() {
         [&ok[..], b"HTTP/1.1 abc\r\nX: y\r\n\r\n", ok, ok].concat(),
     ];
     for bytes in &cases {
-        let whole = events_in_pieces(&requests, bytes, &[]);
+        let whole = same_events_at_every_cut(&requests, bytes);
         let answered = whole
             .iter()
             .filter(|e| matches!(e, HttpEvent::ResponseJson { .. }))
             .count();
         assert!(answered >= 1, "whole: {whole:?}");
-        for cut in 1..bytes.len() {
-            assert_eq!(
-                events_in_pieces(&requests, bytes, &[cut]),
-                whole,
-                "cut at {cut} of {:?}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-        let bytewise: Vec<usize> = (1..bytes.len()).collect();
-        assert_eq!(
-            events_in_pieces(&requests, bytes, &bytewise),
-            whole,
-            "byte by byte"
-        );
     }
 }
 
@@ -1091,7 +1083,7 @@ fn a_response_after_a_body_whose_chunked_framing_broke_is_read_and_paired() {
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
     ]
     .concat();
-    let whole = events_in_pieces(&requests, &bytes, &[]);
+    let whole = same_events_at_every_cut(&requests, &bytes);
     assert!(
         whole.contains(&HttpEvent::Error(HttpError::BadChunk)),
         "{whole:?}"
@@ -1102,13 +1094,6 @@ fn a_response_after_a_body_whose_chunked_framing_broke_is_read_and_paired() {
             .any(|e| matches!(e, HttpEvent::ResponseJson { exchange: 1, .. })),
         "the second request's answer: {whole:?}"
     );
-    for cut in 1..bytes.len() {
-        assert_eq!(
-            events_in_pieces(&requests, &bytes, &[cut]),
-            whole,
-            "cut at {cut}"
-        );
-    }
 }
 
 /// A short broken head of many start lines, carried into a long segment: each start line
