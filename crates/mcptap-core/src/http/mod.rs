@@ -679,10 +679,6 @@ impl HalfParser {
         self.head_buf.extend_from_slice(first);
     }
 
-    /// Done with the head in the buffer. A buffer that a long head grew past
-    /// [`HEAD_BUF_KEPT`] is given back: kept, it would hold up to twice `max_head_bytes` for
-    /// the connection's life (it is charged by its capacity, see
-    /// [`Connection::buffered_bytes`]).
     /// Look for the next message start; `mid_line` when the bytes to come continue a line.
     fn enter_resync(&mut self, mid_line: bool) {
         self.state = State::Resync;
@@ -691,6 +687,10 @@ impl HalfParser {
         self.resync_mid_line = mid_line;
     }
 
+    /// Done with the head in the buffer. A buffer that a long head grew past
+    /// [`HEAD_BUF_KEPT`] is given back: kept, it would hold up to twice `max_head_bytes` for
+    /// the connection's life (it is charged by its capacity, see
+    /// [`Connection::buffered_bytes`]).
     fn clear_head_buf(&mut self) {
         self.start_undecided = false;
         if self.head_buf.capacity() > HEAD_BUF_KEPT {
