@@ -909,6 +909,9 @@ fn requests_still_waiting_when_the_server_side_ends_have_no_response() {
     }
 }
 
+/// A request that [`MCP_LIKE`] keeps (a session id, a JSON body): the stream tests' marker.
+const KEPT_REQUEST: &[u8] = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+
 /// The events of `bytes` fed to the request direction of a fresh connection, cut at `cuts`.
 fn request_events_in_pieces(bytes: &[u8], cuts: &[usize]) -> Vec<HttpEvent> {
     events_in_pieces(&[], bytes, cuts)
@@ -954,18 +957,18 @@ fn same_events_at_every_cut(requests: &[u8], responses: &[u8]) -> Vec<HttpEvent>
 
 #[test]
 fn what_follows_a_broken_head_is_read_the_same_however_the_bytes_are_cut() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let cases: Vec<Vec<u8>> = vec![
         // A head broken in its first header hides a request behind it.
         [&b"GET / HTTP/1.1\r\nbad header\r\n"[..], valid].concat(),
         // Broken in its request line, on a connection that carried HTTP.
-        [&valid[..], b"GET /\r\nHost: y\r\n", valid].concat(),
+        [valid, b"GET /\r\nHost: y\r\n", valid].concat(),
         // A valid request, then garbage on the established connection, then a request.
-        [&valid[..], b"garbage\r\nmore garbage\r\n", valid].concat(),
+        [valid, b"garbage\r\nmore garbage\r\n", valid].concat(),
         // A method cut by a segment end, after garbage; a token that is no method.
-        [&valid[..], b"x\r\nPOSTAL junk\r\nGET", b"\r\n", valid].concat(),
+        [valid, b"x\r\nPOSTAL junk\r\nGET", b"\r\n", valid].concat(),
         // Empty lines and a head without its version.
-        [&valid[..], b"\r\n\r\nPOST /x\r\n\r\n", valid].concat(),
+        [valid, b"\r\n\r\nPOST /x\r\n\r\n", valid].concat(),
         // Several broken heads before the request.
         [
             &b"GET / HTTP/1.1\r\nbad\r\nPOST / HTTP/1.1\r\nalso bad\r\nGET /\r\n"[..],
@@ -986,8 +989,8 @@ fn what_follows_a_broken_head_is_read_the_same_however_the_bytes_are_cut() {
 
 #[test]
 fn responses_after_garbage_are_read_the_same_however_the_bytes_are_cut() {
-    let request = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-    let requests = [&request[..], request, request].concat();
+    let request = KEPT_REQUEST;
+    let requests = [request, request, request].concat();
     let ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
     let cases: Vec<Vec<u8>> = vec![
         [&ok[..], b"junk\r\nHTTP/1.1 200 OK\r\nbroken\r\n\r\n", ok].concat(),
@@ -1011,10 +1014,10 @@ fn responses_after_garbage_are_read_the_same_however_the_bytes_are_cut() {
 
 #[test]
 fn a_broken_head_longer_than_the_limit_is_read_as_broken_however_it_is_cut() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let garbage = b"a line of garbage, no field\r\n".repeat(3000);
     assert!(garbage.len() > HttpLimits::default().max_head_bytes);
-    let bytes = [&valid[..], b"GET / HTTP/1.1\r\nbad\r\n", &garbage, valid].concat();
+    let bytes = [valid, b"GET / HTTP/1.1\r\nbad\r\n", &garbage, valid].concat();
     let whole = request_events_in_pieces(&bytes, &[]);
     let requests = whole
         .iter()
@@ -1047,7 +1050,7 @@ fn a_broken_head_longer_than_the_limit_is_read_as_broken_however_it_is_cut() {
 
 #[test]
 fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_start() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let requests = |events: &[HttpEvent]| {
         events
             .iter()
@@ -1056,7 +1059,7 @@ fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_sta
     };
     // Garbage ends mid-line; the next segment starts a request: taken (clients send a
     // message per segment). In one segment, the method mid-line is not a start.
-    let garbage = [&valid[..], b"}} zz "].concat();
+    let garbage = [valid, b"}} zz "].concat();
     let bytes = [&garbage[..], valid].concat();
     assert_eq!(
         requests(&request_events_in_pieces(&bytes, &[garbage.len()])),
@@ -1064,8 +1067,8 @@ fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_sta
     );
     assert_eq!(requests(&request_events_in_pieces(&bytes, &[])), 1);
     // A method cut by a segment's end at a line start is still found.
-    let garbage = [&valid[..], b"garbage\r\nPO"].concat();
-    let bytes = [&valid[..], b"garbage\r\n", valid].concat();
+    let garbage = [valid, b"garbage\r\nPO"].concat();
+    let bytes = [valid, b"garbage\r\n", valid].concat();
     assert_eq!(
         requests(&request_events_in_pieces(&bytes, &[garbage.len()])),
         2
@@ -1075,8 +1078,8 @@ fn a_resynchronising_half_takes_a_segment_start_or_a_line_start_as_a_message_sta
 
 #[test]
 fn a_response_after_a_body_whose_chunked_framing_broke_is_read_and_paired() {
-    let request = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-    let requests = [&request[..], request].concat();
+    let request = KEPT_REQUEST;
+    let requests = [request, request].concat();
     // The first body is cut short: a response starts where a chunk size must.
     let bytes = [
         &b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"[..],
@@ -1101,12 +1104,12 @@ fn a_response_after_a_body_whose_chunked_framing_broke_is_read_and_paired() {
 /// long segment copied and scanned again for each; `scripts/attack/time.sh refeed` times it).
 #[test]
 fn start_lines_among_bytes_scanned_again_are_read_as_in_one_segment() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let short = b"GET \n".repeat(57);
     assert!(short.len() < SHORT_FIRST_SEGMENT);
     let mut long = vec![b'x'; 60_000];
     long.extend_from_slice(b"\n\n");
-    let bytes = [&valid[..], &short, &long, valid].concat();
+    let bytes = [valid, &short, &long, valid].concat();
     let whole = request_events_in_pieces(&bytes, &[]);
     let cuts = [valid.len(), valid.len() + short.len()];
     assert_eq!(request_events_in_pieces(&bytes, &cuts), whole);
@@ -1122,7 +1125,7 @@ fn start_lines_among_bytes_scanned_again_are_read_as_in_one_segment() {
 /// large heads processes the request). Found by a review of the resync change.
 #[test]
 fn a_request_behind_a_spanning_head_past_the_limit_is_read() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let mut big = b"POST /big HTTP/1.1\r\nHost: x\r\n".to_vec();
     while big.len() < 66_000 {
         big.extend_from_slice(b"X-Pad: ");
@@ -1131,7 +1134,7 @@ fn a_request_behind_a_spanning_head_past_the_limit_is_read() {
     }
     big.extend_from_slice(b"Content-Length: 0\r\n\r\n");
     let behind = b"POST /behind HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s2\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-    let bytes = [&valid[..], &big, behind].concat();
+    let bytes = [valid, &big, behind].concat();
     let split = request_events_in_pieces(&bytes, &[valid.len() + 63_000]);
     assert!(
         split.contains(&HttpEvent::Error(HttpError::HeadTooLarge)),
@@ -1150,7 +1153,7 @@ fn a_request_behind_a_spanning_head_past_the_limit_is_read() {
 /// panics, and what a connection holds stays small.
 #[test]
 fn random_streams_cut_at_random_end_and_stay_small() {
-    let valid = b"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let valid = KEPT_REQUEST;
     let pieces: &[&[u8]] = &[
         b"GET ",
         b"GE",
