@@ -140,6 +140,16 @@ impl ChunkedDecoder {
         self.failed_at as usize
     }
 
+    /// After a push that failed in a chunk-size line begun by earlier pushes: that line's
+    /// bytes from them (they come just before the failing push's input, and `failed_at` is
+    /// then 0), for the caller to scan as it scans the input. Empty otherwise.
+    pub fn take_carried(&mut self) -> Vec<u8> {
+        match self.state {
+            State::Failed(_) => std::mem::take(&mut self.size_line),
+            _ => Vec::new(),
+        }
+    }
+
     /// Decode from `input`. Body data is passed to `sink` as slices borrowed from `input` (zero-copy; one call per contiguous data run). Returns how many bytes of `input` were consumed. Once the last-chunk (size 0), any trailer fields and the final CRLF have been consumed, `done` is true and NO further bytes are consumed (the rest belongs to the next pipelined message). On error, the decoder is poisoned (further pushes return the same error).
     ///
     /// # Errors
@@ -174,8 +184,8 @@ impl ChunkedDecoder {
             match self.step(rest, sink) {
                 Ok(used) => consumed += used,
                 Err(error) => {
+                    // A failing size line's bytes from earlier pushes stay for `take_carried`.
                     self.state = State::Failed(error);
-                    self.size_line = Vec::new();
                     self.failed_at = u32::try_from(consumed).unwrap_or(u32::MAX);
                     return Err(error);
                 }
@@ -278,6 +288,7 @@ impl ChunkedDecoder {
             self.anomalies |= size_line_anomalies(line);
             parse_size_line(line)?
         } else {
+            let carried = self.size_line.len();
             self.size_line.extend_from_slice(line);
             if !self.size_line.ends_with(b"\r\n") {
                 // Lenient bare LF: httparse insists on CRLF.
@@ -287,8 +298,11 @@ impl ChunkedDecoder {
             }
             self.anomalies |= size_line_anomalies(&self.size_line);
             let size = parse_size_line(&self.size_line);
-            // Size lines are a few bytes: a long one's room (up to MAX_SIZE_LINE) is not kept.
-            if self.size_line.capacity() > KEPT_SIZE_LINE {
+            if size.is_err() {
+                // Only the bytes of earlier pushes are kept (see `take_carried`).
+                self.size_line.truncate(carried);
+            } else if self.size_line.capacity() > KEPT_SIZE_LINE {
+                // Size lines are a few bytes: a long one's room (up to MAX_SIZE_LINE) is not kept.
                 self.size_line = Vec::new();
             } else {
                 self.size_line.clear();
@@ -637,6 +651,40 @@ mod tests {
             Err(ChunkedError::BadChunkTerminator)
         );
         assert_eq!(decoder.failed_at(), 8);
+    }
+
+    #[test]
+    fn a_size_line_that_failed_after_spanning_pushes_hands_back_its_first_bytes() {
+        let mut sink = |_: &[u8]| {};
+        // Bad at its end of line, and too long: the earlier pushes' bytes come back once.
+        for (first, second, error) in [
+            (
+                &b"D"[..],
+                &b"ELETE /mcp HTTP/1.1\r\n"[..],
+                ChunkedError::BadChunkSize,
+            ),
+            (b"DE", b"LETE /mcp\n", ChunkedError::BadChunkSize),
+            (
+                b"a",
+                &[b'0'; MAX_SIZE_LINE][..],
+                ChunkedError::SizeLineTooLong,
+            ),
+        ] {
+            let mut decoder = ChunkedDecoder::new();
+            let status = decoder.push(first, &mut sink).map(|s| s.consumed);
+            assert_eq!(status, Ok(first.len()));
+            assert!(decoder.take_carried().is_empty(), "not failed yet");
+            assert_eq!(decoder.push(second, &mut sink), Err(error));
+            assert_eq!(decoder.failed_at(), 0);
+            assert_eq!(decoder.take_carried(), first);
+            assert!(decoder.take_carried().is_empty());
+            assert_eq!(decoder.buffered_bytes(), 0);
+        }
+        // A size line within the failing push has nothing carried.
+        let mut decoder = ChunkedDecoder::new();
+        let failed = decoder.push(b"2\r\n{}\r\nzz\r\n", &mut sink);
+        assert_eq!(failed, Err(ChunkedError::BadChunkSize));
+        assert!(decoder.take_carried().is_empty());
     }
 
     #[test]

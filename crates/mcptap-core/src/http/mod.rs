@@ -1796,6 +1796,7 @@ impl Connection {
         if coding.is_none() {
             sink.reserve_hint(expected, max_message);
         }
+        let mut held = Vec::new();
         let (used, end) = match progress {
             Ok((used, true)) => (used, BodyEnd::Complete),
             Ok((used, false)) => return used,
@@ -1803,10 +1804,12 @@ impl Connection {
                 out.push(HttpEvent::Error(HttpError::BadChunk));
                 // Resync looks from where the broken framing began: a message that starts
                 // there (a server that cut a body short) is read, as in the next segment.
-                let failed_at = match framing {
-                    Framing::Chunked(decoder) => decoder.failed_at(),
-                    _ => data.len(),
+                // A size line begun in earlier segments is scanned from its first byte.
+                let (failed_at, carried) = match framing {
+                    Framing::Chunked(decoder) => (decoder.failed_at(), decoder.take_carried()),
+                    _ => (data.len(), Vec::new()),
                 };
+                held = carried;
                 (failed_at.min(data.len()), BodyEnd::Aborted)
             }
         };
@@ -1816,6 +1819,13 @@ impl Connection {
             State::Resync
         };
         self.end_body(half, end, next, out);
+        if end == BodyEnd::Aborted {
+            // Resync starts where the failing step began: a message may start there.
+            self.halves[half].enter_resync(false);
+        }
+        if used == 0 && !held.is_empty() {
+            self.refeed(half, &held, out);
+        }
         if used == 0 {
             // The framing broke at this segment's first byte: resync reads it from there.
             self.read_again_unless_ignored(half);

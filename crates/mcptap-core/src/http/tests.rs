@@ -1220,3 +1220,25 @@ fn random_streams_cut_at_random_end_and_stay_small() {
         }
     }
 }
+
+/// A request behind a chunked body that the client cut short, where a chunk size must start:
+/// `DELETE` begins with hex digits, so a size line that spans segments holds its first bytes.
+#[test]
+fn a_request_after_a_chunked_body_cut_short_is_read_however_the_size_line_is_cut() {
+    let bytes = [
+        &b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"[..],
+        b"DELETE /mcp HTTP/1.1\r\nHost: x\r\nMcp-Session-Id: s1\r\n\r\n",
+    ]
+    .concat();
+    let whole = same_events_at_every_cut(&[], &bytes);
+    assert!(
+        whole.contains(&HttpEvent::Error(HttpError::BadChunk)),
+        "{whole:?}"
+    );
+    assert!(
+        whole.iter().any(
+            |e| matches!(e, HttpEvent::Request { head, .. } if head.extracted(0) == Some("s1"))
+        ),
+        "the DELETE: {whole:?}"
+    );
+}
