@@ -316,46 +316,37 @@ impl Line<'_> {
         }
     }
 
-    /// [`Self::json_display`] of a value with its JSON text at hand: the text copied.
+    /// [`Self::json_display`] of a value with its JSON text at hand: the text copied (in JSON,
+    /// escaped once per shared value, see [`EscapedTexts`]).
     fn json_text(&mut self, name: &str, v: &SharedJson) {
         let json = self.is_json();
         let o = self.name(name);
         if json {
             o.push(b'"');
-            crate::sink::json::escape_contents(o, v.text().as_bytes());
+            ESCAPED.with_borrow_mut(|cache| cache.write(o, v));
             o.push(b'"');
         } else {
             o.extend_from_slice(v.text().as_bytes());
         }
     }
 
-    /// `%json(v)`: the value's JSON, raw in text, as a JSON string in JSON.
-    fn json_display(&mut self, name: &str, v: &impl serde::Serialize) {
-        let json = self.is_json();
-        let o = self.name(name);
-        if json {
-            // The value's JSON as a JSON string, escaped as it is written: no copy of it.
-            o.push(b'"');
-            let _ = serde_json::to_writer(Escaping(&mut *o), v);
-            o.push(b'"');
-        } else {
-            let _ = serde_json::to_writer(&mut *o, v);
-        }
-    }
-
-    /// `Option<String>` of the value's JSON: a string field (Debug-quoted in text).
+    /// `Option<String>` of the value's JSON: a string field (Debug-quoted in text, a JSON
+    /// string in JSON). The JSON writer's bytes are serde_json's; what it does not handle,
+    /// serde_json writes. Rendered whole, then escaped in one pass: serde_json's writes come a
+    /// few bytes at a time.
     fn json_str(&mut self, name: &str, v: &impl serde::Serialize) {
+        let mut text = Vec::with_capacity(256);
+        if crate::sink::json::to_vec(v, &mut text).is_err() {
+            text.clear();
+            let _ = serde_json::to_writer(&mut text, v);
+        }
         if self.is_json() {
-            self.json_display(name, v);
+            let o = self.name(name);
+            o.push(b'"');
+            crate::sink::json::escape_contents(o, &text);
+            o.push(b'"');
         } else {
-            // The JSON writer's bytes are serde_json's; what it does not handle, serde_json
-            // writes.
-            let mut text = Vec::with_capacity(256);
-            let text = match crate::sink::json::to_vec(v, &mut text) {
-                Ok(()) => String::from_utf8(text).unwrap_or_default(),
-                Err(_) => serde_json::to_string(v).unwrap_or_default(),
-            };
-            self.str(name, &text);
+            self.str(name, std::str::from_utf8(&text).unwrap_or_default());
         }
     }
 
@@ -363,6 +354,54 @@ impl Line<'_> {
         match self {
             Line::Text(o) => o.push(b'\n'),
             Line::Json(o) => o.extend_from_slice(b"},\"target\":\"mcptap::handshake\"}\n"),
+        }
+    }
+}
+
+/// How many shared values keep their escaped text per thread, and up to what length.
+const ESCAPED_ENTRIES: usize = 16;
+const ESCAPED_MAX: usize = 4 << 10;
+
+thread_local! {
+    static ESCAPED: std::cell::RefCell<EscapedTexts> =
+        const { std::cell::RefCell::new(EscapedTexts { entries: Vec::new(), tick: 0 }) };
+}
+
+/// The escaped texts of the shared values a JSON line wrote last: a fleet's handshakes repeat
+/// a few SDKs' capability sets and infos, each escaped once here and then copied (escaping
+/// them on every line was half of a JSON handshake line's instructions). At most
+/// [`ESCAPED_ENTRIES`] values of up to [`ESCAPED_MAX`] escaped bytes, the least recently
+/// written one replaced; the entries hold their values, so no other value takes their address.
+struct EscapedTexts {
+    /// (value, its escaped text, when it was last written)
+    entries: Vec<(SharedJson, Box<[u8]>, u64)>,
+    tick: u64,
+}
+
+impl EscapedTexts {
+    /// Appends `v`'s text to `out`, escaped as the contents of a JSON string.
+    fn write(&mut self, out: &mut Vec<u8>, v: &SharedJson) {
+        self.tick += 1;
+        // The same value, or another with the same text (not every value is shared).
+        let same = |e: &&mut (SharedJson, Box<[u8]>, u64)| {
+            SharedJson::ptr_eq(&e.0, v) || e.0.text() == v.text()
+        };
+        if let Some(entry) = self.entries.iter_mut().find(same) {
+            entry.2 = self.tick;
+            out.extend_from_slice(&entry.1);
+            return;
+        }
+        let from = out.len();
+        crate::sink::json::escape_contents(out, v.text().as_bytes());
+        let escaped = out.get(from..).unwrap_or_default();
+        if escaped.len() > ESCAPED_MAX {
+            return;
+        }
+        let entry = (v.clone(), Box::from(escaped), self.tick);
+        if self.entries.len() < ESCAPED_ENTRIES {
+            self.entries.push(entry);
+        } else if let Some(oldest) = self.entries.iter_mut().min_by_key(|e| e.2) {
+            *oldest = entry;
         }
     }
 }
@@ -577,6 +616,43 @@ mod tests {
             assert!(!restamp(format, later, &mut line), "{format:?}");
             assert_eq!(line, odd);
         }
+    }
+
+    /// Escaped once and copied after: the same bytes as escaping every time, for values seen
+    /// again (the same or an equal one), more values than the cache holds, and a value too
+    /// long to keep; the cache stays within its bounds.
+    #[test]
+    fn kept_escaped_texts_are_what_escaping_writes() {
+        let values: Vec<SharedJson> = (0..ESCAPED_ENTRIES * 2)
+            .map(|i| serde_json::json!({ "tools": { "n": i, "q": "\"x\"\n\\" } }).into())
+            .chain([
+                serde_json::json!({ "long": "\"".repeat(ESCAPED_MAX) }).into(),
+                serde_json::json!("caf\u{e9} \u{1b}").into(),
+            ])
+            .collect();
+        let mut cache = EscapedTexts {
+            entries: Vec::new(),
+            tick: 0,
+        };
+        // In order, then the first few again and again, then copies with equal texts.
+        let order = (0..values.len())
+            .chain((0..200).map(|i| i % 5))
+            .chain((0..values.len()).rev());
+        for (round, i) in order.enumerate() {
+            let v = if round % 3 == 0 {
+                SharedJson::new(values[i].value().clone())
+            } else {
+                values[i].clone()
+            };
+            let (mut got, mut want) = (b"prefix".to_vec(), b"prefix".to_vec());
+            cache.write(&mut got, &v);
+            crate::sink::json::escape_contents(&mut want, v.text().as_bytes());
+            assert_eq!(got, want, "value {i}, round {round}");
+            assert!(cache.entries.len() <= ESCAPED_ENTRIES);
+            assert!(cache.entries.iter().all(|e| e.1.len() <= ESCAPED_MAX));
+        }
+        // The values written most lately are the ones kept.
+        assert!(cache.entries.iter().any(|e| e.0.text() == values[0].text()));
     }
 
     #[test]
