@@ -829,3 +829,178 @@ fn each_blind_spot_is_warned_about_once_and_counted_every_time() {
         assert_eq!(reasons.len(), all, "--threads {threads}: {warnings:?}");
     }
 }
+
+/// A tools/call answered with an SSE stream that sends keep-alive comments, then ends with the
+/// final chunk and no result; meanwhile (on another connection) the client posts
+/// `notifications/cancelled` for it when `cancel` is set, after a ping so that the
+/// cancellation comes while the stream is still open.
+fn cancelled_call(cancel: bool) -> Vec<Value> {
+    let sid = "cancel-s1";
+    let mut setup = Conversation::new(sid);
+    setup.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    // Ids from one counter: the conversations below number their own from 1.
+    let id = setup.take_request_id();
+    let mut calling = Conversation::new(sid);
+    let call = calling.post(&mcp::tools_call_request(id, "search_docs", "{}"));
+    let keep_alive: Vec<String> = (0..40)
+        .map(|_| ": keep-alive\r\n\r\n".to_string())
+        .collect();
+    calling.exchange(call, sse_answer(sid, &keep_alive));
+    let mut other = Conversation::new(sid);
+    other.tools_call("ping first", Answer::Json);
+    if cancel {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"user"}}}}"#
+        );
+        other.exchange(other.post(&body), mcp::accepted(sid));
+    }
+    let mut sim = Sim::new(16).with_segment_sizes(vec![64]);
+    let first = sim.connect(client(), server(), setup.take_writes());
+    sim.run(vec![first]);
+    let streaming = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40004),
+        server(),
+        calling.take_writes(),
+    );
+    let cancelling = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40005),
+        server(),
+        other.take_writes(),
+    );
+    sim.run(vec![streaming, cancelling]);
+    sim.events()
+}
+
+/// A client may cancel a request with `notifications/cancelled`, and the server SHOULD NOT
+/// answer it then (2025-06-18 and later, utilities/cancellation): its stream ending empty is no
+/// empty result. The exchange says it was cancelled; without the cancellation the same stream
+/// alerts.
+#[test]
+fn a_tools_call_the_client_cancelled_raises_no_empty_result() {
+    let cancelled = cancelled_call(true);
+    assert!(alerts(&cancelled).is_empty(), "{:?}", alerts(&cancelled));
+    let call = cancelled
+        .iter()
+        .find(|e| e["event"] == "exchange" && e["method"] == "tools/call" && e["request_id"] == 2)
+        .expect("the cancelled call's exchange");
+    assert_eq!(
+        (&call["answered"], &call["cancelled"]),
+        (&Value::Bool(false), &Value::Bool(true)),
+        "{call}"
+    );
+    let plain = cancelled_call(false);
+    let kinds: Vec<&Value> = alerts(&plain).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["empty_tool_result"], "{plain:?}");
+    assert!(
+        plain.iter().all(|e| e.get("cancelled").is_none()),
+        "absent unless cancelled"
+    );
+}
+
+/// A long-running tools/call (2025-11-25): its POST stream sends a priming event with an id
+/// and ends; the client resumes it with `Last-Event-ID` a second later. `polls` > 0: the
+/// server answers each resumption with an event with an id and `retry: 20000` and closes it,
+/// the client polling again 20 s later, the result on the last poll. `polls` == 0: one resumed
+/// stream held open with a keep-alive comment every ~2 s for over a minute, then the result
+/// (`answered`) or its end without it. Packet time then passes well beyond every wait.
+fn long_running(polls: usize, answered: bool) -> Vec<Value> {
+    let sid = "long-s1";
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let id = talk.take_request_id();
+    let call = talk.post(&mcp::tools_call_request(id, "search_docs", "{}"));
+    let priming = "id: ev-0\r\nretry: 1000\r\ndata: \r\n\r\n".to_string();
+    talk.exchange(call, sse_answer(sid, &[priming]));
+    let mut sim = Sim::new(17);
+    let first = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![first]);
+    let get = |last: &str| {
+        format!(
+            "GET /mcp HTTP/1.1\r\nHost: mcp.internal\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\nLast-Event-ID: {last}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let result = format!("id: ev-r\r\ndata: {}\r\n\r\n", mcp::tool_result(id, "late"));
+    let mut port = 41000;
+    let mut connect_and_run = |sim: &mut Sim, writes| {
+        port += 1;
+        let conn = sim.connect(Endpoint::new([127, 0, 0, 2], port), server(), writes);
+        sim.run(vec![conn]);
+    };
+    sim.advance(1_000_000_000);
+    if polls > 0 {
+        for poll in 1..=polls {
+            let mut resumed = Conversation::new(sid);
+            let events = if poll == polls && answered {
+                vec![result.clone()]
+            } else {
+                vec![format!("id: ev-{poll}\r\nretry: 20000\r\ndata: \r\n\r\n")]
+            };
+            resumed.exchange(get(&format!("ev-{}", poll - 1)), sse_answer(sid, &events));
+            connect_and_run(&mut sim, resumed.take_writes());
+            sim.advance(20_000_000_000);
+        }
+    } else {
+        let mut held = Conversation::new(sid);
+        let mut events: Vec<String> = (0..40)
+            .map(|i| format!(": keep-alive {i}\r\n\r\n"))
+            .collect();
+        if answered {
+            events.push(result);
+        }
+        held.exchange(get("ev-0"), sse_answer(sid, &events));
+        // Each keep-alive in a segment of its own, a second per packet.
+        let step = 10_000;
+        sim = sim.with_segment_sizes(vec![24]).with_step(1_000_000_000);
+        connect_and_run(&mut sim, held.take_writes());
+        sim = sim.with_segment_sizes(Vec::new()).with_step(step);
+    }
+    // Later traffic on the session, so that packet time passes every deadline.
+    sim.advance(120_000_000_000);
+    let mut later = Conversation::new(sid);
+    later.tools_call("after", Answer::Json);
+    connect_and_run(&mut sim, later.take_writes());
+    sim.events()
+}
+
+fn the_call(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .find(|e| e["event"] == "exchange" && e["method"] == "tools/call" && e["request_id"] == 2)
+        .expect("the long call's exchange")
+}
+
+/// A long-running tool's answer held back on a resumed stream that stays open, sending
+/// keep-alive comments, for longer than the resumption window: the wait goes on while the
+/// stream is active, and the answer is matched. Without it, the stream's end starts the last
+/// wait, and the empty result alerts once that is over.
+#[test]
+fn a_resumed_stream_held_open_past_the_window_keeps_the_wait() {
+    let held = long_running(0, true);
+    assert!(alerts(&held).is_empty(), "{:?}", alerts(&held));
+    assert_eq!(the_call(&held)["answered"], true);
+    assert!(
+        !held.iter().any(|e| e["event"] == "summary"
+            && e["jsonrpc_errors"]
+                .as_object()
+                .is_some_and(|m| !m.is_empty())),
+        "the late answer is no unmatched response"
+    );
+    let never = long_running(0, false);
+    let kinds: Vec<&Value> = alerts(&never).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["empty_tool_result"], "{never:?}");
+    assert_eq!(the_call(&never)["answered"], false);
+}
+
+/// The same answer polled for: each resumed stream carries an event id and `retry: 20000` and
+/// is closed by the server, the client reconnecting 20 s later, five times (100 s), the answer
+/// on the last poll. Without the answer, the polls' end starts the last wait.
+#[test]
+fn a_long_running_call_polled_for_keeps_the_wait() {
+    let polled = long_running(5, true);
+    assert!(alerts(&polled).is_empty(), "{:?}", alerts(&polled));
+    assert_eq!(the_call(&polled)["answered"], true);
+    let never = long_running(5, false);
+    let kinds: Vec<&Value> = alerts(&never).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["empty_tool_result"], "{never:?}");
+}

@@ -195,6 +195,7 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
         answered,
         error_code,
         empty_content,
+        cancelled,
         framing,
         ambiguous,
         era,
@@ -230,6 +231,9 @@ fn write_exchange(e: &Exchange, out: &mut Vec<u8>) -> Result {
     if let Some(empty) = empty_content {
         out.extend_from_slice(b",\"empty_content\":");
         write_bool(out, *empty);
+    }
+    if *cancelled {
+        out.extend_from_slice(b",\"cancelled\":true");
     }
     out.extend_from_slice(b",\"framing\":");
     framing.serialize(&mut Serializer { out: &mut *out })?;
@@ -1154,6 +1158,7 @@ mod tests {
                     answered,
                     error_code,
                     empty_content,
+                    cancelled: lenient && answered,
                     framing: FramingMode::of(lenient),
                     ambiguous,
                     era: Era::ALL[era],

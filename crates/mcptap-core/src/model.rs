@@ -746,6 +746,11 @@ pub struct Exchange {
     /// tools/call only: the result had an empty `content` array and no `structuredContent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_content: Option<bool>,
+    /// The client cancelled the request before it was answered (`notifications/cancelled`
+    /// naming its id): its stream ending without the answer is no empty result. Absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
     /// `lenient` when the request or response needed framing leniency (see [`FramingMode`]).
     pub framing: FramingMode,
     /// A header peers read differently (a differing duplicate Content-Type, Mcp-Session-Id,

@@ -29,7 +29,7 @@ use std::mem::MaybeUninit;
 pub use crate::limits::HttpLimits;
 
 /// Most headers a layer above can ask HTTP to copy out of a head (see [`Interest`]).
-pub const MAX_EXTRACTED_HEADERS: usize = 5;
+pub const MAX_EXTRACTED_HEADERS: usize = 6;
 
 /// Values of the headers an [`Interest`] names, by the index of the name in its list.
 pub type ExtractedHeaders = [Option<String>; MAX_EXTRACTED_HEADERS];

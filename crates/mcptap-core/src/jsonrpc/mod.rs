@@ -72,6 +72,7 @@ pub enum Message<'a> {
     },
     Notification {
         method: Cow<'a, str>,
+        params: Option<Params<'a>>,
     },
     Result {
         id: Id,
@@ -662,7 +663,10 @@ fn classify(env: Envelope<'_>) -> Option<Message<'_>> {
                 method,
                 params: env.params,
             },
-            None => Message::Notification { method },
+            None => Message::Notification {
+                method,
+                params: env.params,
+            },
         });
     }
     if let Some(err) = env.error {
@@ -727,6 +731,20 @@ pub fn tool_name(params: Option<&Params<'_>>) -> Option<String> {
         return named_by_serde(text);
     };
     named_member(&members)
+}
+
+/// The `requestId` a `notifications/cancelled` names (a string or a number), if its params
+/// are an object with one.
+pub fn cancelled_request_id(params: Option<&Params<'_>>) -> Option<Id> {
+    let params = params?;
+    let fields = match params.fields(["requestId"]) {
+        Some(fields) => fields,
+        None => object_fields(params.get(), ["requestId"])?,
+    };
+    let [Some(raw)] = fields.ok()? else {
+        return None;
+    };
+    Id::from_raw(raw)
 }
 
 /// [`tool_name`] of an object's members.
@@ -831,6 +849,41 @@ mod tests {
     }
 
     #[test]
+    fn a_cancellation_names_its_request() {
+        let id_of = |body: &[u8]| match parse(body).ok()?.pop()? {
+            Message::Notification { params, .. } => cancelled_request_id(params.as_ref()),
+            _ => None,
+        };
+        let cancel = |id: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"x"}}}}"#
+            )
+        };
+        assert_eq!(id_of(cancel("2").as_bytes()), Some(Id("2".into())));
+        assert_eq!(
+            id_of(cancel(r#""a-1""#).as_bytes()),
+            Some(Id(r#""a-1""#.into()))
+        );
+        // The same string however it is escaped, as request ids are read.
+        assert_eq!(
+            id_of(cancel(r#""\u0061""#).as_bytes()),
+            Some(Id(r#""a""#.into()))
+        );
+        for odd in ["null", "true", "{}", "[1]"] {
+            assert_eq!(id_of(cancel(odd).as_bytes()), None, "{odd}");
+        }
+        let no_id =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"reason":"x"}}"#;
+        assert_eq!(id_of(no_id), None);
+        let twice = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"requestId":2}}"#;
+        assert_eq!(id_of(twice), None);
+        assert_eq!(
+            id_of(br#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#),
+            None
+        );
+    }
+
+    #[test]
     fn single_messages() {
         let m = parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#)
             .unwrap();
@@ -841,7 +894,7 @@ mod tests {
         assert_eq!(tool_name(params.as_ref()).as_deref(), Some("x"));
         let m = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(
-            matches!(&m[0], Message::Notification { method } if method == "notifications/initialized")
+            matches!(&m[0], Message::Notification { method, .. } if method == "notifications/initialized")
         );
         let m = parse(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
         assert!(matches!(&m[0], Message::Result { id, .. } if id.0 == "\"a\""));

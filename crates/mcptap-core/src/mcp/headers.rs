@@ -12,6 +12,8 @@ const METHOD: usize = 2;
 const NAME: usize = 3;
 /// Index of `User-Agent` in the extracted request headers.
 const USER_AGENT: usize = 4;
+/// Index of `Last-Event-ID` in the extracted request headers.
+const LAST_EVENT_ID: usize = 5;
 
 /// Prefix of the headers a tool's `x-mcp-header` parameters are mirrored into (2026-07-28).
 pub const PARAM_PREFIX: &str = "mcp-param-";
@@ -25,6 +27,7 @@ pub const HTTP_INTEREST: Interest = Interest {
         "mcp-method",
         "mcp-name",
         "user-agent",
+        "last-event-id",
     ],
     response_headers: &["mcp-session-id"],
     request_header_prefix: PARAM_PREFIX,
@@ -54,6 +57,11 @@ pub fn request_mcp_name(head: &RequestHead) -> Option<&str> {
 
 pub fn request_user_agent(head: &RequestHead) -> Option<&str> {
     head.extracted(USER_AGENT)
+}
+
+/// A GET's `Last-Event-ID`: it resumes a stream that ended (2025-11-25).
+pub fn request_last_event_id(head: &RequestHead) -> Option<&str> {
+    head.extracted(LAST_EVENT_ID)
 }
 
 pub fn response_session_id(head: &ResponseHead) -> Option<&str> {

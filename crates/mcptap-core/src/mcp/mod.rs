@@ -211,6 +211,8 @@ struct ClassifiedRequest {
     lineage_id: Option<Box<str>>,
     /// The client's route bucket, with `lineage_id`.
     route: Option<u16>,
+    /// Requests the client cancelled (`notifications/cancelled`), by id.
+    cancels: Vec<Id>,
 }
 
 /// Most sessions indexed by fleet key; beyond, a conflict on an unindexed one is not merged
@@ -567,6 +569,7 @@ fn exchange_of(
         answered: false,
         error_code: None,
         empty_content: None,
+        cancelled: false,
         framing,
         ambiguous,
         era: ex.era,
@@ -2056,6 +2059,10 @@ impl<D: Detector> Tracker<D> {
             && *deadline <= now
         {
             if let Some(Reverse((deadline, key, id))) = self.resumption_deadlines.pop() {
+                if let Some(later) = self.resumption_kept_on(&key, &id, deadline, now) {
+                    self.resumption_deadlines.push(Reverse((later, key, id)));
+                    continue;
+                }
                 self.mark_group(out.len(), || {
                     GroupKey::Resumption(deadline, key.clone(), id.clone())
                 });
@@ -2221,6 +2228,79 @@ impl<D: Detector> Tracker<D> {
         self.recharge_shrunk(key);
     }
 
+    /// How long an empty result waits for its stream's resumption after a stream that asked
+    /// for `retry_ms` between reconnections ended: the window, or a server's `retry` + 5 s,
+    /// within reason.
+    fn resumption_wait(&self, retry_ms: Option<u64>) -> i64 {
+        let retry = retry_ms.map_or(0, |ms| {
+            i64::try_from(ms)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000)
+        });
+        self.limits.resumption_window_ns.max(
+            retry
+                .saturating_add(5_000_000_000)
+                .min(MAX_RESUMPTION_WAIT_NS),
+        )
+    }
+
+    /// A resumed stream (`Last-Event-ID`) of session `key` was active at `ts` (an event or a
+    /// keep-alive comment came, or it ended as a server polling its client ends it): the
+    /// session's requests waiting for a resumed stream wait on for [`Self::resumption_wait`]
+    /// from now. A long-running tool's answer may take minutes, held back on a stream or
+    /// polled for (2025-11-25: the server may close the connection at any time after an
+    /// event id, and the client polls). O(1): the waits read it when they fall due.
+    fn resumed_stream_active(&mut self, key: &SessionKey, ts: Timestamp, retry_ms: Option<u64>) {
+        let wait = self.resumption_wait(retry_ms);
+        if let Some(s) = self.sessions.get_mut(key)
+            && !s.resuming.is_empty()
+        {
+            s.resumed_until = s.resumed_until.max(Timestamp(ts.0.saturating_add(wait)));
+        }
+    }
+
+    /// A wait for a resumed stream fell due at `deadline`: the later time the session's
+    /// resumed streams keep it to, if they do (the wait is moved there).
+    fn resumption_kept_on(
+        &mut self,
+        key: &SessionKey,
+        id: &Id,
+        deadline: Timestamp,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let s = self.sessions.get_mut(key)?;
+        let until = s.resumed_until;
+        if until <= now {
+            return None;
+        }
+        let r = s
+            .resuming
+            .iter_mut()
+            .find(|r| &r.id == id && r.deadline == deadline)?;
+        r.deadline = until;
+        Some(until)
+    }
+
+    /// The client of session `key` cancelled requests `ids` (`notifications/cancelled`): the
+    /// server need not answer them, so a stream that ends without the answer is no empty
+    /// result. An open request is marked; one already waiting for a resumed stream is
+    /// reported without its alert when the wait ends.
+    fn cancel_requests(&mut self, key: &SessionKey, ids: &[Id]) {
+        let Some(s) = self.sessions.get_mut(key) else {
+            return;
+        };
+        for id in ids {
+            if let Some(r) = s.resuming.iter_mut().find(|r| &r.id == id) {
+                r.alert = None;
+                r.exchange.cancelled = true;
+            } else if let Some(at) = s.in_flight.get(id)
+                && let Some(ex) = self.transactions.get_mut(at)
+            {
+                ex.requests.cancel(id);
+            }
+        }
+    }
+
     /// The answer to `id` arrived on another stream of session `key` after the stream that
     /// carried its request had ended: a resumed stream (`Last-Event-ID`). Returns whether it
     /// was waited for.
@@ -2361,6 +2441,7 @@ impl<D: Detector> Tracker<D> {
             headers::request_protocol_version(head).is_some_and(modern::is_modern_version);
         let mut requests = Vec::new();
         let mut client_answers: Vec<(Id, Option<i64>)> = Vec::new();
+        let mut cancels = Vec::new();
         // The first initialize's clientInfo (name, version), if its params are kept.
         let mut init_name: Option<Option<(String, Option<String>)>> = None;
         let cached_held = self.declarations.bytes() + self.params_seen.bytes();
@@ -2406,7 +2487,14 @@ impl<D: Detector> Tracker<D> {
                                     answered: false,
                                     facts,
                                     findings: Vec::new(),
+                                    cancelled: false,
                                 });
+                            }
+                            Message::Notification { method, params }
+                                if method == "notifications/cancelled" =>
+                            {
+                                // Bounded as requests are: one per message of the body.
+                                cancels.extend(jsonrpc::cancelled_request_id(params.as_ref()));
                             }
                             Message::Result { id, .. } => client_answers.push((id, None)),
                             Message::Error {
@@ -2462,6 +2550,7 @@ impl<D: Detector> Tracker<D> {
             client_answers,
             lineage_id,
             route,
+            cancels,
         })
     }
 
@@ -2482,6 +2571,7 @@ impl<D: Detector> Tracker<D> {
             mut client_answers,
             mut lineage_id,
             mut route,
+            cancels,
         } = request;
         for r in &requests {
             out.push(Output::Telemetry(Telemetry::Request {
@@ -2586,6 +2676,9 @@ impl<D: Detector> Tracker<D> {
             }
             if in_flight_grew {
                 self.recharge(&key, ts, out);
+            }
+            if !cancels.is_empty() {
+                self.cancel_requests(&key, &cancels);
             }
             session_id = Some(key.1);
         }
@@ -2750,6 +2843,22 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         ex.stream.items = ex.stream.items.saturating_add(1);
+        let ex = if !self.resumption_deadlines.is_empty()
+            && resumes_a_stream(ex)
+            && let Some(sid) = ex.session_id.clone()
+        {
+            let retry = match item {
+                SseItem::Event(event) => event.retry.or(ex.stream.retry_ms),
+                _ => ex.stream.retry_ms,
+            };
+            self.resumed_stream_active(&(ctx.server, sid), ts, retry);
+            let Some(ex) = self.transactions.get_mut(key) else {
+                return;
+            };
+            ex
+        } else {
+            ex
+        };
         if let SseItem::NoData { id: Some(_) } = item {
             // `id:` alone sets the stream's last event id too: it may be resumed from there.
             ex.stream.event_id_seen = true;
@@ -4016,6 +4125,7 @@ impl<D: Detector> Tracker<D> {
                 answered: false,
                 error_code: None,
                 empty_content: None,
+                cancelled: false,
                 framing: FramingMode::Strict,
                 ambiguous: false,
                 era: s.era,
@@ -4073,6 +4183,15 @@ impl<D: Detector> Tracker<D> {
         // Cut off by the end of the capture or a timeout (`Unfinished`), or reset: not ended,
         // so nothing is concluded (no alert), but its unanswered requests are reported.
         let status = ex.response.as_ref().map_or(0, |r| r.status);
+        // A resumed stream that ended (a server polling its client): the client reconnects
+        // within the stream's `retry`.
+        if end != BodyEnd::Unfinished
+            && !self.resumption_deadlines.is_empty()
+            && resumes_a_stream(&ex)
+            && let Some(sid) = &ex.session_id
+        {
+            self.resumed_stream_active(&(ctx.server, sid.clone()), ts, ex.stream.retry_ms);
+        }
         // HTTP+SSE: the GET stream carried every answer of its session; the POSTs still
         // waiting for theirs will not get them (at the end of the capture, `finish` reports
         // them).
@@ -4146,6 +4265,7 @@ impl<D: Detector> Tracker<D> {
             );
             event.sse_events = ex.stream.items;
             event.duration_ms = ts.millis_since(ex.ts);
+            event.cancelled = r.cancelled;
             let exchange = Box::new(event);
             let mut alerts = Vec::new();
             if ended_by.is_some() {
@@ -4172,15 +4292,20 @@ impl<D: Detector> Tracker<D> {
                 };
                 self.conclude(&concluded, out, &mut alerts);
             }
-            let alert = self.detector.unanswered(&UnansweredReview {
-                method: &r.method,
-                tool: r.tool.as_deref(),
-                request_id: &request_id,
-                http_status: status,
-                media_type: mt.as_deref(),
-                stream: ex.stream,
-                ended_by,
-            });
+            // A cancelled request need not be answered (the server SHOULD NOT).
+            let alert = (!r.cancelled)
+                .then(|| {
+                    self.detector.unanswered(&UnansweredReview {
+                        method: &r.method,
+                        tool: r.tool.as_deref(),
+                        request_id: &request_id,
+                        http_status: status,
+                        media_type: mt.as_deref(),
+                        stream: ex.stream,
+                        ended_by,
+                    })
+                })
+                .flatten();
             let alert_ctx = AlertCtx {
                 session_id: ex.session_id.as_deref(),
                 lineage_id: ex.lineage_id.as_deref(),
@@ -4191,25 +4316,15 @@ impl<D: Detector> Tracker<D> {
                 framing,
             };
             let key = ex.session_id.as_ref().map(|sid| (ctx.server, sid.clone()));
+            let resume_wait = self.resumption_wait(ex.stream.retry_ms);
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             // The server may close a stream after an event with an id and answer on the
             // resumed one (2025-11-25): wait for it before concluding anything.
-            let resumable = ended_by.is_some() && ex.stream.event_id_seen;
+            let resumable = ended_by.is_some() && ex.stream.event_id_seen && !r.cancelled;
             if let (Some(s), Some(key), true) = (session, &key, resumable)
                 && s.resuming.len() < MAX_RESUMING_PER_SESSION
             {
-                let retry = ex.stream.retry_ms.map_or(0, |ms| {
-                    i64::try_from(ms)
-                        .unwrap_or(i64::MAX)
-                        .saturating_mul(1_000_000)
-                });
-                // A server's `retry` stretches the wait, within reason.
-                let wait = self.limits.resumption_window_ns.max(
-                    retry
-                        .saturating_add(5_000_000_000)
-                        .min(MAX_RESUMPTION_WAIT_NS),
-                );
-                let deadline = Timestamp(ts.0.saturating_add(wait));
+                let deadline = Timestamp(ts.0.saturating_add(resume_wait));
                 s.resuming.push(Resuming {
                     id: r.id.clone(),
                     deadline,
@@ -4237,6 +4352,13 @@ impl<D: Detector> Tracker<D> {
         self.end_if_expired(&ex, ts, out);
         self.retire(ex);
     }
+}
+
+/// A GET of the streamable HTTP transport resuming an earlier stream (`Last-Event-ID`).
+fn resumes_a_stream(ex: &ExchangeState) -> bool {
+    ex.era != Era::HttpSse
+        && ex.head.method() == "GET"
+        && headers::request_last_event_id(&ex.head).is_some()
 }
 
 /// A session's lasting state as a record (snapshot file, fleet store).
@@ -4608,6 +4730,7 @@ impl SessionRequest<'_> {
                 answered: true,
                 error_code: code,
                 empty_content: None,
+                cancelled: false,
                 framing: FramingMode::of(head.lenient),
                 ambiguous: head.ambiguous,
                 era: s.era,

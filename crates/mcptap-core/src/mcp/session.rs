@@ -272,6 +272,9 @@ pub struct Session<D> {
     pub in_flight: InFlight,
     /// Requests whose stream ended without their answer but may be resumed.
     pub resuming: Vec<Resuming>,
+    /// Its resumed streams (`Last-Event-ID`) were active lately: the waits of `resuming` go
+    /// on at least until then (a long-running tool's answer, polled for or held back).
+    pub resumed_until: Timestamp,
     pub detection: D,
     /// Era state: modern declarations, failures, discover results; allocated on first use.
     pub ext: Option<Box<EraState>>,
@@ -317,6 +320,7 @@ impl<D: Clone> Session<D> {
             alerts: self.alerts,
             in_flight: InFlight::default(),
             resuming: Vec::new(),
+            resumed_until: Timestamp(i64::MIN),
             detection: self.detection.clone(),
             ext: self.ext.as_ref().map(|e| Box::new(e.server_replica())),
             parked: Vec::new(),
@@ -668,6 +672,7 @@ impl<D: Default> Session<D> {
             alerts: 0,
             in_flight: InFlight::default(),
             resuming: Vec::new(),
+            resumed_until: Timestamp(i64::MIN),
             detection: D::default(),
             ext: None,
             parked: Vec::new(),

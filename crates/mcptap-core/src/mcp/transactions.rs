@@ -24,6 +24,8 @@ pub struct PendingRequest {
     pub facts: Option<Box<super::modern::RequestFacts>>,
     /// Headers that disagreed with the body (counted at the request; alerted if accepted).
     pub findings: Vec<super::modern::HeaderFinding>,
+    /// The client cancelled it (`notifications/cancelled`) before it was answered.
+    pub cancelled: bool,
 }
 
 /// The JSON-RPC requests of one HTTP request (one, or a batch), with the unanswered ones
@@ -67,6 +69,15 @@ impl Requests {
 
     pub fn iter(&self) -> impl Iterator<Item = &PendingRequest> {
         self.list.iter()
+    }
+
+    /// Marks the first unanswered request with `id` cancelled; false if there is none.
+    pub fn cancel(&mut self, id: &Id) -> bool {
+        let Some(r) = self.find_open(id).and_then(|at| self.list.get_mut(at)) else {
+            return false;
+        };
+        r.cancelled = true;
+        true
     }
 
     /// The first unanswered request with `id`.
@@ -467,6 +478,7 @@ mod tests {
             answered: false,
             facts: None,
             findings: Vec::new(),
+            cancelled: false,
         }
     }
 
