@@ -343,6 +343,7 @@ impl Config {
         if self.capture.read_timeout_ms == 0 {
             return Err("capture.read_timeout_ms must be at least 1".into());
         }
+        check_log_filter(&self.log.level).map_err(|e| format!("log.level: {e}"))?;
         Ok(())
     }
 
@@ -366,9 +367,61 @@ impl Config {
     }
 }
 
+/// The levels a log filter names.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a log filter (tracing's EnvFilter syntax: `info`, `mcptap=debug,warn`). EnvFilter
+/// reads a bare word that is no level as a target to log at every level, so a misspelt level
+/// (`warning`) silenced every line, alerts' WARNs included: each directive must be a level or
+/// `target=level`.
+pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    let is_level = |l: &str| LOG_LEVELS.iter().any(|k| k.eq_ignore_ascii_case(l.trim()));
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = match directive.rsplit_once('=') {
+            Some((_, level)) => level,
+            None => directive,
+        };
+        if !is_level(level) {
+            return Err(format!(
+                "`{directive}` in `{filter}` is no level: use one of {} or TARGET=LEVEL",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(drop)
+        .map_err(|e| format!("`{filter}`: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_filters_name_levels() {
+        for ok in [
+            "info",
+            "WARN",
+            "mcptap=debug",
+            "mcptap=debug,warn",
+            " error ",
+            "off",
+            "",
+        ] {
+            assert_eq!(check_log_filter(ok), Ok(()), "{ok}");
+        }
+        for bad in ["warning", "verbose", "mcptap=loud", "info,mcptap"] {
+            let e = check_log_filter(bad).expect_err(bad);
+            assert!(e.contains("is no level"), "{bad}: {e}");
+        }
+        let mut cfg = Config::default();
+        cfg.log.level = "warning".into();
+        assert!(
+            cfg.validate()
+                .expect_err("refused")
+                .starts_with("log.level:")
+        );
+    }
 
     #[test]
     fn example_config_parses_and_round_trips() {

@@ -457,6 +457,11 @@ fn run_main() -> ExitCode {
         return code;
     }
     let cli = Cli::parse();
+    if let Some(level) = &cli.log_level
+        && let Err(e) = config::check_log_filter(level)
+    {
+        return fail(&format!("--log-level: {e}"));
+    }
     let format = cli.log_format.map(config::LogFormat::from);
     match cli.command {
         Command::Replay {

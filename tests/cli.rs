@@ -827,3 +827,38 @@ fn worker_replay_writes_a_new_events_file_and_keeps_quiet() {
     assert!(lines[0] > 5, "{lines:?}");
     assert_eq!(lines[0], lines[1]);
 }
+
+/// A misspelt level (`warning`) is refused, not read as a target that silences every line.
+#[test]
+fn a_log_level_that_is_no_level_is_refused_in_one_line() {
+    let out = run(&[
+        "--log-level",
+        "warning",
+        "replay",
+        &fixture("incident.pcap"),
+        "--events",
+        "/dev/null",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--log-level") && err.contains("warning"),
+        "{err}"
+    );
+    let mut config = tempfile::NamedTempFile::new().expect("temp file");
+    writeln!(config, "[log]\nlevel = \"verbose\"").expect("write");
+    let path = config.path().to_string_lossy().into_owned();
+    let out = run(&["check-config", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("log.level"));
+    let ok = run(&[
+        "--log-level",
+        "mcptap=debug,warn",
+        "replay",
+        &fixture("incident.pcap"),
+        "--events",
+        "/dev/null",
+    ]);
+    assert_eq!(ok.status.code(), Some(0));
+}
