@@ -107,7 +107,8 @@ import sys, yaml
 rules = yaml.safe_load(open(sys.argv[1]))
 tests = yaml.safe_load(open(sys.argv[2]))
 want = {"McpCapabilityNarrowing": "critical", "McpContentTypeDivergence": "critical",
-        "McpEmptyToolResults": "warning", "McpCapabilityWidening": "warning",
+        "McpEmptyToolResults": "warning", "McpEmptyToolResult": "warning",
+        "McpCapabilityWidening": "warning",
         "McptapCaptureDrops": None, "McptapReassemblyGaps": None,
         "McptapTargetDown": None, "McptapNoPackets": None}
 bad = []

@@ -479,7 +479,7 @@ eventually 15 "alert McpContentTypeDivergence firing for the incident server ($S
   alert_firing McpContentTypeDivergence "$S_INC"
 # Negative checks: a few more evaluations after the positive ones, then nothing may be pending
 # or firing for the healthy servers, and nothing unexpected anywhere (allowed: the two incident
-# alerts, and McpEmptyToolResults for the empty_stream server, which sits at its threshold).
+# alerts, and McpEmptyToolResult(s) for the empty_stream server, which sits at its threshold).
 sleep 3
 no_unexpected_alerts() {
   local a
@@ -488,7 +488,8 @@ no_unexpected_alerts() {
     def allowed:
       ((.labels.alertname == "McpCapabilityNarrowing" or .labels.alertname == "McpContentTypeDivergence")
         and .labels.server == $inc)
-      or (.labels.alertname == "McpEmptyToolResults" and .labels.server == $empty);
+      or ((.labels.alertname == "McpEmptyToolResults" or .labels.alertname == "McpEmptyToolResult")
+          and .labels.server == $empty);
     .[] | select(.labels.server == $sse or .labels.server == $json or (allowed | not))
     | "unexpected: \(.state) \(.labels.alertname) \(.labels | del(.alertname))"' <<<"$a" | grep . && return 1
   echo "$(jq length <<<"$a") alerts active, none for $S_SSE / $S_JSON, none unexpected"
