@@ -784,3 +784,30 @@ fn lineages_and_stateless_endpoints_cross_hosts() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The captured incident (one host, the session's two connections one after the other) with
+/// a store, up and down: the first connection's requests wait behind its `initialize`'s
+/// lineage lookup, the second's behind the session's own; released, the first ones must stay
+/// ahead, or the session's answers are reviewed out of order and the divergence is missed.
+#[test]
+fn the_captured_incident_alerts_the_same_with_a_store() {
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-fixture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/incident.pcap");
+    let want = [
+        "incident-s1:capability_narrowing",
+        "incident-s1:content_type_divergence",
+    ];
+    assert_eq!(alerts(&replay(&[fixture]).0), want);
+    let down = format!("redis://127.0.0.1:{}/", free_port());
+    let (events, stderr) = replay(&["--fleet", &down, fixture]);
+    assert_eq!(alerts(&events), want, "store down: {stderr}");
+    let Some((_redis, port)) = redis(&dir) else {
+        eprintln!("redis-server not installed: skipped (scripts/setup.sh --test installs it)");
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}/");
+    let (events, stderr) = replay(&["--fleet", &url, "--fleet-write", fixture]);
+    assert_eq!(alerts(&events), want, "store up: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -986,7 +986,8 @@ impl<D: Detector> Tracker<D> {
             return match waiting {
                 Some(key) => {
                     let cost = held_cost(&ev);
-                    self.hold(&key, ctx, ts, HeldMessage::Http(ev), cost, out)
+                    let message = HeldMessage::Http(ev);
+                    self.hold(&key, (ctx, ts, released.is_some()), message, cost, out)
                 }
                 None => {
                     self.on_http_local(ctx, ts, ev, out);
@@ -1057,7 +1058,7 @@ impl<D: Detector> Tracker<D> {
                     request,
                     cost,
                 };
-                self.hold(&key, ctx, ts, message, cost, out);
+                self.hold(&key, (ctx, ts, released.is_some()), message, cost, out);
             }
             None => self.open_request(ctx, ts, exchange, head, request, out),
         }
@@ -1183,16 +1184,21 @@ impl<D: Detector> Tracker<D> {
     }
 
     /// Queues `message` behind `key`'s lookup; beyond the bounds the lookup is given up and
-    /// everything held is processed with the local view (counted).
+    /// everything held is processed with the local view (counted). `from`: its connection,
+    /// its time, and whether it was just released from another wait: then it goes among the
+    /// held ones by its time, not last. A session's requests can wait behind two lookups (the
+    /// connection's `initialize`'s lineage, and the session's own for a later connection): the
+    /// older ones, released first and held again behind the session's, must stay ahead of the
+    /// later connection's, or the session's answers are reviewed out of order.
     fn hold(
         &mut self,
         key: &SessionKey,
-        ctx: FlowCtx,
-        ts: Timestamp,
+        from: (FlowCtx, Timestamp, bool),
         message: HeldMessage,
         cost: usize,
         out: &mut Vec<Output>,
     ) {
+        let (ctx, ts, released) = from;
         let Some(fleet) = self.fleet.as_mut() else {
             return;
         };
@@ -1209,7 +1215,12 @@ impl<D: Detector> Tracker<D> {
                 }
                 held.exchanges.push(at);
             }
-            held.events.push((ctx, ts, message));
+            let at = if released {
+                held.events.partition_point(|(_, t, _)| *t <= ts)
+            } else {
+                held.events.len()
+            };
+            held.events.insert(at, (ctx, ts, message));
             held.bytes += cost;
             fleet.held_bytes += cost;
         }
