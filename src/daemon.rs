@@ -48,6 +48,10 @@ struct EventSinks {
     span: TimeSpan,
     /// Packets the kernel or the interfaces dropped (live capture).
     capture_drops: Option<u64>,
+    /// Events the file refused lately (a full disk), logged once per such spell.
+    losing: Option<u64>,
+    /// Events lost to the file's write errors, not yet added to the metric.
+    lost: u64,
 }
 
 impl EventSinks {
@@ -60,6 +64,8 @@ impl EventSinks {
             worker_packets: Vec::new(),
             span: TimeSpan::default(),
             capture_drops: None,
+            losing: None,
+            lost: 0,
         }
     }
 
@@ -70,15 +76,46 @@ impl EventSinks {
     }
 
     fn write_line<T: serde::Serialize + ?Sized>(&mut self, line: &T) {
-        if let Some(f) = self.file.as_mut()
-            && let Err(e) = f.write_value(line)
-        {
-            tracing::error!("writing events file: {e}");
+        if let Some(f) = self.file.as_mut() {
+            let written = f.write_value(line);
+            self.note_file(written);
         }
         if let Some(w) = self.stdout.as_mut() {
             let _ = w.write_value(line);
         }
         self.dirty = true;
+    }
+
+    /// After a write or flush of the events file: the events it lost are counted, and a spell
+    /// of errors is logged when it starts and when it ends, not per event.
+    fn note_file(&mut self, result: std::io::Result<()>) {
+        let Some(f) = self.file.as_mut() else { return };
+        let lost = f.take_lost();
+        self.lost += lost;
+        match (result, self.losing.as_mut()) {
+            (Err(e), None) => {
+                tracing::error!(
+                    path = %f.path().display(),
+                    "events file refuses writes ({e}): events are lost until it takes them again, counted in mcptap_events_lost_total"
+                );
+                self.losing = Some(lost);
+            }
+            (Err(_), Some(n)) => *n += lost,
+            (Ok(()), Some(n)) => {
+                tracing::warn!(
+                    path = %f.path().display(),
+                    lost = *n,
+                    "events file takes writes again"
+                );
+                self.losing = None;
+            }
+            (Ok(()), None) => {}
+        }
+    }
+
+    /// Events lost since the last call, for the metric.
+    fn take_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.lost)
     }
 
     fn packets(&self) -> PacketStats {
@@ -102,10 +139,9 @@ impl EventSinks {
         if !self.dirty {
             return;
         }
-        if let Some(f) = self.file.as_mut()
-            && let Err(e) = f.flush()
-        {
-            tracing::error!("flushing events file: {e}");
+        if let Some(f) = self.file.as_mut() {
+            let flushed = f.flush();
+            self.note_file(flushed);
         }
         if let Some(w) = self.stdout.as_mut() {
             let _ = w.flush();
@@ -730,6 +766,7 @@ impl Worker {
             }
             // Flushed after every batch: an alert reaches the file within the batch latency.
             sinks.flush();
+            self.metrics.add_events_lost(sinks.take_lost());
             drop(sinks);
             crate::sink::log_writer::flush();
             if let Some(slots) = &self.snapshots
@@ -744,6 +781,7 @@ impl Worker {
         let mut sinks = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
         self.share_packet_stats(&mut sinks);
         sinks.flush();
+        self.metrics.add_events_lost(sinks.take_lost());
         drop(sinks);
         self.report();
         let state = self.snapshots.is_some().then(|| self.stages.export_state());

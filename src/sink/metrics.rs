@@ -63,6 +63,7 @@ pub struct Metrics {
     servers: Mutex<ServerLabels>,
     packets: IntCounter,
     bytes: IntCounter,
+    events_lost: IntCounter,
     packets_skipped: IntCounterVec,
     capture_drops: IntCounterVec,
     flows_active: IntGauge,
@@ -232,6 +233,11 @@ impl Metrics {
         let m = Metrics {
             packets: counter(&r, "mcptap_packets_total", "Packets seen.")?,
             bytes: counter(&r, "mcptap_bytes_total", "Bytes of captured frames seen.")?,
+            events_lost: counter(
+                &r,
+                "mcptap_events_lost_total",
+                "Events the events file refused (a write error such as a full disk): lost.",
+            )?,
             packets_skipped: counter_vec(
                 &r,
                 "mcptap_packets_skipped_total",
@@ -652,6 +658,11 @@ impl Metrics {
             }
         }
         self.fleet_up.set(i64::from(up));
+    }
+
+    /// Events the events file lost to write errors.
+    pub fn add_events_lost(&self, n: u64) {
+        self.events_lost.inc_by(n);
     }
 
     /// A snapshot file load or save and how it went.
