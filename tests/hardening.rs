@@ -904,15 +904,29 @@ fn a_tools_call_the_client_cancelled_raises_no_empty_result() {
 /// stream held open with a keep-alive comment every ~2 s for over a minute, then the result
 /// (`answered`) or its end without it. Packet time then passes well beyond every wait.
 fn long_running(polls: usize, answered: bool) -> Vec<Value> {
+    long_running_cut(polls, answered, false)
+}
+
+/// [`long_running`]; with `cut`, the server closes the POST stream's connection after its
+/// priming event, before the final chunk (what closing a chunked stream without ending it
+/// looks like).
+fn long_running_cut(polls: usize, answered: bool, cut: bool) -> Vec<Value> {
     let sid = "long-s1";
     let mut talk = Conversation::new(sid);
     talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     let id = talk.take_request_id();
     let call = talk.post(&mcp::tools_call_request(id, "search_docs", "{}"));
     let priming = "id: ev-0\r\nretry: 1000\r\ndata: \r\n\r\n".to_string();
-    talk.exchange(call, sse_answer(sid, &[priming]));
+    let mut answer = sse_answer(sid, &[priming]);
+    if cut {
+        answer.truncate(answer.len() - b"0\r\n\r\n".len());
+    }
+    talk.exchange(call, answer);
     let mut sim = Sim::new(17);
-    let first = sim.connect(client(), server(), talk.take_writes());
+    let mut first = sim.connect(client(), server(), talk.take_writes());
+    if cut {
+        first = first.server_closes();
+    }
     sim.run(vec![first]);
     let get = |last: &str| {
         format!(
@@ -1003,4 +1017,26 @@ fn a_long_running_call_polled_for_keeps_the_wait() {
     let never = long_running(5, false);
     let kinds: Vec<&Value> = alerts(&never).iter().map(|a| &a["kind"]).collect();
     assert_eq!(kinds, vec!["empty_tool_result"], "{never:?}");
+}
+
+/// The POST stream's connection closed by the server after the priming event, before its
+/// final chunk, then resumed: the answer on the resumed stream is matched (it was reported
+/// unanswered at once, and the answer counted as an unmatched response).
+#[test]
+fn a_chunked_stream_closed_before_its_end_and_resumed_is_answered() {
+    let events = long_running_cut(1, true, true);
+    assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
+    assert_eq!(the_call(&events)["answered"], true, "{events:?}");
+    let unmatched = events.iter().any(|e| {
+        e["event"] == "summary"
+            && e["http_parse_errors"]["unmatched_response"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+    });
+    assert!(!unmatched, "{events:?}");
+    // Never resumed: reported unanswered, without an alert (its client saw the connection end).
+    let never = long_running_cut(1, false, true);
+    assert!(alerts(&never).is_empty(), "{:?}", alerts(&never));
+    assert_eq!(the_call(&never)["answered"], false);
 }

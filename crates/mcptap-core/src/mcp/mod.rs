@@ -4330,8 +4330,12 @@ impl<D: Detector> Tracker<D> {
             let resume_wait = self.resumption_wait(ex.stream.retry_ms);
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             // The server may close a stream after an event with an id and answer on the
-            // resumed one (2025-11-25): wait for it before concluding anything.
-            let resumable = ended_by.is_some() && ex.stream.event_id_seen && !r.cancelled;
+            // resumed one (2025-11-25): wait for it before concluding anything. A chunked
+            // stream's connection closed before its final chunk (`Aborted`) is closed so
+            // too; it concludes nothing (no alert) but its answer may still come.
+            let resumable = (ended_by.is_some() || end == BodyEnd::Aborted)
+                && ex.stream.event_id_seen
+                && !r.cancelled;
             if let (Some(s), Some(key), true) = (session, &key, resumable)
                 && s.resuming.len() < MAX_RESUMING_PER_SESSION
             {
