@@ -259,7 +259,10 @@ impl Config {
             let msg = e.message().replace('\n', " ");
             match e.span() {
                 Some(span) => {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    // Line feeds before the error, plus one (`lines()` would not count the
+                    // line an error at a line's first byte is on).
+                    let before = text.as_bytes().get(..span.start).unwrap_or(text.as_bytes());
+                    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
                     format!("{path}: line {line}: {msg}")
                 }
                 None => format!("{path}: {msg}"),
@@ -497,6 +500,10 @@ mod tests {
         let e = Config::load(p.to_str().expect("utf8")).expect_err("bad");
         assert!(e.contains("line 3"), "{e}");
         assert!(!e.contains('\n'));
+        // An unknown key at the start of its line is on that line, not the one before.
+        std::fs::write(&p, "[capture]\nfilter = \"tcp\"\n\nbuffer_byts = 1\n").expect("write");
+        let e = Config::load(p.to_str().expect("utf8")).expect_err("bad");
+        assert!(e.contains("line 4"), "{e}");
         std::fs::write(&p, "[capture]\nfliter = \"tcp\"\n").expect("write");
         let e = Config::load(p.to_str().expect("utf8")).expect_err("unknown key");
         assert!(e.contains("fliter"), "{e}");
