@@ -1118,6 +1118,41 @@ fn label_config(cfg: &Config) -> LabelConfig {
     }
 }
 
+/// After dropping privileges: the events file's directory must take a new file (logrotate
+/// moves the file away, SIGHUP opens a new one) and the snapshot's must take its file, as
+/// `user` now. Said once at startup, rather than found at the first rotation or shutdown.
+fn warn_unwritable_as(user: &str, events: Option<&str>, snapshot: Option<&str>) {
+    for (what, path) in [("events file", events), ("snapshot file", snapshot)] {
+        let Some(path) = path else { continue };
+        let dir = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        // A file made and removed: what a rotation or a save will do there.
+        let probe = dir.join(format!(".mcptap-probe-{}", std::process::id()));
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe);
+        if made.is_ok() {
+            let _ = std::fs::remove_file(&probe);
+        }
+        if let Err(e) = made {
+            tracing::warn!(
+                user = %user,
+                path = %path,
+                "{what}: its directory {} is not writable as {user} ({e}): {}",
+                dir.display(),
+                if what == "events file" {
+                    "reopening it after a rotation (SIGHUP) will fail"
+                } else {
+                    "the session state will not be saved at shutdown"
+                }
+            );
+        }
+    }
+}
+
 /// Switches to `user` (and its primary group) after the privileged setup is done.
 fn drop_privileges(user: &str) -> Result<(), String> {
     use nix::unistd::{Gid, Uid, User, setgid, setgroups, setuid};
@@ -1160,6 +1195,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     };
     if let Some(user) = &cfg.user {
         drop_privileges(user)?;
+        tracing::info!(user = %user, "privileges dropped");
+        warn_unwritable_as(
+            user,
+            cfg.events.file.as_deref(),
+            cfg.state.snapshot_file.as_deref(),
+        );
     }
     let metrics = Arc::new(Metrics::new(label_config(&cfg)).map_err(|e| format!("metrics: {e}"))?);
     let stop = Arc::new(AtomicBool::new(false));

@@ -1207,3 +1207,59 @@ fn start_prometheus(
     }
     Some((child, port))
 }
+
+/// `--user` with events and snapshot in a directory only root may write: said at startup (a
+/// rotation's reopen and the shutdown's save would fail there), with the privilege drop.
+#[test]
+fn a_user_that_cannot_write_beside_its_files_is_warned_at_startup() {
+    if !is_root()
+        || nix::unistd::User::from_name("nobody")
+            .ok()
+            .flatten()
+            .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let events = dir.path().join("events.ndjson");
+    let snapshot = dir.path().join("state.json");
+    let port = free_port();
+    let mut child = bin()
+        .args(["run", "-i", "lo", "-f", "tcp port 1", "--user", "nobody"])
+        .args(["--events", events.to_str().expect("path")])
+        .args(["--snapshot-file", snapshot.to_str().expect("path")])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("privileges dropped"), "{stderr}");
+    for what in ["events file: its directory", "snapshot file: its directory"] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no warning for the {what}: {stderr}"));
+        assert!(
+            line.contains("WARN") && line.contains("not writable as nobody"),
+            "{line}"
+        );
+    }
+}
