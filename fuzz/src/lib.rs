@@ -698,6 +698,7 @@ pub fn decode_mcp(data: &[u8]) -> Vec<McpOp> {
                     exchange,
                     end: BODY_ENDS[usize::from(e % 4)],
                 },
+                e if e & 0x40 != 0 => HttpEvent::ClientGone { exchange },
                 e => HttpEvent::ResponseEnd {
                     exchange,
                     end: BODY_ENDS[usize::from(e % 4)],
@@ -781,7 +782,9 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
                 item: SseItem::Comment,
                 ..
             } => 5,
-            HttpEvent::ResponseEnd { .. } | HttpEvent::NoResponse { .. } => 6,
+            HttpEvent::ResponseEnd { .. }
+            | HttpEvent::NoResponse { .. }
+            | HttpEvent::ClientGone { .. } => 6,
             HttpEvent::Error(_) => 9,
             HttpEvent::Abandoned { .. } => 10,
             HttpEvent::Anomaly { .. } => 11,
@@ -798,6 +801,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
             | HttpEvent::NoResponse { exchange, .. }
+            | HttpEvent::ClientGone { exchange }
             | HttpEvent::Abandoned { exchange, .. } => *exchange % 16,
             HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => {
                 exchange.map_or(0, |e| (e % 16) | 16)
@@ -858,6 +862,7 @@ pub fn encode_mcp(ops: &[McpOp]) -> Vec<u8> {
             HttpEvent::NoResponse { end, .. } => {
                 w.u8(0x80 | BODY_ENDS.iter().position(|b| b == end).unwrap_or(0) as u8)
             }
+            HttpEvent::ClientGone { .. } => w.u8(0x40),
             HttpEvent::Error(reason) => w.u8(index_of(HttpError::ALL, reason)),
             HttpEvent::Abandoned { reason, .. } => w.u8(index_of(AbandonReason::ALL, reason)),
             HttpEvent::Anomaly { reason, .. } => w.u8(index_of(FramingAnomaly::ALL, reason)),

@@ -175,6 +175,7 @@ impl ShardRouter {
             | HttpEvent::ResponseSse { exchange, .. }
             | HttpEvent::ResponseEnd { exchange, .. }
             | HttpEvent::NoResponse { exchange, .. }
+            | HttpEvent::ClientGone { exchange }
             | HttpEvent::Abandoned { exchange, .. }
             | HttpEvent::Anomaly {
                 exchange: Some(exchange),

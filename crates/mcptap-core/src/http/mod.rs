@@ -502,6 +502,12 @@ pub enum HttpEvent {
         exchange: u64,
         end: BodyEnd,
     },
+    /// The client's side of the connection ended (FIN or reset) while the response to
+    /// `exchange` was still coming: the client stopped waiting for it (the 2026-07-28 revision
+    /// makes closing a response stream the request's cancellation).
+    ClientGone {
+        exchange: u64,
+    },
     /// The request will never be paired with a response (lost sync, pipelining cap): forget it.
     Abandoned {
         exchange: u64,
@@ -1041,6 +1047,31 @@ impl Connection {
         }
     }
 
+    /// The client (half `client`) closed or reset its side: the response being read and those
+    /// still to come will not be read by it.
+    fn client_left(&mut self, client: usize, out: &mut Vec<HttpEvent>) {
+        let server = 1 - client.min(1);
+        if let Some(HalfParser {
+            state:
+                State::Body {
+                    exchange: Some(exchange),
+                    is_request: false,
+                    ..
+                },
+            ..
+        }) = self.halves.get(server)
+        {
+            out.push(HttpEvent::ClientGone {
+                exchange: *exchange,
+            });
+        }
+        for (exchange, _) in &self.pending.queue {
+            out.push(HttpEvent::ClientGone {
+                exchange: *exchange,
+            });
+        }
+    }
+
     fn abandon_pending(&mut self, reason: AbandonReason, out: &mut Vec<HttpEvent>) {
         while let Some((exchange, _)) = self.pending.pop_front() {
             out.push(HttpEvent::Abandoned { exchange, reason });
@@ -1060,6 +1091,10 @@ impl Connection {
     /// the end of the capture (`unfinished`).
     pub fn on_close(&mut self, half: usize, how: BodyEnd, out: &mut Vec<HttpEvent>) {
         let half = half.min(1);
+        if Some(half) == self.client_half && matches!(how, BodyEnd::ServerClosed | BodyEnd::Aborted)
+        {
+            self.client_left(half, out);
+        }
         let parser = &self.halves[half];
         if matches!(parser.state, State::Head) && !parser.head_buf.is_empty() {
             // A head cut short by the close is parsed once: what its complete lines already

@@ -1242,3 +1242,44 @@ fn a_request_after_a_chunked_body_cut_short_is_read_however_the_size_line_is_cut
         "the DELETE: {whole:?}"
     );
 }
+
+/// The client closing (FIN) or resetting its side names the response it was reading and those
+/// still to come; closing after its answers, or the capture ending, names none.
+#[test]
+fn a_client_that_leaves_names_the_responses_it_will_not_read() {
+    let request: &[u8] = b"POST /mcp HTTP/1.1\r\nMcp-Session-Id: s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let open_sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n: hi\n\n\r\n";
+    let gone = |out: &[HttpEvent]| -> Vec<u64> {
+        out.iter()
+            .filter_map(|e| match e {
+                HttpEvent::ClientGone { exchange } => Some(*exchange),
+                _ => None,
+            })
+            .collect()
+    };
+    for how in [BodyEnd::ServerClosed, BodyEnd::Aborted, BodyEnd::Unfinished] {
+        let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+        let mut out = Vec::new();
+        run(&mut c, 0, &[request, request].concat(), &mut out);
+        run(&mut c, 1, open_sse, &mut out);
+        c.on_close(0, how, &mut out);
+        let want: Vec<u64> = if how == BodyEnd::Unfinished {
+            Vec::new()
+        } else {
+            vec![0, 1]
+        };
+        assert_eq!(gone(&out), want, "{how:?}");
+    }
+    // Every answer read: nothing to name.
+    let mut c = Connection::new(true, HttpLimits::default(), MCP_LIKE);
+    let mut out = Vec::new();
+    run(&mut c, 0, request, &mut out);
+    run(
+        &mut c,
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        &mut out,
+    );
+    c.on_close(0, BodyEnd::ServerClosed, &mut out);
+    assert!(gone(&out).is_empty(), "{out:?}");
+}

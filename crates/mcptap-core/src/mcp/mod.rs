@@ -414,6 +414,7 @@ fn exchange_id_of(ev: &HttpEvent) -> Option<u64> {
         | HttpEvent::ResponseSse { exchange, .. }
         | HttpEvent::ResponseEnd { exchange, .. }
         | HttpEvent::NoResponse { exchange, .. }
+        | HttpEvent::ClientGone { exchange }
         | HttpEvent::Abandoned { exchange, .. } => Some(*exchange),
         HttpEvent::Anomaly { exchange, .. } | HttpEvent::Undecodable { exchange, .. } => *exchange,
         HttpEvent::DuplicateHeader { .. }
@@ -1947,6 +1948,11 @@ impl<D: Detector> Tracker<D> {
                 };
                 self.on_response_end(ctx, ts, exchange, end, out)
             }
+            HttpEvent::ClientGone { exchange } => {
+                if let Some(ex) = self.transactions.get_mut((ctx.flow, exchange)) {
+                    ex.client_gone = true;
+                }
+            }
             HttpEvent::Abandoned { exchange, reason } => {
                 out.push(Output::Telemetry(Telemetry::ExchangeAbandoned { reason }));
                 if let Some(ex) = self.transactions.remove((ctx.flow, exchange)) {
@@ -2708,6 +2714,7 @@ impl<D: Detector> Tracker<D> {
             lineage_id,
             route,
             ends_session: false,
+            client_gone: false,
             server_answers,
             charged: 0,
         });
@@ -4276,7 +4283,9 @@ impl<D: Detector> Tracker<D> {
             );
             event.sse_events = ex.stream.items;
             event.duration_ms = ts.millis_since(ex.ts);
-            event.cancelled = r.cancelled;
+            // Cancelled by name, or by the client closing its connection while it was answered.
+            let cancelled = r.cancelled || ex.client_gone;
+            event.cancelled = cancelled;
             let exchange = Box::new(event);
             let mut alerts = Vec::new();
             if ended_by.is_some() {
@@ -4304,7 +4313,7 @@ impl<D: Detector> Tracker<D> {
                 self.conclude(&concluded, out, &mut alerts);
             }
             // A cancelled request need not be answered (the server SHOULD NOT).
-            let alert = (!r.cancelled)
+            let alert = (!cancelled)
                 .then(|| {
                     self.detector.unanswered(&UnansweredReview {
                         method: &r.method,
@@ -4335,7 +4344,7 @@ impl<D: Detector> Tracker<D> {
             // too; it concludes nothing (no alert) but its answer may still come.
             let resumable = (ended_by.is_some() || end == BodyEnd::Aborted)
                 && ex.stream.event_id_seen
-                && !r.cancelled;
+                && !cancelled;
             if let (Some(s), Some(key), true) = (session, &key, resumable)
                 && s.resuming.len() < MAX_RESUMING_PER_SESSION
             {

@@ -182,6 +182,9 @@ pub struct ExchangeState {
     pub route: Option<u16>,
     /// A 404 on a named session: the session ends once this exchange is reported.
     pub ends_session: bool,
+    /// The client closed or reset its connection before the response ended: it stopped
+    /// waiting (the 2026-07-28 revision: closing the stream cancels the request).
+    pub client_gone: bool,
     /// Client answers to server requests this POST carried, reported with its status.
     pub server_answers: Vec<Box<crate::model::Exchange>>,
     /// What [`Transactions`] charged for it when it opened; once parked (HTTP+SSE), what its
@@ -385,6 +388,7 @@ mod tests {
             lineage_id: None,
             route: None,
             ends_session: false,
+            client_gone: false,
             server_answers: Vec::new(),
             charged: 0,
         })

@@ -474,6 +474,53 @@ fn empty_stream_reasons_and_unfinished_streams() {
     );
 }
 
+/// A client that closes its connection while its tools/call is answered stopped waiting
+/// (2026-07-28: closing the stream cancels the request): the stream then ending empty raises
+/// nothing, and the exchange says it was cancelled. The same stream with the client still
+/// there alerts.
+#[test]
+fn a_stream_its_client_left_ends_empty_without_an_alert() {
+    let run = |client_leaves: bool| {
+        let mut h = Harness::new();
+        let c = ctx(1, 5000);
+        h.handshake(c, 0, None, "s1", json!({}), json!({}));
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}});
+        h.send(
+            c,
+            HttpEvent::Request {
+                exchange: 1,
+                head: Box::new(post(Some("s1"))),
+                body: body.to_string().into_bytes(),
+            },
+        );
+        h.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: 1,
+                head: Box::new(resp(200, "text/event-stream", None)),
+            },
+        );
+        if client_leaves {
+            h.send(c, HttpEvent::ClientGone { exchange: 1 });
+        }
+        h.send(
+            c,
+            HttpEvent::ResponseEnd {
+                exchange: 1,
+                end: BodyEnd::Complete,
+            },
+        );
+        let alerts = h.of("alert").len();
+        let cancelled = h
+            .of("exchange")
+            .iter()
+            .any(|e| e["request_id"] == 1 && e["cancelled"] == true);
+        (alerts, cancelled)
+    };
+    assert_eq!(run(true), (0, true));
+    assert_eq!(run(false), (1, false));
+}
+
 #[test]
 fn delete_and_404_end_sessions_and_feed_lineage() {
     let mut h = Harness::new();
