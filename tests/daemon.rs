@@ -257,6 +257,16 @@ fn sigterm_stops_cleanly_and_serves_health_until_then() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("mcptap summary"));
 }
 
+/// Waits up to 10 s for the daemon listening on `port` to say it is ready.
+fn wait_ready(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn http_get(port: u16, path: &str) -> Option<String> {
     http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
 }
@@ -353,12 +363,7 @@ fn incident_on_a_high_server_port(extra: &[&str]) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline
-        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ready(port);
     let mut talk = Conversation::new("live-s1");
     talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
         .initialized()
@@ -580,12 +585,7 @@ fn start_daemon_with(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline
-        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ready(port);
     (child, port)
 }
 
@@ -722,12 +722,7 @@ fn two_gateway_instances_share_session_state_through_redis() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline
-            && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-        {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ready(port);
         (child, port)
     };
     let (a, _) = start(&server_a);
@@ -1229,7 +1224,7 @@ fn a_user_that_cannot_write_beside_its_files_is_warned_at_startup() {
     let events = dir.path().join("events.ndjson");
     let snapshot = dir.path().join("state.json");
     let port = free_port();
-    let mut child = bin()
+    let child = bin()
         .args(["run", "-i", "lo", "-f", "tcp port 1", "--user", "nobody"])
         .args(["--events", events.to_str().expect("path")])
         .args(["--snapshot-file", snapshot.to_str().expect("path")])
@@ -1238,15 +1233,7 @@ fn a_user_that_cannot_write_beside_its_files_is_warned_at_startup() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline
-        && !http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-    {
-        std::thread::sleep(Duration::from_millis(100));
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-    }
+    wait_ready(port);
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let out = child.wait_with_output().expect("output");
