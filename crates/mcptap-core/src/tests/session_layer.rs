@@ -165,6 +165,15 @@ impl Harness {
     }
 
     fn tool_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str, items: Vec<SseItem>, end: BodyEnd) {
+        self.open_tool_call_sse(c, ex, sid);
+        for item in items {
+            self.send(c, HttpEvent::ResponseSse { exchange: ex, item });
+        }
+        self.send(c, HttpEvent::ResponseEnd { exchange: ex, end });
+    }
+
+    /// A tools/call on session `sid` and the head of its SSE answer, not ended.
+    fn open_tool_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str) {
         let body =
             json!({"jsonrpc":"2.0","id":ex,"method":"tools/call","params":{"name":"search"}});
         self.send(
@@ -182,10 +191,6 @@ impl Harness {
                 head: Box::new(resp(200, "text/event-stream", None)),
             },
         );
-        for item in items {
-            self.send(c, HttpEvent::ResponseSse { exchange: ex, item });
-        }
-        self.send(c, HttpEvent::ResponseEnd { exchange: ex, end });
     }
 }
 
@@ -484,22 +489,7 @@ fn a_stream_its_client_left_ends_empty_without_an_alert() {
         let mut h = Harness::new();
         let c = ctx(1, 5000);
         h.handshake(c, 0, None, "s1", json!({}), json!({}));
-        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}});
-        h.send(
-            c,
-            HttpEvent::Request {
-                exchange: 1,
-                head: Box::new(post(Some("s1"))),
-                body: body.to_string().into_bytes(),
-            },
-        );
-        h.send(
-            c,
-            HttpEvent::ResponseHead {
-                exchange: 1,
-                head: Box::new(resp(200, "text/event-stream", None)),
-            },
-        );
+        h.open_tool_call_sse(c, 1, "s1");
         if client_leaves {
             h.send(c, HttpEvent::ClientGone { exchange: 1 });
         }
