@@ -1040,3 +1040,64 @@ fn a_chunked_stream_closed_before_its_end_and_resumed_is_answered() {
     assert!(alerts(&never).is_empty(), "{:?}", alerts(&never));
     assert_eq!(the_call(&never)["answered"], false);
 }
+
+/// A session whose server chooses the answer's type per request, as the specification lets it
+/// (basic/transports: JSON or a stream, for each request): `search` streamed, `add` as JSON,
+/// and `add` streamed when the client asks for progress. With `replay`, the client then
+/// replays a narrower `initialize` on the session and calls a tool it has not called before,
+/// answered as JSON (the incident, told by a tool not seen before).
+fn per_request_modes(replay: bool, uniform: bool) -> Vec<Value> {
+    let sid = "modes-s1";
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Sse);
+    let call = |talk: &mut Conversation, tool: &str, progress: bool, answer: Answer| {
+        let id = talk.take_request_id();
+        // `_meta` goes after the arguments, the last member the kit writes.
+        let args = if progress {
+            format!(r#"{{"q":1}},"_meta":{{"progressToken":"p{id}"}}"#)
+        } else {
+            r#"{"q":1}"#.to_string()
+        };
+        let body = mcp::tools_call_request(id, tool, &args);
+        talk.exchange(
+            talk.post(&body),
+            mcp::response(sid, answer, &mcp::tool_result(id, "ok")),
+        );
+    };
+    let add = if uniform { Answer::Sse } else { Answer::Json };
+    for _ in 0..2 {
+        call(&mut talk, "search", false, Answer::Sse);
+        call(&mut talk, "add", false, add);
+        call(&mut talk, "add", true, Answer::Sse);
+    }
+    if replay {
+        talk.reinitialize(r#"{"roots":{}}"#, "{}", Answer::Sse);
+        call(&mut talk, "fetch", false, Answer::Json);
+    }
+    events_of(&mut talk)
+}
+
+#[test]
+fn a_server_that_streams_some_tools_and_not_others_raises_no_divergence() {
+    let quiet = per_request_modes(false, false);
+    assert!(alerts(&quiet).is_empty(), "{:?}", alerts(&quiet));
+    let calls = quiet
+        .iter()
+        .filter(|e| e["event"] == "exchange" && e["method"] == "tools/call")
+        .count();
+    assert_eq!(calls, 6);
+    // Nor does a tool called for the first time after a replayed handshake: the server
+    // answers its tools each its own way.
+    let replayed = per_request_modes(true, false);
+    assert!(alerts(&replayed).is_empty(), "{:?}", alerts(&replayed));
+    // A server that streamed every tool until a replayed handshake: a tool called for the
+    // first time and answered as JSON shows the session's change (the incident).
+    let replayed = per_request_modes(true, true);
+    let divergences: Vec<&Value> = alerts(&replayed)
+        .into_iter()
+        .filter(|a| a["kind"] == "content_type_divergence")
+        .collect();
+    assert_eq!(divergences.len(), 1, "{replayed:?}");
+    assert_eq!(divergences[0]["tool"], "fetch");
+    assert_eq!(divergences[0]["reason"], "mode_contradiction");
+}

@@ -64,11 +64,17 @@ impl Detector for Detectors {
         if review.is_error && !self.errors_decide_mode {
             return None;
         }
-        let f = modes.observe(
-            review.method,
+        let key = ModeKey {
+            method: review.method,
+            tool: review.tool,
+            progress: review.progress_requested,
+        };
+        let f = modes.observe_in(
+            key,
             review.shape,
             review.streaming_negotiated,
             review.accept,
+            review.handshakes,
         )?;
         Some(AlertKind::ContentTypeDivergence(Divergence {
             method: review.method.to_string(),
@@ -214,6 +220,37 @@ struct MethodState {
     modes: u8,
     /// Reasons already alerted for this method, so a steady state alerts once.
     alerted: Vec<DivergenceReason>,
+    /// The session's handshakes when `modes` started (recorded before this field: 0).
+    #[serde(default)]
+    handshakes: u32,
+    /// A method's change across a handshake was alerted with the session at this many
+    /// handshakes (see [`ModeTracker::observe_in`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    changed_at: Option<u32>,
+    /// The method's kinds were answered differently under one handshake.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    varies: bool,
+}
+
+impl MethodState {
+    /// Narrows the modes by one answer; a contradiction starts over from this answer (so a
+    /// lasting change alerts once, not on every call) and is returned.
+    fn narrow(&mut self, shape: AnswerShape, handshakes: u32) -> Option<DivergenceFinding> {
+        let remaining = self.modes & fits(shape);
+        if remaining != 0 {
+            self.modes = remaining;
+            return None;
+        }
+        let contradiction = DivergenceFinding {
+            expected: expectation(self.modes).to_string(),
+            observed: describe(shape).to_string(),
+            reason: DivergenceReason::ModeContradiction,
+            also: Vec::new(),
+        };
+        self.modes = fits(shape);
+        self.handshakes = handshakes;
+        Some(contradiction)
+    }
 }
 
 /// A divergence to alert on.
@@ -226,18 +263,101 @@ pub struct DivergenceFinding {
     pub also: Vec<DivergenceReason>,
 }
 
-/// Per-session record of how the server answers each method.
+/// Per-session record of how the server answers each kind of request ([`ModeKey`]).
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModeTracker {
-    /// A handful of methods per session: a linear search beats hashing the name.
+    /// A handful of kinds per session: a linear search beats hashing the key. Each is kept as
+    /// [`ModeKey::render`]s it.
     methods: Vec<(Box<str>, MethodState)>,
 }
 
-/// Bound on distinct methods tracked per session (method names come from the wire).
+/// What a server may choose its response mode by, so what one mode is tracked for: the
+/// method, the tool a `tools/call` names, and whether the request asked for progress
+/// notifications (`_meta.progressToken`). The specification lets a server answer each request
+/// with JSON or a stream; servers that stream only some tools, or only when progress was asked
+/// for, are common and conformant. A change within one of these is what the incident shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModeKey<'a> {
+    pub method: &'a str,
+    pub tool: Option<&'a str>,
+    pub progress: bool,
+}
+
+/// Separates a key's parts (a control character no MCP method or tool name holds; a name that
+/// does shares its record with another of the same session's own, nothing more).
+const KEY_TOOL: &str = "\u{1f}t:";
+const KEY_PROGRESS: &str = "\u{1f}p";
+
+impl<'a> ModeKey<'a> {
+    /// The method alone (no tool, no progress asked for).
+    pub fn method(method: &'a str) -> Self {
+        ModeKey {
+            method,
+            tool: None,
+            progress: false,
+        }
+    }
+
+    fn rendered_len(&self) -> usize {
+        self.method.len()
+            + self.tool.map_or(0, |t| KEY_TOOL.len() + t.len())
+            + if self.progress { KEY_PROGRESS.len() } else { 0 }
+    }
+
+    /// The key as kept: the method, then the tool and the progress mark, each behind its tag.
+    fn render(&self) -> String {
+        let mut key = String::with_capacity(self.rendered_len());
+        key.push_str(self.method);
+        if let Some(tool) = self.tool {
+            key.push_str(KEY_TOOL);
+            key.push_str(tool);
+        }
+        if self.progress {
+            key.push_str(KEY_PROGRESS);
+        }
+        key
+    }
+
+    /// Whether `kept` is this key as rendered (without rendering it: this runs per answer).
+    fn is(&self, kept: &str) -> bool {
+        let Some(rest) = kept.strip_prefix(self.method) else {
+            return false;
+        };
+        let rest = match self.tool {
+            Some(tool) => match rest
+                .strip_prefix(KEY_TOOL)
+                .and_then(|r| r.strip_prefix(tool))
+            {
+                Some(rest) => rest,
+                None => return false,
+            },
+            None => rest,
+        };
+        if self.progress {
+            rest == KEY_PROGRESS
+        } else {
+            rest.is_empty()
+        }
+    }
+}
+
+impl<'a> From<&'a str> for ModeKey<'a> {
+    fn from(method: &'a str) -> Self {
+        ModeKey::method(method)
+    }
+}
+
+impl<'a> From<&'a String> for ModeKey<'a> {
+    fn from(method: &'a String) -> Self {
+        ModeKey::method(method)
+    }
+}
+
+/// Bound on distinct keys tracked per session (method and tool names come from the wire).
 const MAX_METHODS: usize = 64;
 
-/// Longest method name kept as sent. No MCP method comes near it; a longer name is kept as a
-/// digest of it, so that what a session keeps per method is small whatever the wire sends.
+/// Longest key kept as rendered. No MCP method and tool come near it; a longer key is kept as
+/// a digest of it, so that what a session keeps per key is small whatever the wire sends.
 const MAX_KEPT_METHOD_BYTES: usize = 256;
 
 /// The key an oversized method name is tracked under: its length and a digest of it (NUL
@@ -287,7 +407,11 @@ impl ModeTracker {
                 Some((_, mine)) => {
                     let both = mine.modes & state.modes;
                     // Disjoint views mean the change was seen (and alerted) on one side.
-                    mine.modes = if both == 0 { mine.modes } else { both };
+                    if both != 0 {
+                        mine.modes = both;
+                        mine.handshakes = mine.handshakes.min(state.handshakes);
+                    }
+                    mine.varies |= state.varies;
                     for r in state.alerted {
                         if !mine.alerted.contains(&r) {
                             mine.alerted.push(r);
@@ -300,75 +424,102 @@ impl ModeTracker {
         }
     }
 
-    /// Records one 2xx answer and returns the divergences it shows.
-    /// `streaming_negotiated`: the session's current handshake has `tools.streaming: true`.
-    /// `accept`: the request's Accept header, if any.
-    pub fn observe(
+    /// Records one 2xx answer to a request of kind `key` and returns the divergences it shows,
+    /// for a session that has had no handshake (see [`ModeTracker::observe_in`]).
+    pub fn observe<'k>(
         &mut self,
-        method: &str,
+        key: impl Into<ModeKey<'k>>,
         shape: AnswerShape,
         streaming_negotiated: bool,
         accept: Option<&str>,
     ) -> Option<DivergenceFinding> {
-        let oversized_key;
-        let key = if method.len() > MAX_KEPT_METHOD_BYTES {
-            oversized_key = oversized_method_key(method);
-            oversized_key.as_str()
-        } else {
-            method
-        };
-        let at = match self.methods.iter().position(|(m, _)| **m == *key) {
-            Some(at) => at,
-            None if self.methods.len() >= MAX_METHODS => return None,
-            None => {
-                let fresh = MethodState {
-                    modes: SSE | JSON | AUTO,
-                    alerted: Vec::new(),
-                };
-                self.methods.push((key.into(), fresh));
-                self.methods.len() - 1
-            }
-        };
-        let state = &mut self.methods[at].1;
+        self.observe_in(key, shape, streaming_negotiated, accept, 0)
+    }
+
+    /// Records one 2xx answer to a request of kind `key` and returns the divergences it shows.
+    /// `streaming_negotiated`: the session's current handshake has `tools.streaming: true`.
+    /// `accept`: the request's Accept header, if any. `handshakes`: the session's handshakes so
+    /// far.
+    ///
+    /// An answer contradicting earlier answers of its own kind alerts. One contradicting only
+    /// the method's other kinds (another tool, progress asked for or not) alerts when the
+    /// method's mode was set before the session's latest handshake: a replayed handshake
+    /// changed how the method is answered, whatever tool the agent calls next (the incident);
+    /// without one, the server answers its kinds differently by design.
+    pub fn observe_in<'k>(
+        &mut self,
+        key: impl Into<ModeKey<'k>>,
+        shape: AnswerShape,
+        streaming_negotiated: bool,
+        accept: Option<&str>,
+        handshakes: u32,
+    ) -> Option<DivergenceFinding> {
+        let key = key.into();
+        let method = key.method;
         let mut found = Vec::new();
-        let remaining = state.modes & fits(shape);
-        if remaining == 0 {
-            found.push(DivergenceFinding {
-                expected: expectation(state.modes).to_string(),
-                observed: describe(shape).to_string(),
-                reason: DivergenceReason::ModeContradiction,
-                also: Vec::new(),
-            });
-            // Start over from this answer, so a lasting change alerts once, not on every call.
-            state.modes = fits(shape);
+        let own = self.slot(key, handshakes);
+        let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, handshakes));
+        let whole = ModeKey::method(method);
+        let method_at = if key == whole {
+            found.extend(own_contradiction);
+            own
         } else {
-            state.modes = remaining;
-        }
-        if method == "tools/call" && streaming_negotiated && shape == AnswerShape::Json {
-            push_once(
-                state,
-                &mut found,
-                DivergenceFinding {
-                    expected: "text/event-stream".into(),
-                    observed: describe(shape).into(),
-                    reason: DivergenceReason::StreamingNegotiated,
-                    also: Vec::new(),
-                },
-            );
-        }
-        if let Some(accept) = accept
-            && !accepts(accept, shape.media_type())
-        {
-            push_once(
-                state,
-                &mut found,
-                DivergenceFinding {
-                    expected: accept.to_string(),
-                    observed: shape.media_type().into(),
-                    reason: DivergenceReason::NotAccepted,
-                    also: Vec::new(),
-                },
-            );
+            let at = self.slot(whole, handshakes);
+            let mut method_contradiction = None;
+            let mut fits_alerted_change = false;
+            if let Some(at) = at {
+                let state = &mut self.methods[at].1;
+                let set_before = state.handshakes < handshakes;
+                let contradiction = state.narrow(shape, handshakes);
+                fits_alerted_change =
+                    contradiction.is_none() && state.changed_at == Some(handshakes);
+                // Kinds answered differently under one handshake: the server chooses per
+                // kind, and a kind not seen before says nothing across handshakes either.
+                let by_design = state.varies;
+                state.varies |= contradiction.is_some() && !set_before;
+                method_contradiction = contradiction.filter(|_| set_before && !by_design);
+                if method_contradiction.is_some() {
+                    state.changed_at = Some(handshakes);
+                }
+            }
+            match (method_contradiction, own_contradiction) {
+                (Some(f), _) => found.push(f),
+                // The method's change since the latest handshake was alerted, and this
+                // answer fits it: the same change, seen on another kind.
+                (None, Some(_)) if fits_alerted_change => {}
+                (None, own) => found.extend(own),
+            }
+            at
+        };
+        // Reasons that are not about one kind alert once per method.
+        if let Some(at) = method_at {
+            let state = &mut self.methods[at].1;
+            if method == "tools/call" && streaming_negotiated && shape == AnswerShape::Json {
+                push_once(
+                    state,
+                    &mut found,
+                    DivergenceFinding {
+                        expected: "text/event-stream".into(),
+                        observed: describe(shape).into(),
+                        reason: DivergenceReason::StreamingNegotiated,
+                        also: Vec::new(),
+                    },
+                );
+            }
+            if let Some(accept) = accept
+                && !accepts(accept, shape.media_type())
+            {
+                push_once(
+                    state,
+                    &mut found,
+                    DivergenceFinding {
+                        expected: accept.to_string(),
+                        observed: shape.media_type().into(),
+                        reason: DivergenceReason::NotAccepted,
+                        also: Vec::new(),
+                    },
+                );
+            }
         }
         // One answer, one alert: the first reason (the strongest) names it, the others ride
         // along and count as alerted.
@@ -376,6 +527,32 @@ impl ModeTracker {
         let mut first = found.next()?;
         first.also = found.map(|f| f.reason).collect();
         Some(first)
+    }
+
+    /// Where `key`'s record is, made if new (`None` when the table is full).
+    fn slot(&mut self, key: ModeKey<'_>, handshakes: u32) -> Option<usize> {
+        let oversized_key = (key.rendered_len() > MAX_KEPT_METHOD_BYTES)
+            .then(|| oversized_method_key(&key.render()));
+        let found = match &oversized_key {
+            Some(digest) => self.methods.iter().position(|(m, _)| **m == **digest),
+            None => self.methods.iter().position(|(m, _)| key.is(m)),
+        };
+        match found {
+            Some(at) => Some(at),
+            None if self.methods.len() >= MAX_METHODS => None,
+            None => {
+                let fresh = MethodState {
+                    modes: SSE | JSON | AUTO,
+                    alerted: Vec::new(),
+                    handshakes,
+                    changed_at: None,
+                    varies: false,
+                };
+                let kept = oversized_key.unwrap_or_else(|| key.render());
+                self.methods.push((kept.into_boxed_str(), fresh));
+                Some(self.methods.len() - 1)
+            }
+        }
     }
 }
 
@@ -560,6 +737,7 @@ mod tests {
             MethodState {
                 modes: JSON,
                 alerted: vec![DivergenceReason::NotAccepted],
+                ..MethodState::default()
             },
         ));
         let methods = t.methods.len();
@@ -569,6 +747,120 @@ mod tests {
             t.observe(&long_b, Json, false, Some("text/event-stream"))
                 .is_none()
         );
+    }
+
+    fn call(tool: &str, progress: bool) -> ModeKey<'_> {
+        ModeKey {
+            method: "tools/call",
+            tool: Some(tool),
+            progress,
+        }
+    }
+
+    #[test]
+    fn a_server_that_streams_some_tools_or_only_when_progress_is_asked_is_quiet() {
+        // One handshake, one session: tools answered each their own way, every time.
+        let mut t = ModeTracker::default();
+        for _ in 0..3 {
+            assert!(
+                t.observe_in(call("search", false), SseResultOnly, false, None, 1)
+                    .is_none()
+            );
+            assert!(
+                t.observe_in(call("add", false), Json, false, None, 1)
+                    .is_none()
+            );
+            assert!(
+                t.observe_in(call("search", true), SseAfterMessages, false, None, 1)
+                    .is_none()
+            );
+            assert!(
+                t.observe_in(call("add", true), SseResultOnly, false, None, 1)
+                    .is_none()
+            );
+        }
+        // A kind that changes how it is answered still alerts, once.
+        let f = t.observe_in(call("search", false), Json, false, None, 1);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+        assert!(
+            t.observe_in(call("search", false), Json, false, None, 1)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn after_a_replayed_handshake_a_tool_not_called_before_still_shows_the_change() {
+        let mut t = ModeTracker::default();
+        assert!(
+            t.observe_in(call("read_file", false), SseResultOnly, false, None, 1)
+                .is_none()
+        );
+        assert!(
+            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 1)
+                .is_none()
+        );
+        // The replayed handshake (the session's second), then a tool never called before.
+        let f = t.observe_in(call("get_ticket", false), Json, false, None, 2);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+        assert_eq!(f.map(|f| f.expected).as_deref(), Some("text/event-stream"));
+        // The same change on a tool seen before: alerted already.
+        assert!(
+            t.observe_in(call("read_file", false), Json, false, None, 2)
+                .is_none()
+        );
+        // A change of one kind after that, within the same handshake, is its own.
+        assert!(
+            t.observe_in(call("list_dir", false), Json, false, None, 2)
+                .is_none()
+        );
+        assert!(
+            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 2)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_server_that_answers_its_tools_differently_is_judged_per_tool_across_handshakes() {
+        let mut t = ModeTracker::default();
+        assert!(
+            t.observe_in(call("search", false), SseResultOnly, false, None, 1)
+                .is_none()
+        );
+        assert!(
+            t.observe_in(call("add", false), Json, false, None, 1)
+                .is_none()
+        );
+        // After a replayed handshake, a new tool's JSON answer fits what the server does.
+        assert!(
+            t.observe_in(call("fetch", false), Json, false, None, 2)
+                .is_none()
+        );
+        // A tool that changed how it is answered still alerts.
+        let f = t.observe_in(call("search", false), Json, false, None, 2);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+    }
+
+    #[test]
+    fn kinds_are_kept_apart_without_rendering_and_alike_when_rendered() {
+        let key = call("search", true);
+        let kept = key.render();
+        assert!(key.is(&kept));
+        assert!(!call("search", false).is(&kept));
+        assert!(!call("searc", true).is(&kept));
+        assert!(!ModeKey::method("tools/call").is(&kept));
+        assert!(ModeKey::method("tools/call").is("tools/call"));
+        assert_eq!(key.rendered_len(), kept.len());
+        // A long tool name is kept as a digest, and found again.
+        let long = "x".repeat(MAX_KEPT_METHOD_BYTES);
+        let mut t = ModeTracker::default();
+        t.observe_in(call(&long, false), SseResultOnly, false, None, 1);
+        assert!(
+            t.methods
+                .iter()
+                .all(|(m, _)| m.len() <= MAX_KEPT_METHOD_BYTES)
+        );
+        let f = t.observe_in(call(&long, false), Json, false, None, 1);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
     }
 
     #[test]
@@ -723,6 +1015,8 @@ mod tests {
         let answer = |status, on_other_stream, shape| AnswerReview {
             method: "tools/call",
             tool: Some("t"),
+            progress_requested: false,
+            handshakes: 0,
             request_id: &id,
             http_status: status,
             is_error: false,
@@ -802,6 +1096,8 @@ mod tests {
         let answer = |is_error, shape| AnswerReview {
             method: "tools/call",
             tool: None,
+            progress_requested: false,
+            handshakes: 0,
             request_id: &id,
             http_status: 200,
             is_error,

@@ -733,6 +733,30 @@ pub fn tool_name(params: Option<&Params<'_>>) -> Option<String> {
     named_member(&members)
 }
 
+/// Whether a request's params ask for progress notifications: `_meta.progressToken` (a string
+/// or a number) present and not null.
+pub fn progress_requested(params: Option<&Params<'_>>) -> bool {
+    let Some(params) = params else {
+        return false;
+    };
+    let text = params.get();
+    // Most requests name no token: one scan for the word settles them without reading members.
+    if memchr::memmem::find(text.as_bytes(), b"progressToken").is_none() {
+        return false;
+    }
+    let meta = match params.fields(["_meta"]) {
+        Some(fields) => fields,
+        None => match object_fields(text, ["_meta"]) {
+            Some(fields) => fields,
+            None => return false,
+        },
+    };
+    let Ok([Some(meta)]) = meta else {
+        return false;
+    };
+    matches!(object_fields(meta, ["progressToken"]), Some(Ok([Some(_)])))
+}
+
 /// The `requestId` a `notifications/cancelled` names (a string or a number), if its params
 /// are an object with one.
 pub fn cancelled_request_id(params: Option<&Params<'_>>) -> Option<Id> {
@@ -846,6 +870,28 @@ mod tests {
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.to_string()).expect("raw")
+    }
+
+    #[test]
+    fn progress_is_asked_for_by_a_token_in_meta() {
+        let asks = |params: &str| {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#);
+            match parse(body.as_bytes()).ok().and_then(|mut m| m.pop()) {
+                Some(Message::Request { params, .. }) => progress_requested(params.as_ref()),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(asks(r#"{"name":"t","_meta":{"progressToken":"p-1"}}"#));
+        assert!(asks(r#"{"_meta":{"a":1,"progressToken":7},"name":"t"}"#));
+        assert!(!asks(r#"{"name":"t"}"#));
+        assert!(!asks(r#"{"name":"t","_meta":{"progressToken":null}}"#));
+        assert!(!asks(r#"{"name":"t","_meta":{}}"#));
+        // The word elsewhere is no token.
+        assert!(!asks(r#"{"name":"t","arguments":{"progressToken":1}}"#));
+        assert!(!asks(r#"{"name":"progressToken"}"#));
+        assert!(!asks(r#"["progressToken"]"#));
+        assert!(!progress_requested(None));
     }
 
     #[test]

@@ -2474,6 +2474,7 @@ impl<D: Detector> Tracker<D> {
                                 let tool = (method == "tools/call")
                                     .then(|| jsonrpc::tool_name(params.as_ref()))
                                     .flatten();
+                                let progress = jsonrpc::progress_requested(params.as_ref());
                                 let init_params = (method == "initialize")
                                     .then(|| params.as_ref().and_then(|p| checked_params(p, out)))
                                     .flatten();
@@ -2500,6 +2501,7 @@ impl<D: Detector> Tracker<D> {
                                     id,
                                     method,
                                     tool,
+                                    progress,
                                     init_params,
                                     answered: false,
                                     facts,
@@ -3143,6 +3145,7 @@ impl<D: Detector> Tracker<D> {
         };
         let method = request.method.clone();
         let tool = request.tool.clone();
+        let progress_requested = request.progress;
         let init_params = request.init_params.take();
         let facts = request.facts.take();
         let findings = std::mem::take(&mut request.findings);
@@ -3252,6 +3255,8 @@ impl<D: Detector> Tracker<D> {
         let review = AnswerReview {
             method: &event.method,
             tool: event.tool.as_deref(),
+            progress_requested,
+            handshakes: 0,
             request_id: &event.request_id,
             http_status: status,
             is_error: error.is_some(),
@@ -3297,6 +3302,7 @@ impl<D: Detector> Tracker<D> {
                 session.in_flight.remove(id);
                 let review = AnswerReview {
                     streaming_negotiated: session.streaming_negotiated,
+                    handshakes: session.handshakes,
                     ..*review
                 };
                 let alert = self.detector.answer(&mut session.detection, &review);

@@ -155,6 +155,11 @@ pub struct HandshakeVerdict {
 pub struct AnswerReview<'a> {
     pub method: &'a str,
     pub tool: Option<&'a str>,
+    /// The request asked for progress notifications (`_meta.progressToken`): a server may
+    /// stream such answers and not others.
+    pub progress_requested: bool,
+    /// The session's handshakes so far (0 for a stateless endpoint).
+    pub handshakes: u32,
     pub request_id: &'a Value,
     pub http_status: u16,
     /// A JSON-RPC error response, not a result.

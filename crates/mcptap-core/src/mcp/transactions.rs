@@ -15,6 +15,8 @@ pub struct PendingRequest {
     pub id: Id,
     pub method: String,
     pub tool: Option<String>,
+    /// The params ask for progress notifications (`_meta.progressToken`).
+    pub progress: bool,
     /// `initialize` params as their JSON text (a `Value` tree costs ~9x the text), parsed
     /// when the handshake is answered.
     pub init_params: Option<Box<str>>,
@@ -475,6 +477,7 @@ mod tests {
 
     fn request(id: &str) -> PendingRequest {
         PendingRequest {
+            progress: false,
             id: Id(id.to_string()),
             method: "ping".into(),
             tool: None,
