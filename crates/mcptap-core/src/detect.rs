@@ -457,14 +457,21 @@ impl ModeTracker {
         let key = key.into();
         let method = key.method;
         let mut found = Vec::new();
-        let own = self.slot(key, handshakes);
-        let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, handshakes));
         let whole = ModeKey::method(method);
+        // The method's record first: a table filled by one method's kinds still judges a
+        // method seen before it.
+        let whole_at = self.slot(whole, handshakes);
+        let own = if key == whole {
+            whole_at
+        } else {
+            self.slot(key, handshakes)
+        };
+        let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, handshakes));
         let method_at = if key == whole {
             found.extend(own_contradiction);
             own
         } else {
-            let at = self.slot(whole, handshakes);
+            let at = whole_at;
             let mut method_contradiction = None;
             let mut fits_alerted_change = false;
             if let Some(at) = at {
