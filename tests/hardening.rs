@@ -308,7 +308,8 @@ fn the_clock_follows_a_jump_that_several_packets_agree_on() {
             _ => None,
         })
         .collect();
-    assert_eq!(jumps, vec![false, false, true]);
+    // The gap is followed once; its first packets were no wrong stamps.
+    assert_eq!(jumps, vec![true]);
     let events = events_of(&outputs);
     assert!(
         events.iter().any(|e| e["event"] == "session_end"

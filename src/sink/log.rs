@@ -306,9 +306,9 @@ pub fn log_telemetry(t: &Telemetry) {
         Telemetry::ClockJump { ahead_ns, followed } => {
             let ahead_secs = *ahead_ns as f64 / 1e9;
             if *followed {
-                tracing::info!(target: "mcptap::clock", ahead_secs, "packet clock followed a jump several packets agree on")
+                tracing::info!(target: "mcptap::clock", ahead_secs, "packets resumed after a gap (a quiet link, or a gap in the capture): the packet clock followed them")
             } else {
-                tracing::warn!(target: "mcptap::clock", ahead_secs, "packet stamped far ahead of the packet clock: ignored for time-outs")
+                tracing::warn!(target: "mcptap::clock", ahead_secs, "packet stamped far ahead of the packets around it: ignored for time-outs")
             }
         }
         _ => {}

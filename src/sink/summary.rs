@@ -25,7 +25,8 @@ pub struct Summary {
     pub sessions_ended: BTreeMap<&'static str, u64>,
     /// Bounds of the session layer that refused or cut something, by limit.
     pub limits_hit: BTreeMap<&'static str, u64>,
-    /// Packets stamped far ahead of the packet clock (ignored, or followed when several agree).
+    /// Clock jumps: packets stamped far ahead and refused, one each, and gaps the clock
+    /// followed, one each.
     pub clock_jumps: u64,
     /// Empty results still waiting for their stream's resumption when the input ended.
     pub resumptions_unresolved: u64,

@@ -1107,8 +1107,10 @@ pub enum Telemetry {
         server: SocketAddr,
         midstream: bool,
     },
-    /// A packet stamped more than `clock_jump_ns` ahead of the packet clock; it did not move
-    /// the clock (`followed`: false) or, several in a row agreeing, it did (`followed`: true).
+    /// Packets stamped more than `clock_jump_ns` ahead of the packet clock. `followed`: true,
+    /// once for packets that went on forward (a quiet link, a gap between files): the clock
+    /// followed them. false, once per packet, when time came back from them: they were
+    /// stamped wrong and did not move the clock.
     ClockJump {
         ahead_ns: i64,
         followed: bool,

@@ -446,9 +446,10 @@ impl Default for PacketClock {
 }
 
 impl PacketClock {
-    /// Moves the clock to `ts`. A time more than `jump_ns` ahead is counted and ignored,
-    /// unless [`JUMP_CONFIRMATIONS`] packets in a row jump and agree among themselves (a real
-    /// gap in a rotated set of files, a link quiet for a while): then the clock follows.
+    /// Moves the clock to `ts`. A time more than `jump_ns` ahead is ignored, unless
+    /// [`JUMP_CONFIRMATIONS`] packets in a row jump and go on forward (a real gap in a rotated
+    /// set of files, a link quiet for a while): then the clock follows. Ignored packets are
+    /// counted once time comes back from them (see `observe_jump`).
     #[inline]
     pub(crate) fn observe(&mut self, ts: Timestamp, jump_ns: i64, out: &mut Vec<Output>) {
         if ts <= self.now {
@@ -462,30 +463,57 @@ impl PacketClock {
         self.observe_jump(ts, jump_ns, out);
     }
 
+    /// A packet far ahead of the clock, or the first one back after such packets. Those are
+    /// judged only once it is known what follows them, so that a quiet link (a gateway idle
+    /// for minutes) is no jump: packets that go on moving forward make the clock follow, with
+    /// one [`Telemetry::ClockJump`] `followed`; packets that time comes back from are each
+    /// counted as refused. Those the input ends with are left unjudged: every packet was read,
+    /// and the end ends every flow and session whatever the clock says.
     #[cold]
     fn observe_jump(&mut self, ts: Timestamp, jump: i64, out: &mut Vec<Output>) {
         let ahead = ts.0.saturating_sub(self.now.0);
         if self.now.0 == i64::MIN || ahead <= jump {
+            // Back near the clock: the packets that jumped were stamped wrong.
+            self.refuse_streak(out);
             self.now = ts;
-            self.jump_streak = (0, Timestamp(i64::MIN));
             return;
         }
         let (streak, latest) = self.jump_streak;
-        let agrees = streak == 0 || ts.0.abs_diff(latest.0) <= jump.unsigned_abs();
-        let streak = if agrees { streak + 1 } else { 1 };
-        let followed = streak >= JUMP_CONFIRMATIONS;
-        out.push(Output::Telemetry(Telemetry::ClockJump {
-            ahead_ns: ahead,
-            followed,
-        }));
-        if followed {
-            self.now = ts;
-            self.jump_streak = (0, Timestamp(i64::MIN));
-        } else if agrees {
-            self.jump_streak = (streak, ts.max(latest));
-        } else {
-            self.jump_streak = (streak, ts);
+        // Time that goes on forward agrees, however far (a link quiet between bursts); a
+        // packet stamped well before the streak's latest says one of them is wrong.
+        let agrees = streak == 0 || ts.0 >= latest.0.saturating_sub(jump);
+        if !agrees {
+            self.refuse_streak(out);
         }
+        let (streak, latest) = if agrees {
+            (streak + 1, ts.max(latest))
+        } else {
+            (1, ts)
+        };
+        if streak >= JUMP_CONFIRMATIONS {
+            out.push(Output::Telemetry(Telemetry::ClockJump {
+                ahead_ns: latest.0.saturating_sub(self.now.0),
+                followed: true,
+            }));
+            self.now = latest;
+            self.jump_streak = (0, Timestamp(i64::MIN));
+        } else {
+            self.jump_streak = (streak, latest);
+        }
+    }
+
+    /// The packets of the open streak did not move the clock: each is counted as refused
+    /// (by the streak's furthest time ahead).
+    fn refuse_streak(&mut self, out: &mut Vec<Output>) {
+        let (streak, latest) = self.jump_streak;
+        let ahead_ns = latest.0.saturating_sub(self.now.0);
+        for _ in 0..streak {
+            out.push(Output::Telemetry(Telemetry::ClockJump {
+                ahead_ns,
+                followed: false,
+            }));
+        }
+        self.jump_streak = (0, Timestamp(i64::MIN));
     }
 
     /// Whether a sweep is due: once per [`SWEEP_INTERVAL_NS`] of packet time.
@@ -1841,6 +1869,50 @@ fn report_push_anomalies(report: &PushReport, out: &mut Vec<Output>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clock's telemetry for packets at these seconds (the input then ends): `followed`
+    /// per report, and where the clock is.
+    fn clock_over(seconds: &[i64]) -> (Vec<bool>, i64) {
+        let mut clock = PacketClock::default();
+        let mut out = Vec::new();
+        let jump = 60 * 1_000_000_000;
+        for s in seconds {
+            clock.observe(Timestamp(s * 1_000_000_000), jump, &mut out);
+        }
+        let reports = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Telemetry(Telemetry::ClockJump { followed, .. }) => Some(*followed),
+                _ => None,
+            })
+            .collect();
+        (reports, clock.now.0 / 1_000_000_000)
+    }
+
+    #[test]
+    fn a_quiet_link_moves_the_clock_and_a_wrong_stamp_does_not() {
+        // Keep-alive pairs 70 s apart on an otherwise quiet link: the clock follows, no
+        // refusal (the last pair, not followed by anything, is left unjudged).
+        assert_eq!(
+            clock_over(&[0, 70, 70, 140, 140, 210, 210, 280, 280]),
+            (vec![true, true], 280)
+        );
+        // An exchange after ten quiet minutes: one gap followed.
+        assert_eq!(clock_over(&[0, 1, 600, 600, 600, 601]), (vec![true], 601));
+        // One packet stamped ten hours ahead among good ones: refused once time comes back.
+        assert_eq!(clock_over(&[0, 1, 36_000, 2, 3]), (vec![false], 3));
+        // Two of them, then good ones.
+        assert_eq!(clock_over(&[0, 36_000, 36_001, 2]), (vec![false, false], 2));
+        // Wrong stamps far apart never agree: each is refused.
+        assert_eq!(
+            clock_over(&[0, 36_000, 9_000, 72_000, 1]),
+            (vec![false, false, false], 1)
+        );
+        // A stamp ahead at the end of the input is left unjudged.
+        assert_eq!(clock_over(&[0, 1, 36_000]), (vec![], 1));
+        // Within the window, nothing to report.
+        assert_eq!(clock_over(&[0, 59, 118, 177]), (vec![], 177));
+    }
 
     /// Flow keys put the lower endpoint first as `SocketAddr` orders them, are equal exactly
     /// when their endpoints are, and equal keys hash alike: IPv4 pairs (packed), IPv6 and
