@@ -1102,3 +1102,39 @@ fn a_server_that_streams_some_tools_and_not_others_raises_no_divergence() {
     assert_eq!(divergences[0]["tool"], "fetch");
     assert_eq!(divergences[0]["reason"], "mode_contradiction");
 }
+
+/// A session that streamed its one tool so far; the client re-initializes on the session
+/// (`client_caps`) and calls another tool, answered as JSON.
+fn second_tool_after_reinitialize(client_caps: &str) -> Vec<Value> {
+    let sid = "modes-s2";
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Sse);
+    for _ in 0..2 {
+        let id = talk.take_request_id();
+        let body = mcp::tools_call_request(id, "search", "{}");
+        talk.exchange(
+            talk.post(&body),
+            mcp::response(sid, Answer::Sse, &mcp::tool_result(id, "ok")),
+        );
+    }
+    talk.reinitialize(client_caps, "{}", Answer::Sse);
+    let id = talk.take_request_id();
+    let body = mcp::tools_call_request(id, "add", "{}");
+    talk.exchange(
+        talk.post(&body),
+        mcp::response(sid, Answer::Json, &mcp::tool_result(id, "ok")),
+    );
+    events_of(&mut talk)
+}
+
+#[test]
+fn only_a_reinitialize_that_changed_the_capabilities_judges_a_new_tool_against_the_others() {
+    // The same capabilities again (a client that reconnected, conformant or not): the server
+    // may answer its other tool as JSON, as it may have from the start.
+    let same = second_tool_after_reinitialize(FULL_CLIENT_CAPS);
+    assert!(alerts(&same).is_empty(), "{:?}", alerts(&same));
+    // Narrower capabilities, accepted: the new tool's JSON answer is the session's change.
+    let narrower = second_tool_after_reinitialize(r#"{"roots":{}}"#);
+    let kinds: Vec<&Value> = alerts(&narrower).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["content_type_divergence"], "{narrower:?}");
+}

@@ -74,7 +74,7 @@ impl Detector for Detectors {
             review.shape,
             review.streaming_negotiated,
             review.accept,
-            review.handshakes,
+            review.capability_changes,
         )?;
         Some(AlertKind::ContentTypeDivergence(Divergence {
             method: review.method.to_string(),
@@ -215,27 +215,37 @@ fn expectation(mask: u8) -> &'static str {
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-struct MethodState {
+struct ModeState {
     /// Modes consistent with every answer seen so far; all three at first.
     modes: u8,
-    /// Reasons already alerted for this method, so a steady state alerts once.
+    /// Reasons already alerted for this record, so a steady state alerts once.
     alerted: Vec<DivergenceReason>,
-    /// The session's handshakes when `modes` started (recorded before this field: 0).
-    #[serde(default)]
-    handshakes: u32,
-    /// A method's change across a handshake was alerted with the session at this many
-    /// handshakes (see [`ModeTracker::observe_in`]).
+    /// The session's capability changes when `modes` started (`None`: a record from before
+    /// they were counted, never judged across them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    since: Option<u32>,
+    /// A method record: its change across a capability change was alerted at this count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     changed_at: Option<u32>,
-    /// The method's kinds were answered differently under one handshake.
+    /// A method record: its kinds were answered differently with no capability change between.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     varies: bool,
 }
 
-impl MethodState {
+impl ModeState {
+    fn new(changes: u32) -> Self {
+        ModeState {
+            modes: SSE | JSON | AUTO,
+            alerted: Vec::new(),
+            since: Some(changes),
+            changed_at: None,
+            varies: false,
+        }
+    }
+
     /// Narrows the modes by one answer; a contradiction starts over from this answer (so a
     /// lasting change alerts once, not on every call) and is returned.
-    fn narrow(&mut self, shape: AnswerShape, handshakes: u32) -> Option<DivergenceFinding> {
+    fn narrow(&mut self, shape: AnswerShape, changes: u32) -> Option<DivergenceFinding> {
         let remaining = self.modes & fits(shape);
         if remaining != 0 {
             self.modes = remaining;
@@ -248,7 +258,7 @@ impl MethodState {
             also: Vec::new(),
         };
         self.modes = fits(shape);
-        self.handshakes = handshakes;
+        self.since = Some(changes);
         Some(contradiction)
     }
 }
@@ -263,12 +273,13 @@ pub struct DivergenceFinding {
     pub also: Vec<DivergenceReason>,
 }
 
-/// Per-session record of how the server answers each kind of request ([`ModeKey`]).
+/// Per-session record of how the server answers each kind of request ([`ModeKey`]) and each
+/// method as a whole.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModeTracker {
-    /// A handful of kinds per session: a linear search beats hashing the key. Each is kept as
-    /// [`ModeKey::render`]s it.
-    methods: Vec<(Box<str>, MethodState)>,
+    /// A handful of records per session: a linear search beats hashing the key. Each is kept
+    /// under its [`Record::render`]ed key.
+    methods: Vec<(Box<str>, ModeState)>,
 }
 
 /// What a server may choose its response mode by, so what one mode is tracked for: the
@@ -283,11 +294,6 @@ pub struct ModeKey<'a> {
     pub progress: bool,
 }
 
-/// Separates a key's parts (a control character no MCP method or tool name holds; a name that
-/// does shares its record with another of the same session's own, nothing more).
-const KEY_TOOL: &str = "\u{1f}t:";
-const KEY_PROGRESS: &str = "\u{1f}p";
-
 impl<'a> ModeKey<'a> {
     /// The method alone (no tool, no progress asked for).
     pub fn method(method: &'a str) -> Self {
@@ -295,48 +301,6 @@ impl<'a> ModeKey<'a> {
             method,
             tool: None,
             progress: false,
-        }
-    }
-
-    fn rendered_len(&self) -> usize {
-        self.method.len()
-            + self.tool.map_or(0, |t| KEY_TOOL.len() + t.len())
-            + if self.progress { KEY_PROGRESS.len() } else { 0 }
-    }
-
-    /// The key as kept: the method, then the tool and the progress mark, each behind its tag.
-    fn render(&self) -> String {
-        let mut key = String::with_capacity(self.rendered_len());
-        key.push_str(self.method);
-        if let Some(tool) = self.tool {
-            key.push_str(KEY_TOOL);
-            key.push_str(tool);
-        }
-        if self.progress {
-            key.push_str(KEY_PROGRESS);
-        }
-        key
-    }
-
-    /// Whether `kept` is this key as rendered (without rendering it: this runs per answer).
-    fn is(&self, kept: &str) -> bool {
-        let Some(rest) = kept.strip_prefix(self.method) else {
-            return false;
-        };
-        let rest = match self.tool {
-            Some(tool) => match rest
-                .strip_prefix(KEY_TOOL)
-                .and_then(|r| r.strip_prefix(tool))
-            {
-                Some(rest) => rest,
-                None => return false,
-            },
-            None => rest,
-        };
-        if self.progress {
-            rest == KEY_PROGRESS
-        } else {
-            rest.is_empty()
         }
     }
 }
@@ -347,29 +311,119 @@ impl<'a> From<&'a str> for ModeKey<'a> {
     }
 }
 
-impl<'a> From<&'a String> for ModeKey<'a> {
-    fn from(method: &'a String) -> Self {
-        ModeKey::method(method)
+/// A record of the table: one kind of request, or a method as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record<'a> {
+    Kind(ModeKey<'a>),
+    Method(&'a str),
+}
+
+/// Tags between a key's parts. A control character: no MCP method or tool name holds one, and
+/// a name that does can only share a record with another name of its own session.
+const KEY_TOOL: &str = "\u{1f}t:";
+const KEY_PROGRESS: &str = "\u{1f}p";
+const KEY_METHOD: &str = "\u{1f}m";
+
+impl Record<'_> {
+    fn rendered_len(&self) -> usize {
+        match self {
+            Record::Kind(k) => {
+                k.method.len()
+                    + k.tool.map_or(0, |t| KEY_TOOL.len() + t.len())
+                    + if k.progress { KEY_PROGRESS.len() } else { 0 }
+            }
+            Record::Method(m) => m.len() + KEY_METHOD.len(),
+        }
+    }
+
+    /// The key as kept: the method, then the tool and the progress mark (a kind) or the method
+    /// mark, each behind its tag.
+    fn render(&self) -> String {
+        let mut key = String::with_capacity(self.rendered_len());
+        match self {
+            Record::Kind(k) => {
+                key.push_str(k.method);
+                if let Some(tool) = k.tool {
+                    key.push_str(KEY_TOOL);
+                    key.push_str(tool);
+                }
+                if k.progress {
+                    key.push_str(KEY_PROGRESS);
+                }
+            }
+            Record::Method(m) => {
+                key.push_str(m);
+                key.push_str(KEY_METHOD);
+            }
+        }
+        key
+    }
+
+    /// Whether `kept` is this record's key as rendered (without rendering it: this runs per
+    /// answer).
+    fn is(&self, kept: &str) -> bool {
+        match self {
+            Record::Method(m) => kept.strip_prefix(m) == Some(KEY_METHOD),
+            Record::Kind(k) => {
+                let Some(rest) = kept.strip_prefix(k.method) else {
+                    return false;
+                };
+                let rest = match k.tool {
+                    Some(tool) => match rest
+                        .strip_prefix(KEY_TOOL)
+                        .and_then(|r| r.strip_prefix(tool))
+                    {
+                        Some(rest) => rest,
+                        None => return false,
+                    },
+                    None => rest,
+                };
+                if k.progress {
+                    rest == KEY_PROGRESS
+                } else {
+                    rest.is_empty()
+                }
+            }
+        }
+    }
+
+    /// The key this record is kept under: as rendered, or a digest when that is too long.
+    fn kept_key(&self) -> Box<str> {
+        let rendered = self.render();
+        if rendered.len() > MAX_KEPT_KEY_BYTES {
+            oversized_key(&rendered, matches!(self, Record::Method(_)))
+        } else {
+            rendered
+        }
+        .into_boxed_str()
     }
 }
 
-/// Bound on distinct keys tracked per session (method and tool names come from the wire).
-const MAX_METHODS: usize = 64;
+/// Whether a kept key is a method's record (not a kind's).
+fn is_method_record(kept: &str) -> bool {
+    kept.ends_with(KEY_METHOD) || kept.starts_with("\0m")
+}
+
+/// Bounds on the records kept per session (method and tool names come from the wire): methods
+/// and kinds apart, so that one method's many tools cannot crowd the others' methods out.
+const MAX_METHOD_RECORDS: usize = 64;
+const MAX_KIND_RECORDS: usize = 128;
 
 /// Longest key kept as rendered. No MCP method and tool come near it; a longer key is kept as
 /// a digest of it, so that what a session keeps per key is small whatever the wire sends.
-const MAX_KEPT_METHOD_BYTES: usize = 256;
+const MAX_KEPT_KEY_BYTES: usize = 256;
 
-/// The key an oversized method name is tracked under: its length and a digest of it (NUL
-/// first, as no name a conformant peer sends starts with it).
-fn oversized_method_key(method: &str) -> String {
+/// The key an oversized rendered key is kept under: whether it is a method's, its length and a
+/// digest of it (NUL first, as no name a conformant peer sends starts with it).
+fn oversized_key(rendered: &str, method_record: bool) -> String {
     use std::hash::BuildHasher;
-    let digest = foldhash::fast::FixedState::with_seed(0x6d65_7468_6f64_6b65).hash_one(method);
-    format!("\0{digest:016x}:{}", method.len())
+    let digest = foldhash::fast::FixedState::with_seed(0x6d65_7468_6f64_6b65).hash_one(rendered);
+    let mark = if method_record { 'm' } else { 'k' };
+    format!("\0{mark}{digest:016x}:{}", rendered.len())
 }
 
 impl HeapBytes for ModeTracker {
-    /// The method table's room and, per method, its name and alerted reasons.
+    /// The table's room and, per record, its key and alerted reasons.
     fn heap_bytes(&self) -> usize {
         let block = |bytes: usize| {
             if bytes == 0 {
@@ -378,16 +432,16 @@ impl HeapBytes for ModeTracker {
                 heap_block_bytes(bytes)
             }
         };
-        let table = block(self.methods.capacity() * std::mem::size_of::<(Box<str>, MethodState)>());
-        let per_method: usize = self
+        let table = block(self.methods.capacity() * std::mem::size_of::<(Box<str>, ModeState)>());
+        let per_record: usize = self
             .methods
             .iter()
-            .map(|(name, state)| {
-                block(name.len())
+            .map(|(key, state)| {
+                block(key.len())
                     + block(state.alerted.capacity() * std::mem::size_of::<DivergenceReason>())
             })
             .sum();
-        table + per_method
+        table + per_record
     }
 }
 
@@ -395,22 +449,25 @@ impl ModeTracker {
     /// Another instance's record of the same session: a mode fits now only if it fits every
     /// answer either saw; reasons alerted by either count as alerted.
     pub fn merge(&mut self, theirs: ModeTracker) {
-        for (method, state) in theirs.methods {
-            // A record from elsewhere may hold a name this instance would not keep.
-            let method = if method.len() > MAX_KEPT_METHOD_BYTES {
-                oversized_method_key(&method).into_boxed_str()
+        for (key, state) in theirs.methods {
+            // A record from elsewhere may hold a key this instance would not keep.
+            let key = if key.len() > MAX_KEPT_KEY_BYTES {
+                oversized_key(&key, is_method_record(&key)).into_boxed_str()
             } else {
-                method
+                key
             };
-            let full = self.methods.len() >= MAX_METHODS;
-            match self.methods.iter_mut().find(|(m, _)| *m == method) {
+            let at = self.methods.iter().position(|(k, _)| *k == key);
+            let room = at.is_none() && self.has_room(is_method_record(&key));
+            match at.and_then(|at| self.methods.get_mut(at)) {
                 Some((_, mine)) => {
                     let both = mine.modes & state.modes;
                     // Disjoint views mean the change was seen (and alerted) on one side.
                     if both != 0 {
                         mine.modes = both;
-                        mine.handshakes = mine.handshakes.min(state.handshakes);
+                        // The later start, and none when either does not know its own.
+                        mine.since = mine.since.zip(state.since).map(|(a, b)| a.max(b));
                     }
+                    mine.changed_at = mine.changed_at.max(state.changed_at);
                     mine.varies |= state.varies;
                     for r in state.alerted {
                         if !mine.alerted.contains(&r) {
@@ -418,14 +475,27 @@ impl ModeTracker {
                         }
                     }
                 }
-                None if !full => self.methods.push((method, state)),
+                None if room => self.methods.push((key, state)),
                 None => {}
             }
         }
     }
 
+    fn has_room(&self, method_record: bool) -> bool {
+        let held = self
+            .methods
+            .iter()
+            .filter(|(k, _)| is_method_record(k) == method_record)
+            .count();
+        held < if method_record {
+            MAX_METHOD_RECORDS
+        } else {
+            MAX_KIND_RECORDS
+        }
+    }
+
     /// Records one 2xx answer to a request of kind `key` and returns the divergences it shows,
-    /// for a session that has had no handshake (see [`ModeTracker::observe_in`]).
+    /// for a session whose capabilities never changed (see [`ModeTracker::observe_in`]).
     pub fn observe<'k>(
         &mut self,
         key: impl Into<ModeKey<'k>>,
@@ -433,73 +503,63 @@ impl ModeTracker {
         streaming_negotiated: bool,
         accept: Option<&str>,
     ) -> Option<DivergenceFinding> {
-        self.observe_in(key, shape, streaming_negotiated, accept, 0)
+        self.observe_in(key.into(), shape, streaming_negotiated, accept, 0)
     }
 
     /// Records one 2xx answer to a request of kind `key` and returns the divergences it shows.
     /// `streaming_negotiated`: the session's current handshake has `tools.streaming: true`.
-    /// `accept`: the request's Accept header, if any. `handshakes`: the session's handshakes so
-    /// far.
+    /// `accept`: the request's Accept header, if any. `changes`: the session's handshakes that
+    /// changed its capabilities so far.
     ///
     /// An answer contradicting earlier answers of its own kind alerts. One contradicting only
     /// the method's other kinds (another tool, progress asked for or not) alerts when the
-    /// method's mode was set before the session's latest handshake: a replayed handshake
-    /// changed how the method is answered, whatever tool the agent calls next (the incident);
-    /// without one, the server answers its kinds differently by design.
-    pub fn observe_in<'k>(
+    /// method's answers agreed, all before the latest capability change: a replayed
+    /// `initialize` changed how the method is answered, whatever tool the agent calls next
+    /// (the incident). Kinds answered differently with no change between are the server's
+    /// choice, and from then on only each kind is judged.
+    pub fn observe_in(
         &mut self,
-        key: impl Into<ModeKey<'k>>,
+        key: ModeKey<'_>,
         shape: AnswerShape,
         streaming_negotiated: bool,
         accept: Option<&str>,
-        handshakes: u32,
+        changes: u32,
     ) -> Option<DivergenceFinding> {
-        let key = key.into();
         let method = key.method;
-        let mut found = Vec::new();
-        let whole = ModeKey::method(method);
-        // The method's record first: a table filled by one method's kinds still judges a
-        // method seen before it.
-        let whole_at = self.slot(whole, handshakes);
-        let own = if key == whole {
-            whole_at
-        } else {
-            self.slot(key, handshakes)
-        };
-        let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, handshakes));
-        let method_at = if key == whole {
-            found.extend(own_contradiction);
-            own
-        } else {
-            let at = whole_at;
-            let mut method_contradiction = None;
-            let mut fits_alerted_change = false;
-            if let Some(at) = at {
-                let state = &mut self.methods[at].1;
-                let set_before = state.handshakes < handshakes;
-                let contradiction = state.narrow(shape, handshakes);
-                fits_alerted_change =
-                    contradiction.is_none() && state.changed_at == Some(handshakes);
-                // Kinds answered differently under one handshake: the server chooses per
-                // kind, and a kind not seen before says nothing across handshakes either.
-                let by_design = state.varies;
-                state.varies |= contradiction.is_some() && !set_before;
-                method_contradiction = contradiction.filter(|_| set_before && !by_design);
-                if method_contradiction.is_some() {
-                    state.changed_at = Some(handshakes);
-                }
-            }
-            match (method_contradiction, own_contradiction) {
-                (Some(f), _) => found.push(f),
-                // The method's change since the latest handshake was alerted, and this
-                // answer fits it: the same change, seen on another kind.
-                (None, Some(_)) if fits_alerted_change => {}
-                (None, own) => found.extend(own),
-            }
-            at
-        };
-        // Reasons that are not about one kind alert once per method.
+        let method_at = self.slot(Record::Method(method), changes);
+        let own = self.slot(Record::Kind(key), changes);
+        let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, changes));
+        let mut method_contradiction = None;
+        let mut fits_alerted_change = false;
         if let Some(at) = method_at {
+            let state = &mut self.methods[at].1;
+            let set_before = state.since.is_some_and(|since| since < changes);
+            let contradiction = state.narrow(shape, changes);
+            fits_alerted_change = contradiction.is_none() && state.changed_at == Some(changes);
+            let by_design = state.varies;
+            // Kinds disagreeing with one another, not one kind changing.
+            state.varies |= contradiction.is_some()
+                && !set_before
+                && own.is_some()
+                && own_contradiction.is_none();
+            // A kind without a record of its own (the table full) is judged by its method's
+            // alone, as every method was before kinds were told apart.
+            let judged = own.is_none() || (set_before && !by_design);
+            method_contradiction = contradiction.filter(|_| judged);
+            if method_contradiction.is_some() {
+                state.changed_at = Some(changes);
+            }
+        }
+        let mut found = Vec::new();
+        match (method_contradiction, own_contradiction) {
+            (Some(f), _) => found.push(f),
+            // The method's change since the latest capability change was alerted, and this
+            // answer fits it: the same change, seen on another kind.
+            (None, Some(_)) if fits_alerted_change => {}
+            (None, own) => found.extend(own),
+        }
+        // Reasons that are not about one kind alert once per method.
+        if let Some(at) = method_at.or(own) {
             let state = &mut self.methods[at].1;
             if method == "tools/call" && streaming_negotiated && shape == AnswerShape::Json {
                 push_once(
@@ -536,34 +596,27 @@ impl ModeTracker {
         Some(first)
     }
 
-    /// Where `key`'s record is, made if new (`None` when the table is full).
-    fn slot(&mut self, key: ModeKey<'_>, handshakes: u32) -> Option<usize> {
-        let oversized_key = (key.rendered_len() > MAX_KEPT_METHOD_BYTES)
-            .then(|| oversized_method_key(&key.render()));
-        let found = match &oversized_key {
-            Some(digest) => self.methods.iter().position(|(m, _)| **m == **digest),
-            None => self.methods.iter().position(|(m, _)| key.is(m)),
+    /// Where `record` is, made if new (`None` when its part of the table is full).
+    fn slot(&mut self, record: Record<'_>, changes: u32) -> Option<usize> {
+        let found = if record.rendered_len() > MAX_KEPT_KEY_BYTES {
+            let kept = record.kept_key();
+            self.methods.iter().position(|(k, _)| *k == kept)
+        } else {
+            self.methods.iter().position(|(k, _)| record.is(k))
         };
-        match found {
-            Some(at) => Some(at),
-            None if self.methods.len() >= MAX_METHODS => None,
-            None => {
-                let fresh = MethodState {
-                    modes: SSE | JSON | AUTO,
-                    alerted: Vec::new(),
-                    handshakes,
-                    changed_at: None,
-                    varies: false,
-                };
-                let kept = oversized_key.unwrap_or_else(|| key.render());
-                self.methods.push((kept.into_boxed_str(), fresh));
-                Some(self.methods.len() - 1)
-            }
+        if found.is_some() {
+            return found;
         }
+        if !self.has_room(matches!(record, Record::Method(_))) {
+            return None;
+        }
+        self.methods
+            .push((record.kept_key(), ModeState::new(changes)));
+        Some(self.methods.len() - 1)
     }
 }
 
-fn push_once(state: &mut MethodState, found: &mut Vec<DivergenceFinding>, f: DivergenceFinding) {
+fn push_once(state: &mut ModeState, found: &mut Vec<DivergenceFinding>, f: DivergenceFinding) {
     if !state.alerted.contains(&f.reason) {
         state.alerted.push(f.reason);
         found.push(f);
@@ -708,50 +761,52 @@ mod tests {
         let one = t.heap_bytes();
         assert!(one >= "tools/call".len(), "{one}");
         // A name at the bound is kept as sent, and counted.
-        let at_bound = "m".repeat(MAX_KEPT_METHOD_BYTES);
-        t.observe(&at_bound, Json, false, None);
+        let at_bound = "m".repeat(MAX_KEPT_KEY_BYTES);
+        t.observe(at_bound.as_str(), Json, false, None);
         assert!(
-            t.heap_bytes() >= one + MAX_KEPT_METHOD_BYTES,
+            t.heap_bytes() >= one + MAX_KEPT_KEY_BYTES,
             "{}",
             t.heap_bytes()
         );
         assert!(t.methods.iter().any(|(m, _)| **m == *at_bound));
+        // Its method record, past the bound with its tag, is a digest.
+        assert!(t.methods.iter().any(|(m, _)| m.starts_with("\0m")));
         // Names of 60 KB cost what a short name costs, and are still tracked apart.
         let before = t.heap_bytes();
         let long_a = format!("{}a", "x".repeat(60_000));
         let long_b = format!("{}b", "x".repeat(60_000));
-        assert!(t.observe(&long_a, SseResultOnly, false, None).is_none());
-        assert!(t.observe(&long_b, Json, false, None).is_none());
         assert!(
-            t.heap_bytes() - before < 512,
+            t.observe(long_a.as_str(), SseResultOnly, false, None)
+                .is_none()
+        );
+        assert!(t.observe(long_b.as_str(), Json, false, None).is_none());
+        // Four records (each name's kind and method), the table's room grown for them.
+        assert!(
+            t.heap_bytes() - before < 1536,
             "{before} -> {}",
             t.heap_bytes()
         );
-        assert!(
-            t.methods
-                .iter()
-                .all(|(m, _)| m.len() <= MAX_KEPT_METHOD_BYTES)
-        );
+        assert!(t.methods.iter().all(|(m, _)| m.len() <= MAX_KEPT_KEY_BYTES));
         assert_eq!(
-            reasons(&t.observe(&long_a, Json, false, None)),
+            reasons(&t.observe(long_a.as_str(), Json, false, None)),
             vec![DivergenceReason::ModeContradiction]
         );
-        assert!(t.observe(&long_b, Json, false, None).is_none());
-        // A record from elsewhere with the name as sent merges into the same method.
+        assert!(t.observe(long_b.as_str(), Json, false, None).is_none());
+        // A record from elsewhere with the name as sent merges into the same record.
         let mut theirs = ModeTracker::default();
         theirs.methods.push((
-            long_b.clone().into_boxed_str(),
-            MethodState {
+            Record::Method(&long_b).render().into_boxed_str(),
+            ModeState {
                 modes: JSON,
                 alerted: vec![DivergenceReason::NotAccepted],
-                ..MethodState::default()
+                ..ModeState::default()
             },
         ));
         let methods = t.methods.len();
         t.merge(theirs);
         assert_eq!(t.methods.len(), methods);
         assert!(
-            t.observe(&long_b, Json, false, Some("text/event-stream"))
+            t.observe(long_b.as_str(), Json, false, Some("text/event-stream"))
                 .is_none()
         );
     }
@@ -770,27 +825,27 @@ mod tests {
         let mut t = ModeTracker::default();
         for _ in 0..3 {
             assert!(
-                t.observe_in(call("search", false), SseResultOnly, false, None, 1)
+                t.observe_in(call("search", false), SseResultOnly, false, None, 0)
                     .is_none()
             );
             assert!(
-                t.observe_in(call("add", false), Json, false, None, 1)
+                t.observe_in(call("add", false), Json, false, None, 0)
                     .is_none()
             );
             assert!(
-                t.observe_in(call("search", true), SseAfterMessages, false, None, 1)
+                t.observe_in(call("search", true), SseAfterMessages, false, None, 0)
                     .is_none()
             );
             assert!(
-                t.observe_in(call("add", true), SseResultOnly, false, None, 1)
+                t.observe_in(call("add", true), SseResultOnly, false, None, 0)
                     .is_none()
             );
         }
         // A kind that changes how it is answered still alerts, once.
-        let f = t.observe_in(call("search", false), Json, false, None, 1);
+        let f = t.observe_in(call("search", false), Json, false, None, 0);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         assert!(
-            t.observe_in(call("search", false), Json, false, None, 1)
+            t.observe_in(call("search", false), Json, false, None, 0)
                 .is_none()
         );
     }
@@ -799,29 +854,29 @@ mod tests {
     fn after_a_replayed_handshake_a_tool_not_called_before_still_shows_the_change() {
         let mut t = ModeTracker::default();
         assert!(
-            t.observe_in(call("read_file", false), SseResultOnly, false, None, 1)
+            t.observe_in(call("read_file", false), SseResultOnly, false, None, 0)
                 .is_none()
         );
         assert!(
-            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 1)
+            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 0)
                 .is_none()
         );
-        // The replayed handshake (the session's second), then a tool never called before.
-        let f = t.observe_in(call("get_ticket", false), Json, false, None, 2);
+        // A replayed handshake that changed the capabilities, then a tool never called before.
+        let f = t.observe_in(call("get_ticket", false), Json, false, None, 1);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         assert_eq!(f.map(|f| f.expected).as_deref(), Some("text/event-stream"));
         // The same change on a tool seen before: alerted already.
         assert!(
-            t.observe_in(call("read_file", false), Json, false, None, 2)
+            t.observe_in(call("read_file", false), Json, false, None, 1)
                 .is_none()
         );
         // A change of one kind after that, within the same handshake, is its own.
         assert!(
-            t.observe_in(call("list_dir", false), Json, false, None, 2)
+            t.observe_in(call("list_dir", false), Json, false, None, 1)
                 .is_none()
         );
         assert!(
-            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 2)
+            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 1)
                 .is_some()
         );
     }
@@ -830,44 +885,119 @@ mod tests {
     fn a_server_that_answers_its_tools_differently_is_judged_per_tool_across_handshakes() {
         let mut t = ModeTracker::default();
         assert!(
-            t.observe_in(call("search", false), SseResultOnly, false, None, 1)
+            t.observe_in(call("search", false), SseResultOnly, false, None, 0)
                 .is_none()
         );
         assert!(
-            t.observe_in(call("add", false), Json, false, None, 1)
+            t.observe_in(call("add", false), Json, false, None, 0)
                 .is_none()
         );
         // After a replayed handshake, a new tool's JSON answer fits what the server does.
         assert!(
-            t.observe_in(call("fetch", false), Json, false, None, 2)
+            t.observe_in(call("fetch", false), Json, false, None, 1)
                 .is_none()
         );
         // A tool that changed how it is answered still alerts.
-        let f = t.observe_in(call("search", false), Json, false, None, 2);
+        let f = t.observe_in(call("search", false), Json, false, None, 1);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
     }
 
     #[test]
     fn kinds_are_kept_apart_without_rendering_and_alike_when_rendered() {
-        let key = call("search", true);
+        let key = Record::Kind(call("search", true));
         let kept = key.render();
         assert!(key.is(&kept));
-        assert!(!call("search", false).is(&kept));
-        assert!(!call("searc", true).is(&kept));
-        assert!(!ModeKey::method("tools/call").is(&kept));
-        assert!(ModeKey::method("tools/call").is("tools/call"));
+        assert!(!Record::Kind(call("search", false)).is(&kept));
+        assert!(!Record::Kind(call("searc", true)).is(&kept));
+        assert!(!Record::Kind(ModeKey::method("tools/call")).is(&kept));
+        assert!(!Record::Method("tools/call").is(&kept));
+        assert!(Record::Kind(ModeKey::method("tools/call")).is("tools/call"));
+        let method = Record::Method("tools/call").render();
+        assert!(Record::Method("tools/call").is(&method));
+        assert!(!Record::Kind(ModeKey::method("tools/call")).is(&method));
+        assert!(is_method_record(&method) && !is_method_record(&kept));
         assert_eq!(key.rendered_len(), kept.len());
         // A long tool name is kept as a digest, and found again.
-        let long = "x".repeat(MAX_KEPT_METHOD_BYTES);
+        let long = "x".repeat(MAX_KEPT_KEY_BYTES);
         let mut t = ModeTracker::default();
-        t.observe_in(call(&long, false), SseResultOnly, false, None, 1);
-        assert!(
-            t.methods
-                .iter()
-                .all(|(m, _)| m.len() <= MAX_KEPT_METHOD_BYTES)
-        );
-        let f = t.observe_in(call(&long, false), Json, false, None, 1);
+        t.observe_in(call(&long, false), SseResultOnly, false, None, 0);
+        assert!(t.methods.iter().all(|(m, _)| m.len() <= MAX_KEPT_KEY_BYTES));
+        let f = t.observe_in(call(&long, false), Json, false, None, 0);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+    }
+
+    #[test]
+    fn a_method_streamed_only_when_progress_is_asked_is_quiet() {
+        let mut t = ModeTracker::default();
+        let read = |progress| ModeKey {
+            method: "resources/read",
+            tool: None,
+            progress,
+        };
+        for _ in 0..3 {
+            assert!(
+                t.observe_in(read(true), SseAfterMessages, false, None, 0)
+                    .is_none()
+            );
+            assert!(t.observe_in(read(false), Json, false, None, 0).is_none());
+        }
+    }
+
+    #[test]
+    fn records_that_do_not_know_when_they_started_are_never_judged_across_changes() {
+        // A record from before capability changes were counted.
+        let mut t: ModeTracker =
+            serde_json::from_str(r#"{"methods":[["tools/call\u001fm",{"modes":1,"alerted":[]}]]}"#)
+                .expect("record");
+        assert!(
+            t.observe_in(call("add", false), Json, false, None, 1)
+                .is_none()
+        );
+        // Merged with one that knows: still not known.
+        let mut known = ModeTracker::default();
+        known.observe_in(call("search", false), SseResultOnly, false, None, 0);
+        let mut unknown: ModeTracker =
+            serde_json::from_str(r#"{"methods":[["tools/call\u001fm",{"modes":1,"alerted":[]}]]}"#)
+                .expect("record");
+        unknown.merge(known.clone());
+        assert!(
+            unknown
+                .observe_in(call("add", false), Json, false, None, 1)
+                .is_none()
+        );
+        // Two that know merge to the later start.
+        let mut later = ModeTracker::default();
+        later.observe_in(call("search", false), SseResultOnly, false, None, 1);
+        known.merge(later);
+        assert!(
+            known
+                .observe_in(call("add", false), Json, false, None, 1)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_table_full_of_one_methods_tools_still_judges_other_methods_and_new_tools() {
+        let mut t = ModeTracker::default();
+        let tools: Vec<String> = (0..MAX_KIND_RECORDS + 8)
+            .map(|i| format!("tool{i}"))
+            .collect();
+        for tool in &tools {
+            assert!(
+                t.observe_in(call(tool, false), SseResultOnly, false, None, 0)
+                    .is_none()
+            );
+        }
+        let read = ModeKey::method("resources/read");
+        assert!(t.observe_in(read, SseResultOnly, false, None, 0).is_none());
+        // A method seen after the tools filled their part still has its records.
+        let f = t.observe_in(read, Json, false, None, 1);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+        // A tool without a record of its own is judged by its method's, as before kinds.
+        let late = tools.last().map(String::as_str).unwrap_or_default();
+        let f = t.observe_in(call(late, false), Json, false, None, 0);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
+        assert!(t.methods.len() <= MAX_KIND_RECORDS + MAX_METHOD_RECORDS);
     }
 
     #[test]
@@ -1023,7 +1153,7 @@ mod tests {
             method: "tools/call",
             tool: Some("t"),
             progress_requested: false,
-            handshakes: 0,
+            capability_changes: 0,
             request_id: &id,
             http_status: status,
             is_error: false,
@@ -1104,7 +1234,7 @@ mod tests {
             method: "tools/call",
             tool: None,
             progress_requested: false,
-            handshakes: 0,
+            capability_changes: 0,
             request_id: &id,
             http_status: 200,
             is_error,

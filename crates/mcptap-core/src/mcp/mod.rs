@@ -1366,6 +1366,7 @@ impl<D: Detector> Tracker<D> {
             s.baseline = theirs.baseline;
         }
         s.handshakes = theirs.handshakes;
+        s.capability_changes = theirs.capability_changes;
         s.streaming_negotiated = theirs.streaming_negotiated;
         s.protocol_version = theirs.protocol_version;
         s.requests = s.requests.max(theirs.requests);
@@ -1391,6 +1392,7 @@ impl<D: Detector> Tracker<D> {
             s.protocol_version = theirs.protocol_version;
         }
         s.handshakes = s.handshakes.max(theirs.handshakes);
+        s.capability_changes = s.capability_changes.max(theirs.capability_changes);
         s.requests = s.requests.max(theirs.requests);
         s.alerts = s.alerts.max(theirs.alerts);
         self.detector
@@ -1724,6 +1726,7 @@ impl<D: Detector> Tracker<D> {
         s.era = e.era;
         s.protocol_version = e.protocol_version;
         s.handshakes = e.handshakes;
+        s.capability_changes = e.capability_changes;
         s.baseline = e.baseline;
         s.streaming_negotiated = e.streaming_negotiated;
         s.requests = e.requests;
@@ -3256,7 +3259,7 @@ impl<D: Detector> Tracker<D> {
             method: &event.method,
             tool: event.tool.as_deref(),
             progress_requested,
-            handshakes: 0,
+            capability_changes: 0,
             request_id: &event.request_id,
             http_status: status,
             is_error: error.is_some(),
@@ -3302,7 +3305,7 @@ impl<D: Detector> Tracker<D> {
                 session.in_flight.remove(id);
                 let review = AnswerReview {
                     streaming_negotiated: session.streaming_negotiated,
-                    handshakes: session.handshakes,
+                    capability_changes: session.capability_changes,
                     ..*review
                 };
                 let alert = self.detector.answer(&mut session.detection, &review);
@@ -3981,6 +3984,11 @@ impl<D: Detector> Tracker<D> {
         });
         hs.client_near_miss = verdict.client_near_miss;
         if accepted {
+            let changed = hs
+                .diff
+                .as_ref()
+                .is_some_and(|d| !(d.client.is_empty() && d.server.is_empty()));
+            session.capability_changes += u32::from(changed);
             session.streaming_negotiated = record.streaming;
             session.protocol_version = hs.protocol_version.as_deref().map(Box::from);
             if session.baseline.is_none() {

@@ -158,8 +158,9 @@ pub struct AnswerReview<'a> {
     /// The request asked for progress notifications (`_meta.progressToken`): a server may
     /// stream such answers and not others.
     pub progress_requested: bool,
-    /// The session's handshakes so far (0 for a stateless endpoint).
-    pub handshakes: u32,
+    /// The session's accepted handshakes that changed its capabilities against its first one
+    /// (0 for a stateless endpoint): response modes are judged across them.
+    pub capability_changes: u32,
     pub request_id: &'a Value,
     pub http_status: u16,
     /// A JSON-RPC error response, not a result.

@@ -262,6 +262,9 @@ pub struct Session<D> {
     pub protocol_version: Option<Box<str>>,
     pub last_seen: Timestamp,
     pub handshakes: u32,
+    /// Accepted handshakes whose capabilities differ from the baseline's: a replayed
+    /// `initialize` that changed the session (what response modes are judged across).
+    pub capability_changes: u32,
     /// The first accepted handshake: the baseline, never replaced.
     pub baseline: Option<CapsRecord>,
     /// `tools.streaming: true` in the latest accepted handshake.
@@ -314,6 +317,7 @@ impl<D: Clone> Session<D> {
             protocol_version: self.protocol_version.clone(),
             last_seen: self.last_seen,
             handshakes: self.handshakes,
+            capability_changes: self.capability_changes,
             baseline: self.baseline.clone(),
             streaming_negotiated: self.streaming_negotiated,
             requests: self.requests,
@@ -666,6 +670,7 @@ impl<D: Default> Session<D> {
             protocol_version: None,
             last_seen: ts,
             handshakes: 0,
+            capability_changes: 0,
             baseline: None,
             streaming_negotiated: false,
             requests: 0,

@@ -9,6 +9,10 @@ use crate::model::Era;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// The snapshot format's version: a snapshot of another version is refused, not guessed at.
 pub const SNAPSHOT_VERSION: u32 = 1;
 
@@ -67,6 +71,9 @@ pub struct SessionEntry<D> {
     pub era: Era,
     pub protocol_version: Option<Box<str>>,
     pub handshakes: u32,
+    /// `Session::capability_changes`; absent from older snapshots.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capability_changes: u32,
     pub baseline: Option<CapsRecord>,
     pub streaming_negotiated: bool,
     pub requests: u64,
@@ -96,6 +103,7 @@ impl<D: Clone> SessionEntry<D> {
             era: s.era,
             protocol_version: s.protocol_version.clone(),
             handshakes: s.handshakes,
+            capability_changes: s.capability_changes,
             baseline: s.baseline.clone(),
             streaming_negotiated: s.streaming_negotiated,
             requests: s.requests,
