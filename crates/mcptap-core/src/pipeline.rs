@@ -419,7 +419,7 @@ const MAX_HELD_SEGMENTS: usize = 256;
 const HELD_OVERHEAD: usize = std::mem::size_of::<HeldSegment>() + 32;
 
 /// Packets in a row, all far ahead of the clock, that make it follow them.
-const JUMP_CONFIRMATIONS: u32 = 3;
+const JUMP_CONFIRMATIONS: usize = 3;
 
 /// How often (in packet time) idle flows and sessions are swept.
 const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
@@ -430,8 +430,8 @@ const SWEEP_INTERVAL_NS: i64 = 1_000_000_000;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PacketClock {
     pub(crate) now: Timestamp,
-    /// Packets in a row that jumped ahead of the clock, and the latest of their times.
-    jump_streak: (u32, Timestamp),
+    /// Packets that jumped ahead of the clock, not judged yet: how many, and their times.
+    pending: (usize, [i64; JUMP_CONFIRMATIONS]),
     pub(crate) last_sweep: Timestamp,
 }
 
@@ -439,7 +439,7 @@ impl Default for PacketClock {
     fn default() -> Self {
         PacketClock {
             now: Timestamp(i64::MIN),
-            jump_streak: (0, Timestamp(i64::MIN)),
+            pending: (0, [i64::MIN; JUMP_CONFIRMATIONS]),
             last_sweep: Timestamp(i64::MIN),
         }
     }
@@ -456,64 +456,79 @@ impl PacketClock {
             return;
         }
         // Nearly every packet: a little ahead of the clock, no jump pending.
-        if self.jump_streak.0 == 0 && ts.0.saturating_sub(self.now.0) <= jump_ns {
+        if self.pending.0 == 0 && ts.0.saturating_sub(self.now.0) <= jump_ns {
             self.now = ts;
             return;
         }
         self.observe_jump(ts, jump_ns, out);
     }
 
-    /// A packet far ahead of the clock, or the first one back after such packets. Those are
-    /// judged only once it is known what follows them, so that a quiet link (a gateway idle
-    /// for minutes) is no jump: packets that go on moving forward make the clock follow, with
-    /// one [`Telemetry::ClockJump`] `followed`; packets that time comes back from are each
-    /// counted as refused. Those the input ends with are left unjudged: every packet was read,
-    /// and the end ends every flow and session whatever the clock says.
+    /// A packet far ahead of the clock, or one after such packets. Those are judged only once
+    /// it is known what follows them, so that a quiet link (a gateway idle for minutes) is no
+    /// jump: a packet that time does not come back from (no later packet is stamped more than
+    /// `jump` before it) is right. Once [`JUMP_CONFIRMATIONS`] are pending, none contradicted,
+    /// the clock follows to the earliest (one [`Telemetry::ClockJump`] `followed`), and those
+    /// still far ahead of it stay pending: a wrong stamp among a burst after a gap does not
+    /// carry the clock along. A packet that time comes back from is counted as refused. Those
+    /// the input ends with are left unjudged: every packet was read, and the end ends every
+    /// flow and session whatever the clock says.
     #[cold]
     fn observe_jump(&mut self, ts: Timestamp, jump: i64, out: &mut Vec<Output>) {
         let ahead = ts.0.saturating_sub(self.now.0);
         if self.now.0 == i64::MIN || ahead <= jump {
             // Back near the clock: the packets that jumped were stamped wrong.
-            self.refuse_streak(out);
+            self.refuse_where(|_| true, out);
             self.now = ts;
             return;
         }
-        let (streak, latest) = self.jump_streak;
-        // Time that goes on forward agrees, however far (a link quiet between bursts); a
-        // packet stamped well before the streak's latest says one of them is wrong.
-        let agrees = streak == 0 || ts.0 >= latest.0.saturating_sub(jump);
-        if !agrees {
-            self.refuse_streak(out);
+        // Time came back from these: they were stamped wrong.
+        self.refuse_where(|t| ts.0 < t.saturating_sub(jump), out);
+        let (count, times) = &mut self.pending;
+        if let Some(slot) = times.get_mut(*count) {
+            *slot = ts.0;
+            *count += 1;
         }
-        let (streak, latest) = if agrees {
-            (streak + 1, ts.max(latest))
-        } else {
-            (1, ts)
-        };
-        if streak >= JUMP_CONFIRMATIONS {
-            out.push(Output::Telemetry(Telemetry::ClockJump {
-                ahead_ns: latest.0.saturating_sub(self.now.0),
-                followed: true,
-            }));
-            self.now = latest;
-            self.jump_streak = (0, Timestamp(i64::MIN));
-        } else {
-            self.jump_streak = (streak, latest);
+        if self.pending.0 < JUMP_CONFIRMATIONS {
+            return;
         }
+        let earliest = self.pending.1.iter().copied().min().unwrap_or(ts.0);
+        out.push(Output::Telemetry(Telemetry::ClockJump {
+            ahead_ns: earliest.saturating_sub(self.now.0),
+            followed: true,
+        }));
+        self.now = Timestamp(earliest);
+        let now = earliest;
+        let (count, times) = &mut self.pending;
+        let mut kept = 0;
+        for at in 0..*count {
+            let t = times[at];
+            if t.saturating_sub(now) > jump {
+                times[kept] = t;
+                kept += 1;
+            }
+        }
+        *count = kept;
     }
 
-    /// The packets of the open streak did not move the clock: each is counted as refused
-    /// (by the streak's furthest time ahead).
-    fn refuse_streak(&mut self, out: &mut Vec<Output>) {
-        let (streak, latest) = self.jump_streak;
-        let ahead_ns = latest.0.saturating_sub(self.now.0);
-        for _ in 0..streak {
-            out.push(Output::Telemetry(Telemetry::ClockJump {
-                ahead_ns,
-                followed: false,
-            }));
+    /// Counts the pending packets `wrong` picks as refused (each by how far ahead it was) and
+    /// forgets them.
+    fn refuse_where(&mut self, wrong: impl Fn(i64) -> bool, out: &mut Vec<Output>) {
+        let now = self.now.0;
+        let (count, times) = &mut self.pending;
+        let mut kept = 0;
+        for at in 0..*count {
+            let t = times[at];
+            if wrong(t) {
+                out.push(Output::Telemetry(Telemetry::ClockJump {
+                    ahead_ns: t.saturating_sub(now),
+                    followed: false,
+                }));
+            } else {
+                times[kept] = t;
+                kept += 1;
+            }
         }
-        self.jump_streak = (0, Timestamp(i64::MIN));
+        *count = kept;
     }
 
     /// Whether a sweep is due: once per [`SWEEP_INTERVAL_NS`] of packet time.
@@ -1895,7 +1910,16 @@ mod tests {
         // refusal (the last pair, not followed by anything, is left unjudged).
         assert_eq!(
             clock_over(&[0, 70, 70, 140, 140, 210, 210, 280, 280]),
-            (vec![true, true], 280)
+            (vec![true, true, true], 210)
+        );
+        // A wrong stamp among the packets after a gap: the clock follows the gap, not it.
+        assert_eq!(
+            clock_over(&[0, 1, 120, 121, 36_000, 122, 123]),
+            (vec![true, false], 123)
+        );
+        assert_eq!(
+            clock_over(&[0, 1, 36_000, 120, 121, 122, 123]),
+            (vec![false, true], 123)
         );
         // An exchange after ten quiet minutes: one gap followed.
         assert_eq!(clock_over(&[0, 1, 600, 600, 600, 601]), (vec![true], 601));
