@@ -220,10 +220,10 @@ struct ModeState {
     modes: u8,
     /// Reasons already alerted for this record, so a steady state alerts once.
     alerted: Vec<DivergenceReason>,
-    /// The session's capability changes when `modes` started (`None`: a record from before
+    /// The session's capability changes at its latest answer (`None`: a record from before
     /// they were counted, never judged across them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    since: Option<u32>,
+    last: Option<u32>,
     /// A method record: its change across a capability change was alerted at this count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     changed_at: Option<u32>,
@@ -237,7 +237,7 @@ impl ModeState {
         ModeState {
             modes: SSE | JSON | AUTO,
             alerted: Vec::new(),
-            since: Some(changes),
+            last: Some(changes),
             changed_at: None,
             varies: false,
         }
@@ -246,6 +246,7 @@ impl ModeState {
     /// Narrows the modes by one answer; a contradiction starts over from this answer (so a
     /// lasting change alerts once, not on every call) and is returned.
     fn narrow(&mut self, shape: AnswerShape, changes: u32) -> Option<DivergenceFinding> {
+        self.last = Some(changes);
         let remaining = self.modes & fits(shape);
         if remaining != 0 {
             self.modes = remaining;
@@ -258,7 +259,6 @@ impl ModeState {
             also: Vec::new(),
         };
         self.modes = fits(shape);
-        self.since = Some(changes);
         Some(contradiction)
     }
 }
@@ -464,8 +464,8 @@ impl ModeTracker {
                     // Disjoint views mean the change was seen (and alerted) on one side.
                     if both != 0 {
                         mine.modes = both;
-                        // The later start, and none when either does not know its own.
-                        mine.since = mine.since.zip(state.since).map(|(a, b)| a.max(b));
+                        // The later answer, and none when either does not know its own.
+                        mine.last = mine.last.zip(state.last).map(|(a, b)| a.max(b));
                     }
                     mine.changed_at = mine.changed_at.max(state.changed_at);
                     mine.varies |= state.varies;
@@ -512,11 +512,11 @@ impl ModeTracker {
     /// changed its capabilities so far.
     ///
     /// An answer contradicting earlier answers of its own kind alerts. One contradicting only
-    /// the method's other kinds (another tool, progress asked for or not) alerts when the
-    /// method's answers agreed, all before the latest capability change: a replayed
-    /// `initialize` changed how the method is answered, whatever tool the agent calls next
-    /// (the incident). Kinds answered differently with no change between are the server's
-    /// choice, and from then on only each kind is judged.
+    /// the method's other kinds (another tool, progress asked for or not) alerts when it is
+    /// the method's first answer since a capability change and the method's answers agreed
+    /// before: a replayed `initialize` changed how the method is answered, whatever tool the
+    /// agent calls next (the incident). Kinds answered differently with no change between are
+    /// the server's choice, and from then on only each kind is judged.
     pub fn observe_in(
         &mut self,
         key: ModeKey<'_>,
@@ -526,25 +526,26 @@ impl ModeTracker {
         changes: u32,
     ) -> Option<DivergenceFinding> {
         let method = key.method;
-        let method_at = self.slot(Record::Method(method), changes);
-        let own = self.slot(Record::Kind(key), changes);
+        let (method_at, own) = self.slots(Record::Method(method), Record::Kind(key), changes);
         let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, changes));
         let mut method_contradiction = None;
         let mut fits_alerted_change = false;
         if let Some(at) = method_at {
             let state = &mut self.methods[at].1;
-            let set_before = state.since.is_some_and(|since| since < changes);
+            // The method's first answer since the latest capability change.
+            let first_since_change = state.last.is_some_and(|last| last < changes);
             let contradiction = state.narrow(shape, changes);
             fits_alerted_change = contradiction.is_none() && state.changed_at == Some(changes);
             let by_design = state.varies;
             // Kinds disagreeing with one another, not one kind changing.
             state.varies |= contradiction.is_some()
-                && !set_before
+                && !first_since_change
                 && own.is_some()
                 && own_contradiction.is_none();
             // A kind without a record of its own (the table full) is judged by its method's
-            // alone, as every method was before kinds were told apart.
-            let judged = own.is_none() || (set_before && !by_design);
+            // alone, as every method was before kinds were told apart, unless the method's
+            // kinds are known to differ.
+            let judged = !by_design && (own.is_none() || first_since_change);
             method_contradiction = contradiction.filter(|_| judged);
             if method_contradiction.is_some() {
                 state.changed_at = Some(changes);
@@ -596,23 +597,65 @@ impl ModeTracker {
         Some(first)
     }
 
-    /// Where `record` is, made if new (`None` when its part of the table is full).
-    fn slot(&mut self, record: Record<'_>, changes: u32) -> Option<usize> {
-        let found = if record.rendered_len() > MAX_KEPT_KEY_BYTES {
-            let kept = record.kept_key();
-            self.methods.iter().position(|(k, _)| *k == kept)
-        } else {
-            self.methods.iter().position(|(k, _)| record.is(k))
+    /// Where a method's record and one of its kinds' are, each made if new (`None` when its
+    /// part of the table is full); one pass over the table for both (this runs per answer).
+    fn slots(
+        &mut self,
+        method: Record<'_>,
+        kind: Record<'_>,
+        changes: u32,
+    ) -> (Option<usize>, Option<usize>) {
+        let oversized =
+            |r: &Record<'_>| (r.rendered_len() > MAX_KEPT_KEY_BYTES).then(|| r.kept_key());
+        let (method_digest, kind_digest) = (oversized(&method), oversized(&kind));
+        // Lengths first: most records differ in length from the one sought.
+        let (method_len, kind_len) = (
+            method_digest
+                .as_ref()
+                .map_or(method.rendered_len(), |d| d.len()),
+            kind_digest
+                .as_ref()
+                .map_or(kind.rendered_len(), |d| d.len()),
+        );
+        #[inline]
+        fn matches(record: &Record<'_>, digest: &Option<Box<str>>, kept: &str) -> bool {
+            match digest {
+                Some(digest) => **digest == *kept,
+                None => record.is(kept),
+            }
+        }
+        let (mut method_at, mut kind_at) = (None, None);
+        for (at, (kept, _)) in self.methods.iter().enumerate() {
+            if method_at.is_none()
+                && kept.len() == method_len
+                && matches(&method, &method_digest, kept)
+            {
+                method_at = Some(at);
+            } else if kind_at.is_none()
+                && kept.len() == kind_len
+                && matches(&kind, &kind_digest, kept)
+            {
+                kind_at = Some(at);
+            }
+            if method_at.is_some() && kind_at.is_some() {
+                break;
+            }
+        }
+        let mut make = |record: &Record<'_>, digest: Option<Box<str>>| {
+            if !self.has_room(matches!(record, Record::Method(_))) {
+                return None;
+            }
+            let kept = digest.unwrap_or_else(|| record.kept_key());
+            self.methods.push((kept, ModeState::new(changes)));
+            Some(self.methods.len() - 1)
         };
-        if found.is_some() {
-            return found;
+        if method_at.is_none() {
+            method_at = make(&method, method_digest);
         }
-        if !self.has_room(matches!(record, Record::Method(_))) {
-            return None;
+        if kind_at.is_none() {
+            kind_at = make(&kind, kind_digest);
         }
-        self.methods
-            .push((record.kept_key(), ModeState::new(changes)));
-        Some(self.methods.len() - 1)
+        (method_at, kind_at)
     }
 }
 
@@ -998,6 +1041,37 @@ mod tests {
         let f = t.observe_in(call(late, false), Json, false, None, 0);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         assert!(t.methods.len() <= MAX_KIND_RECORDS + MAX_METHOD_RECORDS);
+    }
+
+    #[test]
+    fn a_new_tool_after_the_method_went_on_as_before_the_change_is_no_divergence() {
+        let mut t = ModeTracker::default();
+        t.observe_in(call("search", false), SseResultOnly, false, None, 0);
+        // A capability change, and the server streams `search` as before.
+        for _ in 0..3 {
+            assert!(
+                t.observe_in(call("search", false), SseResultOnly, false, None, 1)
+                    .is_none()
+            );
+        }
+        assert!(
+            t.observe_in(call("add", false), Json, false, None, 1)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn tools_past_the_table_of_a_server_that_answers_them_differently_are_quiet() {
+        let mut t = ModeTracker::default();
+        for i in 0..MAX_KIND_RECORDS + 20 {
+            let shape = if i % 2 == 0 { SseResultOnly } else { Json };
+            let tool = format!("tool{i}");
+            assert!(
+                t.observe_in(call(&tool, false), shape, false, None, 0)
+                    .is_none(),
+                "{i}"
+            );
+        }
     }
 
     #[test]

@@ -740,8 +740,9 @@ pub fn progress_requested(params: Option<&Params<'_>>) -> bool {
         return false;
     };
     let text = params.get();
-    // Most requests name no token: one scan for the word settles them without reading members.
-    if memchr::memmem::find(text.as_bytes(), b"progressToken").is_none() {
+    // Most requests name no token: one scan for the word settles them without reading members
+    // (a modern request's `_meta` holds its whole capability declaration).
+    if !names_progress_token(text.as_bytes()) {
         return false;
     }
     let meta = match params.fields(["_meta"]) {
@@ -755,6 +756,18 @@ pub fn progress_requested(params: Option<&Params<'_>>) -> bool {
         return false;
     };
     matches!(object_fields(meta, ["progressToken"]), Some(Ok([Some(_)])))
+}
+
+/// Whether `text` holds the word `progressToken`: found by its one capital (rare in JSON), as a
+/// searcher built per call costs more than the scan on a request's few hundred bytes.
+fn names_progress_token(text: &[u8]) -> bool {
+    const WORD: &[u8] = b"progressToken";
+    const CAPITAL_AT: usize = 8;
+    memchr::memchr_iter(b'T', text).any(|at| {
+        at.checked_sub(CAPITAL_AT)
+            .and_then(|start| text.get(start..start + WORD.len()))
+            == Some(WORD)
+    })
 }
 
 /// The `requestId` a `notifications/cancelled` names (a string or a number), if its params
@@ -892,6 +905,19 @@ mod tests {
         assert!(!asks(r#"{"name":"progressToken"}"#));
         assert!(!asks(r#"["progressToken"]"#));
         assert!(!progress_requested(None));
+        for text in ["progressToken", "xprogressTokenx", "TT progressToken T"] {
+            assert!(names_progress_token(text.as_bytes()), "{text}");
+        }
+        for text in [
+            "",
+            "T",
+            "progressTok",
+            "rogressToken",
+            "progress Token",
+            "Tokenprogress",
+        ] {
+            assert!(!names_progress_token(text.as_bytes()), "{text}");
+        }
     }
 
     #[test]
