@@ -775,6 +775,18 @@ mod tests {
         );
     }
 
+    /// A 2xx answer of `shape` to a `tools/call` of `tool`, the session at `changes` capability
+    /// changes (no streaming negotiated, no Accept).
+    fn answer(
+        t: &mut ModeTracker,
+        tool: &str,
+        progress: bool,
+        shape: AnswerShape,
+        changes: u32,
+    ) -> Option<DivergenceFinding> {
+        t.observe_in(call(tool, progress), shape, false, None, changes)
+    }
+
     fn call(tool: &str, progress: bool) -> ModeKey<'_> {
         ModeKey {
             method: "tools/call",
@@ -788,81 +800,42 @@ mod tests {
         // One handshake, one session: tools answered each their own way, every time.
         let mut t = ModeTracker::default();
         for _ in 0..3 {
-            assert!(
-                t.observe_in(call("search", false), SseResultOnly, false, None, 0)
-                    .is_none()
-            );
-            assert!(
-                t.observe_in(call("add", false), Json, false, None, 0)
-                    .is_none()
-            );
-            assert!(
-                t.observe_in(call("search", true), SseAfterMessages, false, None, 0)
-                    .is_none()
-            );
-            assert!(
-                t.observe_in(call("add", true), SseResultOnly, false, None, 0)
-                    .is_none()
-            );
+            assert!(answer(&mut t, "search", false, SseResultOnly, 0).is_none());
+            assert!(answer(&mut t, "add", false, Json, 0).is_none());
+            assert!(answer(&mut t, "search", true, SseAfterMessages, 0).is_none());
+            assert!(answer(&mut t, "add", true, SseResultOnly, 0).is_none());
         }
         // A kind that changes how it is answered still alerts, once.
-        let f = t.observe_in(call("search", false), Json, false, None, 0);
+        let f = answer(&mut t, "search", false, Json, 0);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
-        assert!(
-            t.observe_in(call("search", false), Json, false, None, 0)
-                .is_none()
-        );
+        assert!(answer(&mut t, "search", false, Json, 0).is_none());
     }
 
     #[test]
     fn after_a_replayed_handshake_a_tool_not_called_before_still_shows_the_change() {
         let mut t = ModeTracker::default();
-        assert!(
-            t.observe_in(call("read_file", false), SseResultOnly, false, None, 0)
-                .is_none()
-        );
-        assert!(
-            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 0)
-                .is_none()
-        );
+        assert!(answer(&mut t, "read_file", false, SseResultOnly, 0).is_none());
+        assert!(answer(&mut t, "list_dir", false, SseResultOnly, 0).is_none());
         // A replayed handshake that changed the capabilities, then a tool never called before.
-        let f = t.observe_in(call("get_ticket", false), Json, false, None, 1);
+        let f = answer(&mut t, "get_ticket", false, Json, 1);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         assert_eq!(f.map(|f| f.expected).as_deref(), Some("text/event-stream"));
         // The same change on a tool seen before: alerted already.
-        assert!(
-            t.observe_in(call("read_file", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut t, "read_file", false, Json, 1).is_none());
         // A change of one kind after that, within the same handshake, is its own.
-        assert!(
-            t.observe_in(call("list_dir", false), Json, false, None, 1)
-                .is_none()
-        );
-        assert!(
-            t.observe_in(call("list_dir", false), SseResultOnly, false, None, 1)
-                .is_some()
-        );
+        assert!(answer(&mut t, "list_dir", false, Json, 1).is_none());
+        assert!(answer(&mut t, "list_dir", false, SseResultOnly, 1).is_some());
     }
 
     #[test]
     fn a_server_that_answers_its_tools_differently_is_judged_per_tool_across_handshakes() {
         let mut t = ModeTracker::default();
-        assert!(
-            t.observe_in(call("search", false), SseResultOnly, false, None, 0)
-                .is_none()
-        );
-        assert!(
-            t.observe_in(call("add", false), Json, false, None, 0)
-                .is_none()
-        );
+        assert!(answer(&mut t, "search", false, SseResultOnly, 0).is_none());
+        assert!(answer(&mut t, "add", false, Json, 0).is_none());
         // After a replayed handshake, a new tool's JSON answer fits what the server does.
-        assert!(
-            t.observe_in(call("fetch", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut t, "fetch", false, Json, 1).is_none());
         // A tool that changed how it is answered still alerts.
-        let f = t.observe_in(call("search", false), Json, false, None, 1);
+        let f = answer(&mut t, "search", false, Json, 1);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
     }
 
@@ -908,7 +881,7 @@ mod tests {
             Record::Kind(ModeKey::method("tools/call")).key()
         );
         let mut t = ModeTracker::default();
-        t.observe_in(call("search", true), SseResultOnly, false, None, 2);
+        answer(&mut t, "search", true, SseResultOnly, 2);
         let text = serde_json::to_string(&t).expect("json");
         let back: ModeTracker = serde_json::from_str(&text).expect("read back");
         assert_eq!(format!("{:?}", back.methods), format!("{:?}", t.methods));
@@ -936,7 +909,7 @@ mod tests {
         // A record from before capability changes were counted.
         let unknown_start = || {
             let mut t = ModeTracker::default();
-            t.observe_in(call("search", false), SseResultOnly, false, None, 0);
+            answer(&mut t, "search", false, SseResultOnly, 0);
             for (_, state) in &mut t.methods {
                 state.last = None;
             }
@@ -944,29 +917,18 @@ mod tests {
             serde_json::from_str::<ModeTracker>(&text).expect("read back")
         };
         let mut t = unknown_start();
-        assert!(
-            t.observe_in(call("add", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut t, "add", false, Json, 1).is_none());
         // Merged with one that knows: still not known.
         let mut known = ModeTracker::default();
-        known.observe_in(call("search", false), SseResultOnly, false, None, 0);
+        answer(&mut known, "search", false, SseResultOnly, 0);
         let mut unknown = unknown_start();
         unknown.merge(known.clone());
-        assert!(
-            unknown
-                .observe_in(call("add", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut unknown, "add", false, Json, 1).is_none());
         // Two that know merge to the later start.
         let mut later = ModeTracker::default();
-        later.observe_in(call("search", false), SseResultOnly, false, None, 1);
+        answer(&mut later, "search", false, SseResultOnly, 1);
         known.merge(later);
-        assert!(
-            known
-                .observe_in(call("add", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut known, "add", false, Json, 1).is_none());
     }
 
     #[test]
@@ -976,10 +938,7 @@ mod tests {
             .map(|i| format!("tool{i}"))
             .collect();
         for tool in &tools {
-            assert!(
-                t.observe_in(call(tool, false), SseResultOnly, false, None, 0)
-                    .is_none()
-            );
+            assert!(answer(&mut t, tool, false, SseResultOnly, 0).is_none());
         }
         let read = ModeKey::method("resources/read");
         assert!(t.observe_in(read, SseResultOnly, false, None, 0).is_none());
@@ -988,7 +947,7 @@ mod tests {
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         // A tool without a record of its own is judged by its method's, as before kinds.
         let late = tools.last().map(String::as_str).unwrap_or_default();
-        let f = t.observe_in(call(late, false), Json, false, None, 0);
+        let f = answer(&mut t, late, false, Json, 0);
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         assert!(t.methods.len() <= MAX_KIND_RECORDS + MAX_METHOD_RECORDS);
     }
@@ -996,18 +955,12 @@ mod tests {
     #[test]
     fn a_new_tool_after_the_method_went_on_as_before_the_change_is_no_divergence() {
         let mut t = ModeTracker::default();
-        t.observe_in(call("search", false), SseResultOnly, false, None, 0);
+        answer(&mut t, "search", false, SseResultOnly, 0);
         // A capability change, and the server streams `search` as before.
         for _ in 0..3 {
-            assert!(
-                t.observe_in(call("search", false), SseResultOnly, false, None, 1)
-                    .is_none()
-            );
+            assert!(answer(&mut t, "search", false, SseResultOnly, 1).is_none());
         }
-        assert!(
-            t.observe_in(call("add", false), Json, false, None, 1)
-                .is_none()
-        );
+        assert!(answer(&mut t, "add", false, Json, 1).is_none());
     }
 
     #[test]
@@ -1016,11 +969,7 @@ mod tests {
         for i in 0..MAX_KIND_RECORDS + 20 {
             let shape = if i % 2 == 0 { SseResultOnly } else { Json };
             let tool = format!("tool{i}");
-            assert!(
-                t.observe_in(call(&tool, false), shape, false, None, 0)
-                    .is_none(),
-                "{i}"
-            );
+            assert!(answer(&mut t, &tool, false, shape, 0).is_none(), "{i}");
         }
     }
 
