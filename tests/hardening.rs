@@ -1138,3 +1138,79 @@ fn only_a_reinitialize_that_changed_the_capabilities_judges_a_new_tool_against_t
     let kinds: Vec<&Value> = alerts(&narrower).iter().map(|a| &a["kind"]).collect();
     assert_eq!(kinds, vec!["content_type_divergence"], "{narrower:?}");
 }
+
+/// The incident with a call in flight across the replay: `search` streamed before; a long
+/// `search` stream is open while the client replays a narrower `initialize` on another
+/// connection, and its result comes after the replay was accepted; then a tool not called
+/// before is answered as JSON. The in-flight answer belongs before the replay and must not
+/// count as the method's first answer after it.
+#[test]
+fn an_answer_to_a_call_sent_before_the_replay_does_not_hide_the_incident() {
+    let sid = "inflight-s1";
+    let mut setup = Conversation::new(sid);
+    setup.initialize(FULL_CLIENT_CAPS, "{}", Answer::Sse);
+    let id = setup.take_request_id();
+    let body = mcp::tools_call_request(id, "search", "{}");
+    setup.exchange(
+        setup.post(&body),
+        mcp::response(sid, Answer::Sse, &mcp::tool_result(id, "ok")),
+    );
+    let mut sim = Sim::new(18).with_segment_sizes(vec![64]);
+    let first = sim.connect(client(), server(), setup.take_writes());
+    sim.run(vec![first]);
+    // The long stream, and the replay beside it.
+    let mut streaming = Conversation::new(sid);
+    let id = 100;
+    let body = mcp::tools_call_request(id, "search", "{}");
+    let mut events: Vec<String> = (0..40)
+        .map(|_| ": keep-alive\r\n\r\n".to_string())
+        .collect();
+    events.push(format!("data: {}\r\n\r\n", mcp::tool_result(id, "late")));
+    streaming.exchange(streaming.post(&body), sse_answer(sid, &events));
+    let mut replay = Conversation::new(sid);
+    replay.reinitialize(r#"{"roots":{}}"#, "{}", Answer::Sse);
+    let long = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40010),
+        server(),
+        streaming.take_writes(),
+    );
+    let replaying = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40011),
+        server(),
+        replay.take_writes(),
+    );
+    sim.run(vec![long, replaying]);
+    let mut later = Conversation::new(sid);
+    let id = 200;
+    let body = mcp::tools_call_request(id, "add", "{}");
+    later.exchange(
+        later.post(&body),
+        mcp::response(sid, Answer::Json, &mcp::tool_result(id, "ok")),
+    );
+    let last = sim.connect(
+        Endpoint::new([127, 0, 0, 2], 40012),
+        server(),
+        later.take_writes(),
+    );
+    sim.run(vec![last]);
+    let events = sim.events();
+    // The late result came after the replay's answer (what the test is about).
+    let ts_of = |pred: &dyn Fn(&Value) -> bool| {
+        events
+            .iter()
+            .find(|e| pred(e))
+            .and_then(|e| e["ts"].as_str().map(str::to_string))
+    };
+    let replayed = ts_of(&|e| e["event"] == "handshake" && e["seq"] == 2);
+    let late = ts_of(&|e| e["event"] == "exchange" && e["request_id"] == 100);
+    assert!(replayed.is_some() && late.is_some(), "{events:?}");
+    let kinds: Vec<(&Value, &Value)> = alerts(&events)
+        .iter()
+        .map(|a| (&a["kind"], &a["tool"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(&Value::from("content_type_divergence"), &Value::from("add"))],
+        "{events:?}"
+    );
+}

@@ -326,7 +326,7 @@ enum Record<'a> {
 /// A record's key: a digest of what it is of, its lowest bit set for a method's record. Two
 /// names of one session that share a digest share a record, nothing more: the names come from
 /// that session's own peers. Records written by releases that kept a method's name as text
-/// are read as that method's kind without tool or progress (see [`KeptKey`]).
+/// were the method's whole record, and are read as its method record (see [`KeptKey`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(from = "KeptKey", into = "u64")]
 struct RecordKey(u64);
@@ -343,7 +343,7 @@ impl From<KeptKey> for RecordKey {
     fn from(kept: KeptKey) -> Self {
         match kept {
             KeptKey::Digest(d) => RecordKey(d),
-            KeptKey::Name(name) => Record::Kind(ModeKey::method(&name)).key(),
+            KeptKey::Name(name) => Record::Method(&name).key(),
         }
     }
 }
@@ -872,14 +872,19 @@ mod tests {
     }
 
     #[test]
-    fn records_kept_by_name_are_read_as_their_methods_kind_and_round_trip() {
-        let old: ModeTracker =
-            serde_json::from_str(r#"{"methods":[["tools/call",{"modes":1,"alerted":[]}]]}"#)
-                .expect("a record kept by name");
-        assert_eq!(
-            old.methods[0].0,
-            Record::Kind(ModeKey::method("tools/call")).key()
+    fn records_kept_by_name_are_read_as_their_methods_record_and_round_trip() {
+        let mut old: ModeTracker = serde_json::from_str(
+            r#"{"methods":[["tools/call",{"modes":1,"alerted":["streaming_negotiated"]}]]}"#,
+        )
+        .expect("a record kept by name");
+        assert_eq!(old.methods[0].0, Record::Method("tools/call").key());
+        // What it alerted stays alerted.
+        assert!(
+            old.observe_in(call("t", false), SseResultOnly, true, None, 0)
+                .is_none()
         );
+        let f = old.observe_in(call("t", false), Json, true, None, 0);
+        assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         let mut t = ModeTracker::default();
         answer(&mut t, "search", true, SseResultOnly, 2);
         let text = serde_json::to_string(&t).expect("json");
@@ -1127,6 +1132,7 @@ mod tests {
             tool: Some("t"),
             progress_requested: false,
             capability_changes: 0,
+            requested_at: crate::model::Timestamp(0),
             request_id: &id,
             http_status: status,
             is_error: false,
@@ -1208,6 +1214,7 @@ mod tests {
             tool: None,
             progress_requested: false,
             capability_changes: 0,
+            requested_at: crate::model::Timestamp(0),
             request_id: &id,
             http_status: 200,
             is_error,

@@ -133,9 +133,7 @@ impl FlowDispatcher {
     /// would be, so that its units follow everything before it. Every shard then sweeps its
     /// flows ([`Pipeline::shard_sweep`] with the number returned).
     pub fn advance(&mut self, now: Timestamp) -> Option<(u64, Timestamp)> {
-        if now > self.clock.now {
-            self.clock.now = now;
-        }
+        self.clock.advance(now, self.clock_jump_ns);
         if !self.clock.sweep_due() {
             return None;
         }

@@ -496,8 +496,28 @@ impl PacketClock {
             ahead_ns: earliest.saturating_sub(self.now.0),
             followed: true,
         }));
-        self.now = Timestamp(earliest);
-        let now = earliest;
+        // Never back: time passing without packets may have moved it past them already.
+        self.now = self.now.max(Timestamp(earliest));
+        let now = self.now.0;
+        let (count, times) = &mut self.pending;
+        let mut kept = 0;
+        for at in 0..*count {
+            let t = times[at];
+            if t.saturating_sub(now) > jump {
+                times[kept] = t;
+                kept += 1;
+            }
+        }
+        *count = kept;
+    }
+
+    /// Time passes without packets (a quiet live link): the clock moves to `ts`, and pending
+    /// packets it caught up with were stamped right.
+    pub(crate) fn advance(&mut self, ts: Timestamp, jump: i64) {
+        if ts > self.now {
+            self.now = ts;
+        }
+        let now = self.now.0;
         let (count, times) = &mut self.pending;
         let mut kept = 0;
         for at in 0..*count {
@@ -1630,9 +1650,7 @@ impl Pipeline {
 
     /// Lets time pass without packets (live capture on a quiet link), so timeouts still fire.
     pub fn advance_time(&mut self, ts: Timestamp, out: &mut Vec<Output>) {
-        if ts > self.clock.now {
-            self.clock.now = ts;
-        }
+        self.clock.advance(ts, self.limits.clock_jump_ns);
         self.sweep_if_due(out);
     }
 
@@ -1906,6 +1924,21 @@ mod tests {
 
     #[test]
     fn a_quiet_link_moves_the_clock_and_a_wrong_stamp_does_not() {
+        // Time passing without packets catches up with a pending one: it was right, and a
+        // later follow never moves the clock back.
+        let mut clock = PacketClock::default();
+        let mut out = Vec::new();
+        let s = 1_000_000_000;
+        let jump = 60 * s;
+        for t in [0, 1_000, 1_001] {
+            clock.observe(Timestamp(t * s), jump, &mut out);
+        }
+        clock.advance(Timestamp(1_002 * s), jump);
+        for t in [1_003, 1_004] {
+            clock.observe(Timestamp(t * s), jump, &mut out);
+        }
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(clock.now.0, 1_004 * s);
         // Keep-alive pairs 70 s apart on an otherwise quiet link: the clock follows, no
         // refusal (the last pair, not followed by anything, is left unjudged).
         assert_eq!(

@@ -3260,6 +3260,7 @@ impl<D: Detector> Tracker<D> {
             tool: event.tool.as_deref(),
             progress_requested,
             capability_changes: 0,
+            requested_at: event.ts,
             request_id: &event.request_id,
             http_status: status,
             is_error: error.is_some(),
@@ -3305,7 +3306,10 @@ impl<D: Detector> Tracker<D> {
                 session.in_flight.remove(id);
                 let review = AnswerReview {
                     streaming_negotiated: session.streaming_negotiated,
-                    capability_changes: session.capability_changes,
+                    // An answer to a request sent before the latest change belongs before it.
+                    capability_changes: session.capability_changes.saturating_sub(u32::from(
+                        review.requested_at < session.capability_changed_at,
+                    )),
                     ..*review
                 };
                 let alert = self.detector.answer(&mut session.detection, &review);
@@ -3988,7 +3992,10 @@ impl<D: Detector> Tracker<D> {
                 .diff
                 .as_ref()
                 .is_some_and(|d| !(d.client.is_empty() && d.server.is_empty()));
-            session.capability_changes += u32::from(changed);
+            if changed {
+                session.capability_changes += 1;
+                session.capability_changed_at = ts;
+            }
             session.streaming_negotiated = record.streaming;
             session.protocol_version = hs.protocol_version.as_deref().map(Box::from);
             if session.baseline.is_none() {

@@ -6,7 +6,7 @@
 use super::modern::HeaderFinding;
 use super::session::CapsRecord;
 use super::transactions::{AnswerShape, StreamContent};
-use crate::model::{AlertKind, FailedAnswer, HandshakeDiff, PathDiff, StreamEnd};
+use crate::model::{AlertKind, FailedAnswer, HandshakeDiff, PathDiff, StreamEnd, Timestamp};
 use serde_json::Value;
 
 /// What a session's part holds on the heap, charged with the session (see `budget`).
@@ -161,6 +161,8 @@ pub struct AnswerReview<'a> {
     /// The session's accepted handshakes that changed its capabilities against its first one
     /// (0 for a stateless endpoint): response modes are judged across them.
     pub capability_changes: u32,
+    /// When the request was sent.
+    pub requested_at: Timestamp,
     pub request_id: &'a Value,
     pub http_status: u16,
     /// A JSON-RPC error response, not a result.

@@ -265,6 +265,9 @@ pub struct Session<D> {
     /// Accepted handshakes whose capabilities differ from the baseline's: a replayed
     /// `initialize` that changed the session (what response modes are judged across).
     pub capability_changes: u32,
+    /// When the latest of them was answered (answers to requests sent before belong to the
+    /// time before it). Not kept in snapshots: requests in flight are not either.
+    pub capability_changed_at: Timestamp,
     /// The first accepted handshake: the baseline, never replaced.
     pub baseline: Option<CapsRecord>,
     /// `tools.streaming: true` in the latest accepted handshake.
@@ -318,6 +321,7 @@ impl<D: Clone> Session<D> {
             last_seen: self.last_seen,
             handshakes: self.handshakes,
             capability_changes: self.capability_changes,
+            capability_changed_at: self.capability_changed_at,
             baseline: self.baseline.clone(),
             streaming_negotiated: self.streaming_negotiated,
             requests: self.requests,
@@ -671,6 +675,7 @@ impl<D: Default> Session<D> {
             last_seen: ts,
             handshakes: 0,
             capability_changes: 0,
+            capability_changed_at: Timestamp(i64::MIN),
             baseline: None,
             streaming_negotiated: false,
             requests: 0,
