@@ -496,23 +496,12 @@ impl PacketClock {
             ahead_ns: earliest.saturating_sub(self.now.0),
             followed: true,
         }));
-        // Never back: time passing without packets may have moved it past them already.
-        self.now = self.now.max(Timestamp(earliest));
-        let now = self.now.0;
-        let (count, times) = &mut self.pending;
-        let mut kept = 0;
-        for at in 0..*count {
-            let t = times[at];
-            if t.saturating_sub(now) > jump {
-                times[kept] = t;
-                kept += 1;
-            }
-        }
-        *count = kept;
+        // As time passing to the earliest: never back, and those it catches up with were right.
+        self.advance(Timestamp(earliest), jump);
     }
 
-    /// Time passes without packets (a quiet live link): the clock moves to `ts`, and pending
-    /// packets it caught up with were stamped right.
+    /// Time passes without packets (a quiet live link): the clock moves to `ts` (never back),
+    /// and pending packets it caught up with were stamped right.
     pub(crate) fn advance(&mut self, ts: Timestamp, jump: i64) {
         if ts > self.now {
             self.now = ts;
