@@ -15,6 +15,21 @@ fn server() -> Endpoint {
     Endpoint::new([127, 0, 0, 3], 8080)
 }
 
+/// The client's address on another port: another connection of the same client.
+fn client_port(port: u16) -> Endpoint {
+    Endpoint::new([127, 0, 0, 2], port)
+}
+
+/// A `tools/call` of `tool` with request id `id` on session `sid`, answered with one text
+/// result as `answer`.
+fn answered_call(talk: &mut Conversation, sid: &str, id: u64, tool: &str, answer: Answer) {
+    let body = mcp::tools_call_request(id, tool, "{}");
+    talk.exchange(
+        talk.post(&body),
+        mcp::response(sid, answer, &mcp::tool_result(id, "ok")),
+    );
+}
+
 /// Events of one conversation on one connection.
 fn events_of(talk: &mut Conversation) -> Vec<Value> {
     let mut sim = Sim::new(1);
@@ -225,11 +240,7 @@ fn one_far_future_timestamp_does_not_wipe_state() {
     // The reconnect comes 30 s later: within every timeout of the real clock.
     let mut sim2 = Sim::new(10);
     sim2.advance(30_000_000_000);
-    let second = sim2.connect(
-        Endpoint::new([127, 0, 0, 2], 40001),
-        server(),
-        later.take_writes(),
-    );
+    let second = sim2.connect(client_port(40001), server(), later.take_writes());
     sim2.run(vec![second]);
     frames.extend(sim2.frames().iter().cloned());
     let limits = Limits {
@@ -287,11 +298,7 @@ fn the_clock_follows_a_jump_that_several_packets_agree_on() {
     let mut later = Conversation::new("other-s1");
     later.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     sim.advance(2 * 3600 * 1_000_000_000);
-    let second = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40002),
-        server(),
-        later.take_writes(),
-    );
+    let second = sim.connect(client_port(40002), server(), later.take_writes());
     sim.run(vec![second]);
     let limits = Limits {
         session: mcptap_core::limits::SessionLimits {
@@ -545,11 +552,7 @@ fn resumption(resume: bool, gap_ns: i64) -> Vec<Value> {
     let first = sim.connect(client(), server(), talk.take_writes());
     sim.run(vec![first]);
     sim.advance(gap_ns);
-    let second = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40003),
-        server(),
-        later.take_writes(),
-    );
+    let second = sim.connect(client_port(40003), server(), later.take_writes());
     sim.run(vec![second]);
     sim.events()
 }
@@ -858,16 +861,8 @@ fn cancelled_call(cancel: bool) -> Vec<Value> {
     let mut sim = Sim::new(16).with_segment_sizes(vec![64]);
     let first = sim.connect(client(), server(), setup.take_writes());
     sim.run(vec![first]);
-    let streaming = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40004),
-        server(),
-        calling.take_writes(),
-    );
-    let cancelling = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40005),
-        server(),
-        other.take_writes(),
-    );
+    let streaming = sim.connect(client_port(40004), server(), calling.take_writes());
+    let cancelling = sim.connect(client_port(40005), server(), other.take_writes());
     sim.run(vec![streaming, cancelling]);
     sim.events()
 }
@@ -1111,19 +1106,11 @@ fn second_tool_after_reinitialize(client_caps: &str) -> Vec<Value> {
     talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Sse);
     for _ in 0..2 {
         let id = talk.take_request_id();
-        let body = mcp::tools_call_request(id, "search", "{}");
-        talk.exchange(
-            talk.post(&body),
-            mcp::response(sid, Answer::Sse, &mcp::tool_result(id, "ok")),
-        );
+        answered_call(&mut talk, sid, id, "search", Answer::Sse);
     }
     talk.reinitialize(client_caps, "{}", Answer::Sse);
     let id = talk.take_request_id();
-    let body = mcp::tools_call_request(id, "add", "{}");
-    talk.exchange(
-        talk.post(&body),
-        mcp::response(sid, Answer::Json, &mcp::tool_result(id, "ok")),
-    );
+    answered_call(&mut talk, sid, id, "add", Answer::Json);
     events_of(&mut talk)
 }
 
@@ -1150,11 +1137,7 @@ fn an_answer_to_a_call_sent_before_the_replay_does_not_hide_the_incident() {
     let mut setup = Conversation::new(sid);
     setup.initialize(FULL_CLIENT_CAPS, "{}", Answer::Sse);
     let id = setup.take_request_id();
-    let body = mcp::tools_call_request(id, "search", "{}");
-    setup.exchange(
-        setup.post(&body),
-        mcp::response(sid, Answer::Sse, &mcp::tool_result(id, "ok")),
-    );
+    answered_call(&mut setup, sid, id, "search", Answer::Sse);
     let mut sim = Sim::new(18).with_segment_sizes(vec![64]);
     let first = sim.connect(client(), server(), setup.take_writes());
     sim.run(vec![first]);
@@ -1169,29 +1152,12 @@ fn an_answer_to_a_call_sent_before_the_replay_does_not_hide_the_incident() {
     streaming.exchange(streaming.post(&body), sse_answer(sid, &events));
     let mut replay = Conversation::new(sid);
     replay.reinitialize(r#"{"roots":{}}"#, "{}", Answer::Sse);
-    let long = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40010),
-        server(),
-        streaming.take_writes(),
-    );
-    let replaying = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40011),
-        server(),
-        replay.take_writes(),
-    );
+    let long = sim.connect(client_port(40010), server(), streaming.take_writes());
+    let replaying = sim.connect(client_port(40011), server(), replay.take_writes());
     sim.run(vec![long, replaying]);
     let mut later = Conversation::new(sid);
-    let id = 200;
-    let body = mcp::tools_call_request(id, "add", "{}");
-    later.exchange(
-        later.post(&body),
-        mcp::response(sid, Answer::Json, &mcp::tool_result(id, "ok")),
-    );
-    let last = sim.connect(
-        Endpoint::new([127, 0, 0, 2], 40012),
-        server(),
-        later.take_writes(),
-    );
+    answered_call(&mut later, sid, 200, "add", Answer::Json);
+    let last = sim.connect(client_port(40012), server(), later.take_writes());
     sim.run(vec![last]);
     let events = sim.events();
     // The late result came after the replay's answer (what the test is about).
