@@ -361,29 +361,21 @@ impl RecordKey {
 }
 
 impl Record<'_> {
-    /// The record's key: each part written with its length, so that no two different records
-    /// write the same bytes.
+    /// The record's key, a lasting digest (snapshots keep it): no two different records write
+    /// the same parts.
     fn key(&self) -> RecordKey {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = foldhash::fast::FixedState::with_seed(0x6d6f_6465_6b65_7973).build_hasher();
-        let mut part = |bytes: &[u8]| {
-            h.write_usize(bytes.len());
-            h.write(bytes);
+        let digest = crate::lasting_digest::LastingDigest::new(0x6d6f_6465_6b65_7973);
+        let (digest, method_bit) = match self {
+            Record::Kind(k) => (
+                digest
+                    .part(k.method.as_bytes())
+                    .optional(k.tool.map(str::as_bytes))
+                    .part(&[u8::from(k.progress)]),
+                0,
+            ),
+            Record::Method(m) => (digest.part(m.as_bytes()).part(b"method"), 1),
         };
-        let method_bit = match self {
-            Record::Kind(k) => {
-                part(k.method.as_bytes());
-                part(k.tool.map_or(&[][..], str::as_bytes));
-                part(&[u8::from(k.tool.is_some()), u8::from(k.progress)]);
-                0
-            }
-            Record::Method(m) => {
-                part(m.as_bytes());
-                part(b"method");
-                1
-            }
-        };
-        RecordKey(h.finish() & !1 | method_bit)
+        RecordKey(digest.finish() & !1 | method_bit)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod flow_shard;
 pub mod flow_unit;
 pub mod http;
 pub mod jsonrpc;
+mod lasting_digest;
 pub mod limits;
 pub mod mcp;
 pub mod model;

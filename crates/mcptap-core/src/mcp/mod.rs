@@ -4412,8 +4412,7 @@ fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::Sessio
 }
 
 fn text_digest(text: &str) -> u64 {
-    use std::hash::BuildHasher;
-    foldhash::fast::FixedState::with_seed(0x666c_6565_7473_7461).hash_one(text)
+    crate::lasting_digest::lasting_digest_of(0x666c_6565_7473_7461, text.as_bytes())
 }
 
 /// The flow a (parked) exchange came on.
@@ -4668,14 +4667,11 @@ impl DiscoverReading {
             .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
             .and_then(|m| m.get("io.modelcontextprotocol/serverInfo").cloned())
             .unwrap_or(Value::Null);
-        let digest = {
-            use std::hash::BuildHasher;
-            foldhash::fast::FixedState::with_seed(0x6469_7363_6f76_6572).hash_one((
-                result.capabilities.map(|c| c.get()),
-                result.supported_versions.map(|c| c.get()),
-                session::compact_json(&server_info),
-            ))
-        };
+        let digest = crate::lasting_digest::LastingDigest::new(0x6469_7363_6f76_6572)
+            .optional(result.capabilities.map(|c| c.get().as_bytes()))
+            .optional(result.supported_versions.map(|c| c.get().as_bytes()))
+            .part(session::compact_json(&server_info).as_bytes())
+            .finish();
         let record = CapsRecord::new(&Value::Null, &capabilities);
         DiscoverReading {
             capabilities,

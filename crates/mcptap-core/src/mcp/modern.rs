@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 /// The first modern revision; later ones are later dates.
@@ -189,18 +188,15 @@ fn raw_str(raw: Option<&str>) -> Option<String> {
         .map(Cow::into_owned)
 }
 
+/// A declaration's lasting digest (lineage records keep it).
 fn digest_of(parts: [Option<&str>; 3]) -> u64 {
-    let mut h = foldhash::fast::FixedState::with_seed(0x6d63_7074_6170_6465).build_hasher();
-    for p in parts {
-        match p {
-            Some(raw) => {
-                h.write_u8(1);
-                h.write(raw.as_bytes());
-            }
-            None => h.write_u8(0),
-        }
-    }
-    h.finish()
+    parts
+        .into_iter()
+        .fold(
+            crate::lasting_digest::LastingDigest::new(0x6d63_7074_6170_6465),
+            |digest, part| digest.optional(part.map(str::as_bytes)),
+        )
+        .finish()
 }
 
 /// The facts of one request's params (`None`: not an object the monitor can read).

@@ -707,8 +707,7 @@ pub fn client_info_key(client_info: &Value) -> Box<str> {
     if text.len() <= MAX_CLIENT_INFO_BYTES {
         return text;
     }
-    use std::hash::BuildHasher;
-    let digest = foldhash::fast::FixedState::with_seed(0x6c69_6e65_6167_6521).hash_one(&*text);
+    let digest = crate::lasting_digest::lasting_digest_of(0x6c69_6e65_6167_6521, text.as_bytes());
     format!("digest:{digest:016x}:{}", text.len()).into_boxed_str()
 }
 
