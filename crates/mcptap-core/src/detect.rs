@@ -8,8 +8,8 @@
 use crate::mcp::session::heap_block_bytes;
 use crate::mcp::transactions::{AnswerShape, StreamContent};
 use crate::mcp::{
-    AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
-    HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
+    AnswerReview, AnswerVerdict, DeclarationReview, Detector, DiscoverReview, DowngradeReview,
+    HandshakeReview, HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
 };
 use crate::model::{
     AlertKind, CapabilityChange, ClientNarrowing, Divergence, DivergenceReason, Downgrade,
@@ -55,36 +55,41 @@ impl Detector for Detectors {
         }
     }
 
-    fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> Option<AlertKind> {
+    fn answer(&self, modes: &mut ModeTracker, review: &AnswerReview<'_>) -> AnswerVerdict {
         if !(200..300).contains(&review.http_status) || review.on_other_stream || review.ambiguous {
             // Errors at the HTTP level, answers on a GET stream and ambiguous answers (peers
             // disagree on their Content-Type) say nothing about the POST's response mode.
-            return None;
+            return AnswerVerdict::default();
         }
         if review.is_error && !self.errors_decide_mode {
-            return None;
+            return AnswerVerdict::default();
         }
         let key = ModeKey {
             method: review.method,
             tool: review.tool,
             progress: review.progress_requested,
         };
-        let f = modes.observe_in(
+        let seen = modes.observe_in(
             key,
             review.shape,
             review.streaming_negotiated,
             review.accept,
             review.capability_changes,
-        )?;
-        Some(AlertKind::ContentTypeDivergence(Divergence {
-            method: review.method.to_string(),
-            request_id: review.request_id.clone(),
-            tool: review.tool.map(str::to_string),
-            expected: f.expected,
-            observed: f.observed,
-            reason: f.reason,
-            also: f.also,
-        }))
+        );
+        AnswerVerdict {
+            alert: seen.finding.map(|f| {
+                AlertKind::ContentTypeDivergence(Divergence {
+                    method: review.method.to_string(),
+                    request_id: review.request_id.clone(),
+                    tool: review.tool.map(str::to_string),
+                    expected: f.expected,
+                    observed: f.observed,
+                    reason: f.reason,
+                    also: f.also,
+                })
+            }),
+            untracked: seen.untracked,
+        }
     }
 
     fn merge_state(&self, ours: &mut ModeTracker, theirs: ModeTracker) {
@@ -406,6 +411,17 @@ impl HeapBytes for ModeTracker {
     }
 }
 
+/// What one answer showed, and whether the table had room to record it.
+#[derive(Debug, Default)]
+pub struct ModeObservation {
+    pub finding: Option<DivergenceFinding>,
+    /// The session's method or kind records were full ([`Limit::ModeRecords`]): the answer
+    /// was judged by less than it would have been.
+    ///
+    /// [`Limit::ModeRecords`]: crate::model::Limit::ModeRecords
+    pub untracked: bool,
+}
+
 impl ModeTracker {
     /// Another instance's record of the same session: a mode fits now only if it fits every
     /// answer either saw; reasons alerted by either count as alerted.
@@ -459,6 +475,7 @@ impl ModeTracker {
         accept: Option<&str>,
     ) -> Option<DivergenceFinding> {
         self.observe_in(key.into(), shape, streaming_negotiated, accept, 0)
+            .finding
     }
 
     /// Records one 2xx answer to a request of kind `key` and returns the divergences it shows.
@@ -479,9 +496,34 @@ impl ModeTracker {
         streaming_negotiated: bool,
         accept: Option<&str>,
         changes: u32,
+    ) -> ModeObservation {
+        let (method_at, own) = self.slots(Record::Method(key.method), Record::Kind(key), changes);
+        ModeObservation {
+            finding: self.judge(
+                key.method,
+                method_at,
+                own,
+                shape,
+                streaming_negotiated,
+                accept,
+                changes,
+            ),
+            untracked: method_at.is_none() || own.is_none(),
+        }
+    }
+
+    /// What one answer shows, against its method's record and its kind's (where they are).
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &mut self,
+        method: &str,
+        method_at: Option<usize>,
+        own: Option<usize>,
+        shape: AnswerShape,
+        streaming_negotiated: bool,
+        accept: Option<&str>,
+        changes: u32,
     ) -> Option<DivergenceFinding> {
-        let method = key.method;
-        let (method_at, own) = self.slots(Record::Method(method), Record::Kind(key), changes);
         let own_contradiction = own.and_then(|at| self.methods[at].1.narrow(shape, changes));
         let mut method_contradiction = None;
         let mut fits_alerted_change = false;
@@ -777,6 +819,7 @@ mod tests {
         changes: u32,
     ) -> Option<DivergenceFinding> {
         t.observe_in(call(tool, progress), shape, false, None, changes)
+            .finding
     }
 
     fn call(tool: &str, progress: bool) -> ModeKey<'_> {
@@ -873,9 +916,12 @@ mod tests {
         // What it alerted stays alerted.
         assert!(
             old.observe_in(call("t", false), SseResultOnly, true, None, 0)
+                .finding
                 .is_none()
         );
-        let f = old.observe_in(call("t", false), Json, true, None, 0);
+        let f = old
+            .observe_in(call("t", false), Json, true, None, 0)
+            .finding;
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         let mut t = ModeTracker::default();
         answer(&mut t, "search", true, SseResultOnly, 2);
@@ -895,9 +941,14 @@ mod tests {
         for _ in 0..3 {
             assert!(
                 t.observe_in(read(true), SseAfterMessages, false, None, 0)
+                    .finding
                     .is_none()
             );
-            assert!(t.observe_in(read(false), Json, false, None, 0).is_none());
+            assert!(
+                t.observe_in(read(false), Json, false, None, 0)
+                    .finding
+                    .is_none()
+            );
         }
     }
 
@@ -934,13 +985,18 @@ mod tests {
         let tools: Vec<String> = (0..MAX_KIND_RECORDS + 8)
             .map(|i| format!("tool{i}"))
             .collect();
-        for tool in &tools {
-            assert!(answer(&mut t, tool, false, SseResultOnly, 0).is_none());
+        for (i, tool) in tools.iter().enumerate() {
+            let seen = t.observe_in(call(tool, false), SseResultOnly, false, None, 0);
+            assert!(seen.finding.is_none());
+            // Each answer past the kinds' room says so (a limit counted by the caller).
+            assert_eq!(seen.untracked, i >= MAX_KIND_RECORDS, "{i}");
         }
         let read = ModeKey::method("resources/read");
-        assert!(t.observe_in(read, SseResultOnly, false, None, 0).is_none());
-        // A method seen after the tools filled their part still has its records.
-        let f = t.observe_in(read, Json, false, None, 1);
+        let seen = t.observe_in(read, SseResultOnly, false, None, 0);
+        // Its kind finds no room (counted), its method does.
+        assert!(seen.finding.is_none() && seen.untracked);
+        // A method seen after the tools filled their part still has its method record.
+        let f = t.observe_in(read, Json, false, None, 1).finding;
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);
         // A tool without a record of its own is judged by its method's, as before kinds.
         let late = tools.last().map(String::as_str).unwrap_or_default();
@@ -1137,17 +1193,26 @@ mod tests {
         let mut modes = ModeTracker::default();
         assert!(
             D.answer(&mut modes, &answer(200, false, SseResultOnly))
+                .alert
                 .is_none()
         );
-        assert!(D.answer(&mut modes, &answer(500, false, Json)).is_none());
-        assert!(D.answer(&mut modes, &answer(200, true, Json)).is_none());
+        assert!(
+            D.answer(&mut modes, &answer(500, false, Json))
+                .alert
+                .is_none()
+        );
+        assert!(
+            D.answer(&mut modes, &answer(200, true, Json))
+                .alert
+                .is_none()
+        );
         // Duplicated Content-Types: peers disagree on the answer, so it decides nothing.
         let ambiguous = AnswerReview {
             ambiguous: true,
             ..answer(200, false, Json)
         };
-        assert!(D.answer(&mut modes, &ambiguous).is_none());
-        let alert = D.answer(&mut modes, &answer(200, false, Json));
+        assert!(D.answer(&mut modes, &ambiguous).alert.is_none());
+        let alert = D.answer(&mut modes, &answer(200, false, Json)).alert;
         assert!(matches!(
             alert,
             Some(AlertKind::ContentTypeDivergence(d)) if d.reason == DivergenceReason::ModeContradiction
@@ -1219,19 +1284,21 @@ mod tests {
         let mut modes = ModeTracker::default();
         assert!(
             D.answer(&mut modes, &answer(false, SseResultOnly))
+                .alert
                 .is_none()
         );
         // An error answered as plain JSON in a streaming session: no alert, and no trace in
         // the modes (the next streamed result is fine).
-        assert!(D.answer(&mut modes, &answer(true, Json)).is_none());
+        assert!(D.answer(&mut modes, &answer(true, Json)).alert.is_none());
         assert!(
             D.answer(&mut modes, &answer(false, SseResultOnly))
+                .alert
                 .is_none()
         );
         let strict = Detectors {
             errors_decide_mode: true,
         };
-        let alert = strict.answer(&mut modes, &answer(true, Json));
+        let alert = strict.answer(&mut modes, &answer(true, Json)).alert;
         assert!(matches!(
             alert,
             Some(AlertKind::ContentTypeDivergence(d))

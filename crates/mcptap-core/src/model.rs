@@ -1034,6 +1034,11 @@ label_enum! {
         ShardRoutes => "shard_routes",
         /// More HTTP+SSE POSTs awaiting their answers on the stream per session than held (64).
         ParkedPosts => "parked_posts",
+        /// More methods (64) or kinds of request (method, tool, progress asked for: 128) per
+        /// session, or per stateless endpoint, than their answers' content types are
+        /// recorded for: a kind without a record is judged by its method's, a method without
+        /// one only against what the session negotiated and the request accepted.
+        ModeRecords => "mode_records",
     }
 }
 

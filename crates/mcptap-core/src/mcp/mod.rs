@@ -25,8 +25,8 @@ pub mod transactions;
 
 pub use headers::HTTP_INTEREST;
 pub use review::{
-    AnswerReview, DeclarationReview, Detector, DiscoverReview, DowngradeReview, HandshakeReview,
-    HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
+    AnswerReview, AnswerVerdict, DeclarationReview, Detector, DiscoverReview, DowngradeReview,
+    HandshakeReview, HandshakeVerdict, HeapBytes, MismatchReview, UnansweredReview,
 };
 
 use crate::http::sse::SseItem;
@@ -3312,8 +3312,10 @@ impl<D: Detector> Tracker<D> {
                     )),
                     ..*review
                 };
-                let alert = self.detector.answer(&mut session.detection, &review);
+                let AnswerVerdict { alert, untracked } =
+                    self.detector.answer(&mut session.detection, &review);
                 session.alerts += u32::from(alert.is_some());
+                count_untracked(untracked, out);
                 // Recharged when its detection state grew or its in-flight table gave room
                 // back; an answered id alone is left charged until then (over, never under).
                 let changed = (session.in_flight.room(), session.detection.heap_bytes()) != before;
@@ -3342,7 +3344,9 @@ impl<D: Detector> Tracker<D> {
                     ..*review
                 };
                 let before = endpoint.detection.heap_bytes();
-                let alert = self.detector.answer(&mut endpoint.detection, &review);
+                let AnswerVerdict { alert, untracked } =
+                    self.detector.answer(&mut endpoint.detection, &review);
+                count_untracked(untracked, out);
                 let grew = endpoint.detection.heap_bytes() != before;
                 self.publish_server_entry(&key);
                 if alert.is_some()
@@ -4409,6 +4413,15 @@ fn resumes_a_stream(ex: &ExchangeState) -> bool {
 /// A session's lasting state as a record (snapshot file, fleet store).
 fn session_entry<D: Clone>(key: &SessionKey, s: &Session<D>) -> snapshot::SessionEntry<D> {
     snapshot::SessionEntry::of(key, s)
+}
+
+/// An answer detection had no room to record ([`Limit::ModeRecords`]).
+fn count_untracked(untracked: bool, out: &mut Vec<Output>) {
+    if untracked {
+        out.push(Output::Telemetry(Telemetry::LimitHit {
+            limit: Limit::ModeRecords,
+        }));
+    }
 }
 
 fn text_digest(text: &str) -> u64 {

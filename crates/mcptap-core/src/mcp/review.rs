@@ -40,11 +40,7 @@ pub trait Detector {
     fn handshake(&self, review: &HandshakeReview<'_>) -> HandshakeVerdict;
 
     /// A request of a session was answered. One answer raises at most one alert.
-    fn answer(
-        &self,
-        state: &mut Self::SessionState,
-        review: &AnswerReview<'_>,
-    ) -> Option<AlertKind>;
+    fn answer(&self, state: &mut Self::SessionState, review: &AnswerReview<'_>) -> AnswerVerdict;
 
     /// An exchange ended with a request still unanswered.
     fn unanswered(&self, review: &UnansweredReview<'_>) -> Option<AlertKind>;
@@ -148,6 +144,16 @@ pub struct HandshakeVerdict {
     pub client_near_miss: bool,
     /// One handshake raises at most one alert.
     pub alert: Option<AlertKind>,
+}
+
+/// What detection concluded about an answer.
+#[derive(Debug, Default, PartialEq)]
+pub struct AnswerVerdict {
+    /// One answer raises at most one alert.
+    pub alert: Option<AlertKind>,
+    /// The session's detection state had no room to record the answer
+    /// ([`Limit::ModeRecords`](crate::model::Limit::ModeRecords)).
+    pub untracked: bool,
 }
 
 /// A request answered within a session.

@@ -174,8 +174,12 @@ impl Harness {
 
     /// A tools/call on session `sid` and the head of its SSE answer, not ended.
     fn open_tool_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str) {
-        let body =
-            json!({"jsonrpc":"2.0","id":ex,"method":"tools/call","params":{"name":"search"}});
+        self.open_call_sse(c, ex, sid, "search");
+    }
+
+    /// A tools/call of `tool` on session `sid` and the head of its SSE answer, not ended.
+    fn open_call_sse(&mut self, c: FlowCtx, ex: u64, sid: &str, tool: &str) {
+        let body = json!({"jsonrpc":"2.0","id":ex,"method":"tools/call","params":{"name":tool}});
         self.send(
             c,
             HttpEvent::Request {
@@ -561,6 +565,39 @@ fn hostile_session_ids_are_refused_and_counted() {
     assert_eq!(h.t.active_sessions(), 0);
     let refused = h.limit_hits(crate::model::Limit::InvalidSessionId);
     assert!(refused >= 3);
+}
+
+/// A session calling more tools than its answers' modes are recorded for: each answer past
+/// the room is counted, none alerts.
+#[test]
+fn answers_past_the_mode_records_are_counted() {
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
+    let tools = 130;
+    for i in 0..tools {
+        let ex = 1 + i;
+        h.open_call_sse(c, ex, "s1", &format!("tool{i}"));
+        let result = json!({"jsonrpc":"2.0","id":ex,"result":{"content":[]}});
+        h.send(
+            c,
+            HttpEvent::ResponseSse {
+                exchange: ex,
+                item: sse_data(result),
+            },
+        );
+        h.send(
+            c,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Complete,
+            },
+        );
+    }
+    // The initialize answer and 127 tools take the 128 kinds' records; the last three tools'
+    // answers find none.
+    assert_eq!(h.limit_hits(crate::model::Limit::ModeRecords), 3);
+    assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
 }
 
 #[test]
