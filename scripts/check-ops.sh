@@ -110,7 +110,9 @@ want = {"McpCapabilityNarrowing": "critical", "McpContentTypeDivergence": "criti
         "McpEmptyToolResults": "warning", "McpEmptyToolResult": "warning",
         "McpCapabilityWidening": "warning",
         "McptapCaptureDrops": None, "McptapReassemblyGaps": None,
-        "McptapTargetDown": None, "McptapNoPackets": None}
+        "McptapTargetDown": None, "McptapNoPackets": None,
+        "McptapUndecodableTraffic": "warning", "McptapLimitsHit": "warning",
+        "McptapFlowsEvicted": "warning"}
 bad = []
 groups = {g["name"]: g for g in rules["groups"]}
 if "mcptap" not in groups:

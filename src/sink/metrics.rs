@@ -7,8 +7,8 @@
 use mcptap_core::mcp::caps::scope;
 use mcptap_core::model::Output;
 use mcptap_core::model::{
-    AbandonReason, AlertKind, Era, Event, FramingAnomaly, HandshakeSource, HttpError, Telemetry,
-    method_label,
+    AbandonReason, AlertKind, Era, Event, FramingAnomaly, HandshakeSource, HttpError, Limit,
+    Telemetry, UndecodableFlowReason, UndecodableReason, method_label,
 };
 use mcptap_core::pipeline::PacketStats;
 use prometheus::{
@@ -538,6 +538,10 @@ impl Metrics {
         for reason in ["invalid_json", "not_jsonrpc", "unmatched_response"] {
             m.jsonrpc_parse_errors.with_label_values(&[reason]);
         }
+        // A limit's first hit is an increase, so that McptapLimitsHit sees it.
+        for limit in Limit::ALL {
+            m.limits_hit.with_label_values(&[limit.as_str()]);
+        }
         Ok(m)
     }
 
@@ -579,6 +583,15 @@ impl Metrics {
         }
         for reason in ["no_events", "only_priming", "only_notifications"] {
             self.empty_tool_results.with_label_values(&[&label, reason]);
+        }
+        // What mcptap cannot read of this server (McptapUndecodableTraffic).
+        for reason in UndecodableFlowReason::ALL {
+            self.undecodable_flows
+                .with_label_values(&[&label, reason.as_str()]);
+        }
+        for reason in UndecodableReason::ALL {
+            self.undecodable_bodies
+                .with_label_values(&[&label, reason.as_str()]);
         }
         for (outcome, kind) in [
             ("accepted", "initial"),
@@ -966,6 +979,37 @@ mod tests {
             !text.contains("incident-s1"),
             "session ids never become labels"
         );
+    }
+
+    /// The series the blind-spot alerts read exist at 0 before their first count: a limit's
+    /// from the start, a server's undecodable flows and bodies once the server is seen.
+    #[test]
+    fn blind_spot_series_start_at_zero() {
+        let m = metrics(8);
+        let text = m.render();
+        for limit in Limit::ALL {
+            let series = format!(r#"mcptap_limits_hit_total{{limit="{}"}} 0"#, limit.as_str());
+            assert!(text.contains(&series), "{series} in {text}");
+        }
+        let server = SocketAddr::from(([10, 0, 0, 1], 443));
+        m.observe(&Output::Telemetry(Telemetry::UndecodableFlow {
+            server,
+            reason: UndecodableFlowReason::Tls,
+        }));
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"mcptap_undecodable_flows_total{reason="tls",server="10.0.0.1:443"} 1"#
+            )
+        );
+        assert!(
+            text.contains(
+                r#"mcptap_undecodable_flows_total{reason="h2c",server="10.0.0.1:443"} 0"#
+            )
+        );
+        assert!(text.contains(
+            r#"mcptap_undecodable_bodies_total{reason="unknown_coding",server="10.0.0.1:443"} 0"#
+        ));
     }
 
     #[test]
