@@ -326,6 +326,142 @@ fn the_clock_follows_a_jump_that_several_packets_agree_on() {
     );
 }
 
+/// A link quiet for longer than the flow timeout: the first packets after the gap are held
+/// pending by the clock until a third agrees. They are handled at their own time, so the sweep
+/// that follows the gap does not end the connection they just used (handled at the old time,
+/// its `tools/call` lost its answer), and the exchange is answered.
+#[test]
+fn the_first_packets_after_a_quiet_gap_keep_their_connection() {
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("quiet-s1");
+    talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Json)
+        .tools_call("late", Answer::Json);
+    let mut sim = Sim::new(21);
+    let a = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![a]);
+    let mut frames = sim.frames().to_vec();
+    // The connection goes quiet before its tools/call, for 400 s (the flow timeout is 300 s).
+    let call = frames
+        .iter()
+        .position(|f| f.data.windows(10).any(|w| w == b"tools/call"))
+        .expect("the tools/call frame");
+    let gap = 400 * 1_000_000_000;
+    for f in &mut frames[call..] {
+        f.ts_nanos += gap;
+    }
+    // Another client's connection opens right after the call's request, all of it before the
+    // call's answer: its first two packets are the second and third after the gap, and the
+    // clock follows the gap at its third.
+    let mut other = Conversation::new("quiet-s2");
+    other.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let mut sim2 = Sim::new(22);
+    let b = sim2.connect(client_port(40003), server(), other.take_writes());
+    sim2.run(vec![b]);
+    let (start, room) = (
+        frames[call].ts_nanos + 1,
+        frames[call + 1].ts_nanos - frames[call].ts_nanos,
+    );
+    let b_frames = sim2.frames();
+    let span = b_frames.last().map_or(0, |f| f.ts_nanos) - b_frames[0].ts_nanos + 1;
+    frames.extend(b_frames.iter().map(|f| mcptap_testkit::capture::Frame {
+        ts_nanos: start + (f.ts_nanos - b_frames[0].ts_nanos) * (room - 2) / span,
+        data: f.data.clone(),
+    }));
+    frames.sort_by_key(|f| f.ts_nanos);
+    let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(Limits::default()));
+    let events = events_of(&outputs);
+    let call_events: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "exchange" && e["method"] == "tools/call")
+        .collect();
+    assert_eq!(call_events.len(), 1, "{events:#?}");
+    assert_eq!(call_events[0]["session_id"], "quiet-s1");
+    assert_eq!(call_events[0]["answered"], true, "{:#?}", call_events[0]);
+    assert_eq!(call_events[0]["http_status"], 200);
+    // Stamped with its own time, after the gap.
+    let first_ts = events[0]["ts"].as_str().unwrap_or_default().to_string();
+    assert_ne!(call_events[0]["ts"].as_str(), Some(first_ts.as_str()));
+    assert!(
+        !events.iter().any(|e| e["event"] == "session_end"
+            && e["session_id"] == "quiet-s2"
+            && e["reason"] == "idle"),
+        "{events:#?}"
+    );
+}
+
+/// A packet stamped hours ahead opens a connection; the clock refuses the stamp once time
+/// comes back. The connection, seen "in the future", still idles out with the real clock.
+#[test]
+fn a_connection_opened_by_a_refused_stamp_still_idles_out() {
+    use mcptap_core::model::{FlowEvictReason, Output, Telemetry};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::replay_frames;
+    let mut talk = Conversation::new("stray-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let mut sim = Sim::new(23);
+    let first = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![first]);
+    // A client's data segment stamped two hours ahead, on a connection of its own.
+    let mut stray_sim = Sim::new(24);
+    let mut stray_talk = Conversation::new("stray-s2");
+    stray_talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let stray = stray_sim.connect(client_port(40009), server(), stray_talk.take_writes());
+    stray_sim.run(vec![stray]);
+    let mut stray_frame = stray_sim
+        .frames()
+        .iter()
+        .find(|f| f.data.windows(10).any(|w| w == b"initialize"))
+        .expect("a data segment")
+        .clone();
+    let mut frames = sim.frames().to_vec();
+    let last = frames.last().map_or(0, |f| f.ts_nanos);
+    stray_frame.ts_nanos = last + 2 * 3600 * 1_000_000_000;
+    frames.push(stray_frame);
+    // Traffic goes on at the real time for longer than the flow timeout (300 s).
+    let mut sim2 = Sim::new(25);
+    sim2.advance(last - sim2.now() + 10 * 1_000_000_000);
+    let conns: Vec<_> = (0..8u16)
+        .map(|i| {
+            let mut t = Conversation::new(&format!("later-{i}"));
+            t.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+            t
+        })
+        .collect();
+    for (i, mut t) in conns.into_iter().enumerate() {
+        sim2.advance(60 * 1_000_000_000);
+        let c = sim2.connect(client_port(41000 + i as u16), server(), t.take_writes());
+        sim2.run(vec![c]);
+    }
+    frames.extend(sim2.frames().iter().cloned());
+    let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(Limits::default()));
+    let refused = outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::ClockJump {
+                    followed: false,
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!(refused, 1);
+    let idle = outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Telemetry(Telemetry::FlowEvicted {
+                    reason: FlowEvictReason::Idle
+                })
+            )
+        })
+        .count();
+    assert_eq!(idle, 1, "the stray connection idles out");
+}
+
 /// Item 3: a capture taken with a small snaplen cuts bodies short. The cut bytes are gaps
 /// (HTTP resynchronises at the next message), the cut segments are counted, and the replay
 /// warns once per file with the snaplen and the advice.

@@ -1019,9 +1019,12 @@ impl Pipeline {
         self.stats.packets += 1;
         self.stats.bytes += frame.len() as u64;
         self.observe_time(ts, out);
-        // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
-        // flow stamped hours ahead would never time out.
-        let ts = ts.min(self.clock.now);
+        // At its own time, also while the clock holds it pending (far ahead of the packets
+        // before it). Most such packets are right: the first ones after a quiet link's gap,
+        // whose flows, sessions and deadlines need their real times (handled at the old clock,
+        // the sweep right after the clock followed ended the flows they had just touched, and
+        // a stream they ended lost its resumption window). A stamp the clock refuses later
+        // does no lasting harm: sweeps take a flow or session seen after the clock as seen now.
         self.decode_and_handle(ts, linktype, frame, out);
         self.sweep_if_due(out);
     }
@@ -1299,10 +1302,8 @@ impl Pipeline {
         msg: HttpMessage<'_>,
         out: &mut Vec<Output>,
     ) {
+        // At its own time, as in `handle_packet`.
         self.observe_time(ts, out);
-        // A timestamp the clock refused (a jump) must not reach flows and sessions either: a
-        // flow stamped hours ahead would never time out.
-        let ts = ts.min(self.clock.now);
         let key = FlowKey::of(client, server);
         let client_half = usize::from(client != key.0);
         let server_half = 1 - client_half;
@@ -1537,9 +1538,12 @@ impl Pipeline {
         let timeout = self.limits.flow_idle_timeout_ns;
         let mut idle: Vec<(u64, FlowKey)> = self
             .flows
-            .values()
-            .filter(|f| now.0.saturating_sub(f.last_seen.0) > timeout)
-            .map(|f| (f.id, f.key))
+            .values_mut()
+            .filter_map(|f| {
+                // Seen after the clock (a stamp it refused, or one still pending): seen now.
+                f.last_seen = f.last_seen.min(now);
+                (now.0.saturating_sub(f.last_seen.0) > timeout).then_some((f.id, f.key))
+            })
             .collect();
         // Flow ids, not hash order, decide the order of outputs: replays stay deterministic.
         idle.sort_unstable_by_key(|(id, _)| *id);
@@ -1591,8 +1595,8 @@ impl Pipeline {
         self.stats.bytes += frame.len() as u64;
         self.clock.now = self.clock.now.max(at.now);
         self.next_flow_id = at.seq;
-        let ts = at.ts.min(self.clock.now);
-        self.decode_and_handle(ts, linktype, frame, out);
+        // At its own time, as in `handle_packet`.
+        self.decode_and_handle(at.ts, linktype, frame, out);
         self.end_unit(Some(at.seq), FlowPhase::Packet, 0, out);
     }
 

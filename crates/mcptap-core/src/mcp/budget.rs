@@ -160,13 +160,16 @@ impl<D: HeapBytes> SessionTable<D> {
     }
 
     /// Sessions without traffic for longer than `timeout_ns`, in key order (so replays stay
-    /// deterministic, whatever the hash order).
-    pub fn idle(&self, now: Timestamp, timeout_ns: i64) -> Vec<SessionKey> {
+    /// deterministic, whatever the hash order). One seen after `now` (a packet stamped ahead of
+    /// the clock, which may have refused it) counts as seen now, so that it still idles out.
+    pub fn idle(&mut self, now: Timestamp, timeout_ns: i64) -> Vec<SessionKey> {
         let mut idle: Vec<SessionKey> = self
             .sessions
-            .iter()
-            .filter(|(_, s)| now.0.saturating_sub(s.last_seen.0) > timeout_ns)
-            .map(|(k, _)| k.clone())
+            .iter_mut()
+            .filter_map(|(k, s)| {
+                s.last_seen = s.last_seen.min(now);
+                (now.0.saturating_sub(s.last_seen.0) > timeout_ns).then(|| k.clone())
+            })
             .collect();
         idle.sort_unstable();
         idle
@@ -207,6 +210,25 @@ mod tests {
         let before = t.bytes();
         assert!(t.remove(&key(5)).is_some());
         assert!(t.bytes() < before);
+    }
+
+    /// A session last seen after the clock (a packet stamped ahead of it, which it may have
+    /// refused) is taken as seen at the sweep: it idles out a timeout later, not never.
+    #[test]
+    fn a_session_seen_after_the_clock_idles_out_from_the_sweep() {
+        let mut t: SessionTable<()> = SessionTable::new(10, usize::MAX, Arc::default());
+        let hours = 7200 * 1_000_000_000;
+        t.insert(
+            key(0),
+            Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(hours)),
+        );
+        let timeout = 300 * 1_000_000_000;
+        assert!(t.idle(Timestamp(1_000_000_000), timeout).is_empty());
+        assert!(t.idle(Timestamp(timeout), timeout).is_empty());
+        assert_eq!(
+            t.idle(Timestamp(timeout + 2_000_000_000), timeout),
+            vec![key(0)]
+        );
     }
 
     #[test]
