@@ -28,7 +28,6 @@ use mcptap_core::pipeline::Analysis;
 use mcptap_core::pipeline::{Limits, PacketStats, Pipeline, SessionStage, Staged};
 use mcptap_core::shard::ShardRouter;
 use mcptap_core::usage::SharedUsage;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
@@ -1393,8 +1392,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         redact_snapshot(&mut state, redactor.as_ref());
         save_snapshot(path, &state, &metrics);
     }
-    let mut err = std::io::stderr();
-    let _ = writeln!(err, "{}", summary.render(&stats, started.elapsed()));
+    summary.say(&stats, Default::default(), started.elapsed());
     if failed {
         Err("capture failed; see the log above".into())
     } else {

@@ -16,6 +16,21 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// `eprintln!` in order with the buffered log lines (see `sink::log_writer`); with JSON logs,
+/// a record at INFO.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        mcptap::sink::log_writer::say("INFO", format_args!($($arg)*))
+    };
+}
+
+/// An error of the program's own on standard error (a record at ERROR with JSON logs).
+macro_rules! say_error {
+    ($($arg:tt)*) => {
+        mcptap::sink::log_writer::say("ERROR", format_args!($($arg)*))
+    };
+}
+
 mod assets;
 
 #[derive(Parser)]
@@ -340,7 +355,7 @@ fn forensics(run: impl FnOnce() -> Result<mcptap::forensics::Done, String>) -> E
                 return fail(&format!("writing the output: {e}"));
             }
             for note in &done.notes {
-                mcptap::sink::log_writer::say(format_args!("{note}"));
+                say!("{note}");
             }
             ExitCode::SUCCESS
         }
@@ -415,13 +430,6 @@ impl LimitArgs {
     }
 }
 
-/// `eprintln!` in order with the buffered log lines (see `sink::log_writer`).
-macro_rules! say {
-    ($($arg:tt)*) => {
-        mcptap::sink::log_writer::say(format_args!($($arg)*))
-    };
-}
-
 fn init_logging(format: config::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -435,6 +443,7 @@ fn init_logging(format: config::LogFormat, level: &str) {
         config::LogFormat::Text => builder.with_target(false).init(),
         config::LogFormat::Json => builder.json().init(),
     }
+    mcptap::sink::log_writer::set_json_records(format == config::LogFormat::Json);
     // Handshake lines, the many INFO lines, skip tracing's formatting (same bytes), except in
     // colour.
     if !ansi {
@@ -644,7 +653,7 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
     }
     match inv.refusal() {
         Some(why) => {
-            say!("mcptap: error: {}: {why}", files.join(", "));
+            say_error!("mcptap: error: {}: {why}", files.join(", "));
             ExitCode::from(1)
         }
         None => {
@@ -660,7 +669,7 @@ fn endpoints(files: &[String], require_loopback: bool, local_macs: &[[u8; 6]]) -
 }
 
 fn fail(msg: &str) -> ExitCode {
-    say!("mcptap: error: {msg}");
+    say_error!("mcptap: error: {msg}");
     ExitCode::from(2)
 }
 
@@ -720,7 +729,7 @@ fn replay(
                 Some(s)
             }
             Err(e) => {
-                say!("mcptap: error: {e}");
+                say_error!("mcptap: error: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -741,7 +750,7 @@ fn replay(
         Some(path) => match File::create(path) {
             Ok(f) => Box::new(BufWriter::with_capacity(buffer, f)),
             Err(e) => {
-                say!("mcptap: error: {path}: cannot create events file: {e}");
+                say_error!("mcptap: error: {path}: cannot create events file: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -856,7 +865,7 @@ fn replay(
         Ok(r) => r,
         Err(e) => {
             let _ = writer.flush();
-            say!("mcptap: error: {e}");
+            say_error!("mcptap: error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -881,11 +890,11 @@ fn replay(
     if let Some(e) = write_error.or(flushed.err())
         && e.kind() != io::ErrorKind::BrokenPipe
     {
-        say!("mcptap: error: writing events: {e}");
+        say_error!("mcptap: error: writing events: {e}");
         return ExitCode::from(2);
     }
     if !quiet {
-        say!("{}", summary.render(&report.stats, started.elapsed()));
+        summary.say(&report.stats, report.span, started.elapsed());
     }
     if fail_on_alert && summary.total_alerts() > 0 {
         ExitCode::from(3)
@@ -920,7 +929,7 @@ fn replay_through_workers(
             let mut summary = r.summary;
             summary.capture_bytes_skipped = r.read.skipped_bytes();
             if !quiet {
-                say!("{}", summary.render(&r.stats, started.elapsed()));
+                summary.say(&r.stats, Default::default(), started.elapsed());
             }
             if fail_on_alert && summary.total_alerts() > 0 {
                 ExitCode::from(3)

@@ -129,9 +129,12 @@ impl ServerScope<ModeTracker> for ThreadScope {
         }
         let at = self.progress.promises[self.me].load(Ordering::SeqCst);
         let mut entries = self.progress.wait_for_others(self.me, at);
-        entries
-            .latest
-            .retain(|_, (_, e)| now.0.saturating_sub(e.last_seen.0) <= idle_ns);
+        entries.latest.retain(|_, (_, e)| {
+            // Seen after the clock (a stamp it refused): seen now, as each shard's own table
+            // takes it (`SessionTable::idle`).
+            e.last_seen = e.last_seen.min(now);
+            now.0.saturating_sub(e.last_seen.0) <= idle_ns
+        });
     }
 }
 

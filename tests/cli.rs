@@ -862,3 +862,59 @@ fn a_log_level_that_is_no_level_is_refused_in_one_line() {
     ]);
     assert_eq!(ok.status.code(), Some(0));
 }
+
+/// With JSON logs every line on standard error is a JSON record, the summary and the
+/// program's own errors included, so that a log pipeline parses all of them.
+#[test]
+fn json_logs_make_every_stderr_line_a_record() {
+    let records = |out: &Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+            .collect()
+    };
+    for threads in ["1", "2"] {
+        let out = run(&[
+            "--log-format",
+            "json",
+            "replay",
+            "--events",
+            "/dev/null",
+            "--threads",
+            threads,
+            &fixture("incident.pcap"),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let all = records(&out);
+        let summary = all
+            .iter()
+            .find(|r| r["fields"]["message"] == "summary")
+            .unwrap_or_else(|| panic!("no summary record: {all:?}"));
+        assert_eq!(summary["level"], "INFO");
+        assert_eq!(summary["target"], "mcptap");
+        assert!(
+            summary["fields"]["packets"].as_u64().unwrap_or(0) > 0,
+            "{summary}"
+        );
+        assert_eq!(
+            summary["fields"]["alerts"]["capability_narrowing"], 1,
+            "{summary}"
+        );
+        assert!(summary["fields"]["elapsed_secs"].is_number(), "{summary}");
+    }
+    let out = run(&[
+        "--log-format",
+        "json",
+        "replay",
+        "/nonexistent/capture.pcap",
+    ]);
+    assert!(!out.status.success());
+    let all = records(&out);
+    assert!(
+        all.iter().any(|r| r["level"] == "ERROR"
+            && r["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("/nonexistent/capture.pcap"))),
+        "{all:?}"
+    );
+}

@@ -7,7 +7,8 @@
 
 use std::io::{self, Write};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Longest a line waits for a later one to carry it out.
@@ -55,12 +56,72 @@ pub fn flush() {
     flush_locked(&mut p);
 }
 
+/// Log lines are JSON records (`--log-format json`): the program's own lines become records
+/// too, so that every line on standard error parses.
+static JSON_RECORDS: AtomicBool = AtomicBool::new(false);
+
+pub fn set_json_records(on: bool) {
+    JSON_RECORDS.store(on, Ordering::Relaxed);
+}
+
 /// A line of the program's own on standard error (errors, the replay summary), after the
-/// log lines that wait, so that the order stays as written.
-pub fn say(line: std::fmt::Arguments<'_>) {
+/// log lines that wait, so that the order stays as written. With JSON logs, a record whose
+/// message is the line, at `level` (`ERROR`, `INFO`).
+pub fn say(level: &str, line: std::fmt::Arguments<'_>) {
+    if JSON_RECORDS.load(Ordering::Relaxed) {
+        let mut fields = serde_json::Map::new();
+        fields.insert("message".into(), line.to_string().into());
+        return say_record(level, fields);
+    }
+    write_line(format!("{line}\n").as_bytes());
+}
+
+/// A record of the program's own with `fields` (`message` among them), shaped as the JSON log
+/// format writes tracing's: timestamp, level, fields, target.
+pub fn say_record(level: &str, fields: serde_json::Map<String, serde_json::Value>) {
+    write_line(record_line(&wall_clock_text(), level, &fields).as_bytes());
+}
+
+/// One record's line: the message first among the fields, as the formatter writes them.
+fn record_line(
+    timestamp: &str,
+    level: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    let text = |v: &serde_json::Value| serde_json::to_string(v).unwrap_or_default();
+    let message = fields
+        .get("message")
+        .map(|m| format!("\"message\":{}", text(m)));
+    let rest = fields
+        .iter()
+        .filter(|(k, _)| *k != "message")
+        .map(|(k, v)| format!("{}:{}", text(&k.as_str().into()), text(v)));
+    let members: Vec<String> = message.into_iter().chain(rest).collect();
+    format!(
+        "{{\"timestamp\":{},\"level\":{},\"fields\":{{{}}},\"target\":\"mcptap\"}}\n",
+        text(&timestamp.into()),
+        text(&level.into()),
+        members.join(",")
+    )
+}
+
+/// Whether the program's own lines are JSON records.
+pub fn json_records() -> bool {
+    JSON_RECORDS.load(Ordering::Relaxed)
+}
+
+fn write_line(bytes: &[u8]) {
     let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     flush_locked(&mut p);
-    let _ = write_stderr(p.progress.as_ref(), format!("{line}\n").as_bytes());
+    let _ = write_stderr(p.progress.as_ref(), bytes);
+}
+
+/// The wall clock as RFC 3339 with microseconds, as the JSON log format stamps records.
+fn wall_clock_text() -> String {
+    let ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    mcptap_core::model::Timestamp(ns).rfc3339()
 }
 
 fn flush_locked(p: &mut Pending) {
@@ -120,6 +181,22 @@ impl<'a> MakeWriter<'a> for LogWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The program's own records parse, in the JSON log format's shape.
+    #[test]
+    fn own_records_are_json_in_the_formatters_shape() {
+        let mut fields = serde_json::Map::new();
+        fields.insert("packets".into(), 72.into());
+        fields.insert("message".into(), "summary \"quoted\"".into());
+        let line = record_line("2026-12-07T15:17:38.681424Z", "INFO", &fields);
+        assert_eq!(
+            line,
+            "{\"timestamp\":\"2026-12-07T15:17:38.681424Z\",\"level\":\"INFO\",\"fields\":\
+             {\"message\":\"summary \\\"quoted\\\"\",\"packets\":72},\"target\":\"mcptap\"}\n"
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(parsed["fields"]["message"], "summary \"quoted\"");
+    }
 
     #[test]
     fn info_lines_wait_warnings_do_not() {

@@ -226,6 +226,29 @@ impl Summary {
         self.alerts.values().sum()
     }
 
+    /// The summary on standard error, after the log lines that wait: [`Summary::render`]'s
+    /// lines, or with JSON logs one record whose fields are the events file's `summary`
+    /// totals.
+    pub fn say(&self, stats: &PacketStats, span: TimeSpan, elapsed: Duration) {
+        use crate::sink::log_writer;
+        if !log_writer::json_records() {
+            log_writer::say("INFO", format_args!("{}", self.render(stats, elapsed)));
+            return;
+        }
+        let totals = serde_json::to_value(self.totals_event("summary", stats, span, None));
+        let mut fields = serde_json::Map::new();
+        fields.insert("message".into(), "summary".into());
+        if let Ok(serde_json::Value::Object(totals)) = totals {
+            for (k, v) in totals {
+                if !matches!(k.as_str(), "event" | "v" | "session_id") && !v.is_null() {
+                    fields.insert(k, v);
+                }
+            }
+        }
+        fields.insert("elapsed_secs".into(), elapsed.as_secs_f64().into());
+        log_writer::say_record("INFO", fields);
+    }
+
     /// A few lines for standard error.
     pub fn render(&self, stats: &PacketStats, elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64().max(1e-9);

@@ -290,6 +290,10 @@ pub struct ModeTracker {
     /// A handful of records per session: a linear search beats a map. Each is kept under a
     /// digest of what it is of ([`Record::key`]): nothing to allocate or compare but a word.
     methods: Vec<(RecordKey, ModeState)>,
+    /// An answer found the table full already ([`ModeObservation::untracked`] is said once
+    /// per table, so that a session past the bound is one count, not one per answer).
+    #[serde(skip)]
+    full_said: bool,
 }
 
 /// What a server may choose its response mode by, so what one mode is tracked for: the
@@ -416,7 +420,7 @@ impl HeapBytes for ModeTracker {
 pub struct ModeObservation {
     pub finding: Option<DivergenceFinding>,
     /// The session's method or kind records were full ([`Limit::ModeRecords`]): the answer
-    /// was judged by less than it would have been.
+    /// was judged by less than it would have been. Said for the table's first such answer.
     ///
     /// [`Limit::ModeRecords`]: crate::model::Limit::ModeRecords
     pub untracked: bool,
@@ -498,6 +502,9 @@ impl ModeTracker {
         changes: u32,
     ) -> ModeObservation {
         let (method_at, own) = self.slots(Record::Method(key.method), Record::Kind(key), changes);
+        let full = method_at.is_none() || own.is_none();
+        let untracked = full && !self.full_said;
+        self.full_said |= full;
         ModeObservation {
             finding: self.judge(
                 key.method,
@@ -508,7 +515,7 @@ impl ModeTracker {
                 accept,
                 changes,
             ),
-            untracked: method_at.is_none() || own.is_none(),
+            untracked,
         }
     }
 
@@ -988,13 +995,13 @@ mod tests {
         for (i, tool) in tools.iter().enumerate() {
             let seen = t.observe_in(call(tool, false), SseResultOnly, false, None, 0);
             assert!(seen.finding.is_none());
-            // Each answer past the kinds' room says so (a limit counted by the caller).
-            assert_eq!(seen.untracked, i >= MAX_KIND_RECORDS, "{i}");
+            // The first answer past the kinds' room says so (a limit counted by the caller).
+            assert_eq!(seen.untracked, i == MAX_KIND_RECORDS, "{i}");
         }
         let read = ModeKey::method("resources/read");
         let seen = t.observe_in(read, SseResultOnly, false, None, 0);
-        // Its kind finds no room (counted), its method does.
-        assert!(seen.finding.is_none() && seen.untracked);
+        // Its kind finds no room (said once already), its method does.
+        assert!(seen.finding.is_none() && !seen.untracked);
         // A method seen after the tools filled their part still has its method record.
         let f = t.observe_in(read, Json, false, None, 1).finding;
         assert_eq!(reasons(&f), vec![DivergenceReason::ModeContradiction]);

@@ -1037,7 +1037,8 @@ label_enum! {
         /// More methods (64) or kinds of request (method, tool, progress asked for: 128) per
         /// session, or per stateless endpoint, than their answers' content types are
         /// recorded for: a kind without a record is judged by its method's, a method without
-        /// one only against what the session negotiated and the request accepted.
+        /// one only against what the session negotiated and the request accepted. Counted
+        /// once per session (or endpoint) whose records fill.
         ModeRecords => "mode_records",
     }
 }

@@ -1442,7 +1442,12 @@ impl Pipeline {
         let ctx = flow.ctx();
         let flow_id = flow.id;
         let seen_from = [flow.server_seen_from(0), flow.server_seen_from(1)];
-        let ts = self.clock.now;
+        // A connection its own segment closed ends at that segment's time, also one the clock
+        // holds pending (the first packets after a gap); any other removal at the clock's.
+        let ts = match why {
+            Removal::Fin | Removal::Rst => flow.last_seen.max(self.clock.now),
+            _ => self.clock.now,
+        };
         self.deliver(flow_id, ctx, seen_from, ts, &mut events, out);
         self.http_events = events;
         self.ask_sessions(SessionInput::FlowClosed { flow: flow.id }, out);
@@ -1540,8 +1545,14 @@ impl Pipeline {
             .flows
             .values_mut()
             .filter_map(|f| {
-                // Seen after the clock (a stamp it refused, or one still pending): seen now.
+                // Seen after the clock (a stamp it refused, or one still pending): seen now,
+                // and a segment held since then has waited from now.
                 f.last_seen = f.last_seen.min(now);
+                if let Some(held) = f.held.as_mut() {
+                    for seg in held.halves.iter_mut().flatten() {
+                        seg.ts = seg.ts.min(now);
+                    }
+                }
                 (now.0.saturating_sub(f.last_seen.0) > timeout).then_some((f.id, f.key))
             })
             .collect();

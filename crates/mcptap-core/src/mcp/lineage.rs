@@ -165,13 +165,19 @@ impl Lineage {
         (now.0.saturating_sub(newest.ts.0) <= window_ns).then_some(newest)
     }
 
-    /// Forgets sessions that ended longer than `window_ns` ago.
+    /// Forgets sessions that ended longer than `window_ns` ago. A record that ended after
+    /// `now` (a packet stamped ahead of the clock, which may have refused it) counts as ended
+    /// now once it is the oldest, so that it cannot hold the ones behind it for longer than the
+    /// window.
     pub fn expire(&mut self, now: Timestamp, window_ns: i64) {
-        while self
-            .order
-            .front()
-            .is_some_and(|e| now.0.saturating_sub(e.ended.ts.0) > window_ns)
-        {
+        loop {
+            let Some(oldest) = self.order.front_mut() else {
+                return;
+            };
+            oldest.ended.ts = oldest.ended.ts.min(now);
+            if now.0.saturating_sub(oldest.ended.ts.0) <= window_ns {
+                return;
+            }
             self.drop_oldest();
         }
     }
@@ -373,6 +379,19 @@ mod tests {
         assert_eq!((l.len(), found(&l, "a", 115)), (2, Some("s2".into())));
         l.expire(Timestamp(1000), 100);
         assert!(l.is_empty() && l.bytes() == 0);
+    }
+
+    /// A record stamped ahead of the clock (a refused stamp) counts as ended at the sweep
+    /// that finds it oldest: it expires a window later, and the ones behind it with it.
+    #[test]
+    fn a_record_that_ended_after_the_clock_holds_the_others_for_one_window_at_most() {
+        let mut l = Lineage::new(usize::MAX);
+        l.remember(key("a"), ended("future", 7_200_000));
+        l.remember(key("b"), ended("s2", 20));
+        l.expire(Timestamp(50), 100);
+        assert_eq!(l.len(), 2);
+        l.expire(Timestamp(151), 100);
+        assert_eq!(l.len(), 0, "both gone a window after the sweep at 50");
     }
 
     #[test]
