@@ -5,7 +5,7 @@
 //! only; a snapshot of an unknown version or that does not parse is refused and counted.
 
 use mcptap_core::detect::ModeTracker;
-use mcptap_core::mcp::snapshot::{SNAPSHOT_VERSION, StateSnapshot};
+use mcptap_core::mcp::snapshot::{SNAPSHOT_VERSION, SNAPSHOT_VERSION_1, StateSnapshot};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
@@ -67,12 +67,15 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, LoadError> {
     }
     let version: Version =
         serde_json::from_str(&text).map_err(|e| LoadError::Garbage(e.to_string()))?;
-    if version.v != SNAPSHOT_VERSION {
+    if version.v != SNAPSHOT_VERSION && version.v != SNAPSHOT_VERSION_1 {
         return Err(LoadError::Version(version.v));
     }
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| LoadError::Garbage(e.to_string()))
+    let mut snapshot: Snapshot =
+        serde_json::from_str(&text).map_err(|e| LoadError::Garbage(e.to_string()))?;
+    if version.v == SNAPSHOT_VERSION_1 {
+        snapshot.forget_version_1_digests();
+    }
+    Ok(Some(snapshot))
 }
 
 /// Writes `snapshot` to `path` atomically: readers see the old file or the new one, whole.
@@ -164,6 +167,9 @@ mod tests {
         save(&path, &Snapshot::default()).unwrap();
         let back = load(&path).unwrap().unwrap();
         assert_eq!(back.v, SNAPSHOT_VERSION);
+        // Version 1 files are read (their digests dropped), as the current version.
+        std::fs::write(&path, r#"{"v":1,"sessions":[],"ended":[]}"#).unwrap();
+        assert_eq!(load(&path).unwrap().unwrap().v, SNAPSHOT_VERSION);
         std::fs::write(&path, r#"{"v":99,"sessions":[],"ended":[]}"#).unwrap();
         assert_eq!(load(&path).unwrap_err(), LoadError::Version(99));
         std::fs::write(&path, "garbage").unwrap();

@@ -13,8 +13,15 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// The snapshot format's version: a snapshot of another version is refused, not guessed at.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// The snapshot format's version: a snapshot of another version is refused, not guessed at,
+/// except version 1 files, read with what they keep under digests dropped
+/// ([`StateSnapshot::forget_version_1_digests`]). Version 2 keeps digests as XXH3-64
+/// (`lasting_digest`); version 1 kept them as the table hasher's, which nothing can compute
+/// again. Fleet store records of another version are ignored.
+pub const SNAPSHOT_VERSION: u32 = 2;
+
+/// The version whose files are read with their digests dropped.
+pub const SNAPSHOT_VERSION_1: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(bound(deserialize = "D: serde::de::DeserializeOwned"))]
@@ -31,6 +38,29 @@ impl<D> Default for StateSnapshot<D> {
             sessions: Vec::new(),
             ended: Vec::new(),
         }
+    }
+}
+
+impl<D: Default> StateSnapshot<D> {
+    /// A version 1 snapshot made readable: its digests (content-type mode record keys,
+    /// declarations seen and logged, a server's discover answer) came from a hasher nothing
+    /// can compute again, so they go; baselines, handshake counts, lineage records and the
+    /// rest stay. Detection learns the modes again from the next answers (an answer before
+    /// then cannot contradict them); a declaration already logged is logged once more.
+    pub fn forget_version_1_digests(&mut self) {
+        for entry in &mut self.sessions {
+            entry.detection = D::default();
+            if let Some(era) = entry.era_state.as_mut() {
+                era.logged.clear();
+                era.discover_digest = None;
+                for d in &mut era.declarations {
+                    d.seen.clear();
+                    d.first_digest = 0;
+                    d.last_digest = 0;
+                }
+            }
+        }
+        self.v = SNAPSHOT_VERSION;
     }
 }
 

@@ -812,6 +812,46 @@ fn a_snapshot_keeps_the_baseline_across_a_restart() {
     assert_eq!((report.sessions, report.expired), (0, 1));
 }
 
+/// A version 1 snapshot (its digests from a hasher nothing computes again) is read with its
+/// mode records dropped and its baselines kept: the narrowing still alerts, and the session's
+/// answer modes are learned again.
+#[test]
+fn a_version_1_snapshot_keeps_its_baselines_and_drops_its_digests() {
+    let mut before = Harness::new();
+    before.handshake(
+        ctx(1, 5000),
+        0,
+        None,
+        "s1",
+        json!({"sampling":{}, "tools":{"streaming":true}}),
+        json!({"tools":{"streaming":true}}),
+    );
+    before.tool_call_sse(ctx(1, 5000), 1, "s1", vec![], BodyEnd::Complete);
+    let mut snap = before.t.export_state();
+    snap.v = crate::mcp::snapshot::SNAPSHOT_VERSION_1;
+    let text = serde_json::to_string(&snap).expect("serialises");
+    assert!(text.contains("\"methods\":[["), "mode records kept: {text}");
+    let mut old: crate::mcp::snapshot::StateSnapshot<crate::detect::ModeTracker> =
+        serde_json::from_str(&text).expect("parses");
+    old.forget_version_1_digests();
+    assert_eq!(old.v, crate::mcp::snapshot::SNAPSHOT_VERSION);
+    let back = serde_json::to_string(&old).expect("serialises");
+    assert!(
+        back.contains("\"methods\":[]"),
+        "mode records dropped: {back}"
+    );
+    let mut after = Harness::new();
+    after.now = before.now;
+    let report = after
+        .t
+        .import_state(old, Timestamp(after.now), &mut after.out);
+    assert_eq!(report.sessions, 1);
+    after.handshake(ctx(2, 5001), 0, Some("s1"), "s1", json!({}), json!({}));
+    let alerts = after.of("alert");
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0]["kind"], "capability_narrowing");
+}
+
 #[test]
 fn handshakes_read_once_and_reused_give_the_same_events_and_counts() {
     let mut h = Harness::new();
