@@ -335,6 +335,66 @@ fn a_stateless_endpoints_mode_is_shared_by_the_shards() {
     assert_ne!(alerts(&alone.outputs), alerts(&whole));
 }
 
+/// Stamps the clock refuses and gaps it follows give one pipeline's outputs through the
+/// shards: a stateless endpoint's clients, one of whose answers is stamped two hours ahead
+/// (a refused stamp: its entry is seen "in the future" until a sweep brings it back), and a
+/// quiet gap longer than the flow and session timeouts before the last clients, whose first
+/// packets the clock holds pending and which are handled at their own times.
+#[test]
+fn refused_stamps_and_followed_gaps_give_one_pipelines_outputs_through_the_shards() {
+    let who = Client {
+        host: "mcp.internal:8080",
+        name: "agent",
+        version: "1.0",
+    };
+    let server = Endpoint::new([10, 0, 0, 1], 8080);
+    let mut sim = Sim::new(12).with_step(300_000);
+    for i in 0..10u8 {
+        if i == 6 {
+            sim.advance(4000 * 1_000_000_000);
+        }
+        let init = kit::initialize_request(1, kit::FULL_CLIENT_CAPS, who.name, who.version);
+        let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
+        let call = kit::tools_call_request(2, "search", "{}");
+        let answer = kit::tool_result(2, "found");
+        let writes = vec![
+            AppWrite::client(who.post(&init, None)),
+            AppWrite::server(modern::answer(false, &result)),
+            AppWrite::client(who.post(&call, None)),
+            AppWrite::server(modern::answer(i < 8, &answer)),
+        ];
+        let conn = sim.connect(client(i), server, writes).server_closes();
+        sim.run(vec![conn]);
+    }
+    let mut frames = sim.frames().to_vec();
+    // The third client's tools/call answer, stamped two hours ahead.
+    let answers: Vec<usize> = frames
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data.windows(5).any(|w| w == b"found"))
+        .map(|(i, _)| i)
+        .collect();
+    frames[answers[2]].ts_nanos += 2 * 3600 * 1_000_000_000;
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("clock.pcap");
+    std::fs::write(
+        &path,
+        mcptap_testkit::capture::pcap_bytes(sim.linktype(), &frames),
+    )
+    .expect("write");
+    let whole = assert_shards_agree(&path, Limits::default());
+    let jumps: Vec<bool> = whole
+        .iter()
+        .filter_map(|o| match o {
+            Output::Telemetry(mcptap_core::model::Telemetry::ClockJump { followed, .. }) => {
+                Some(*followed)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(jumps.contains(&true) && jumps.contains(&false), "{jumps:?}");
+}
+
 /// Modern clients: one lists the tools (a tool with an `x-mcp-header` parameter) and the
 /// others call it without the header; one asks `server/discover`, and a later one gets a
 /// narrower result. Every client is checked against what the server told any of them.
