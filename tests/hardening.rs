@@ -20,6 +20,15 @@ fn client_port(port: u16) -> Endpoint {
     Endpoint::new([127, 0, 0, 2], port)
 }
 
+/// Runs on `sim` one connection from `from` that initializes session `sid` (the full client
+/// capabilities, no server capabilities, JSON answers).
+fn initialize_on(sim: &mut Sim, sid: &str, from: Endpoint) {
+    let mut talk = Conversation::new(sid);
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    let conn = sim.connect(from, server(), talk.take_writes());
+    sim.run(vec![conn]);
+}
+
 /// A `tools/call` of `tool` with request id `id` on session `sid`, answered with one text
 /// result as `answer`.
 fn answered_call(talk: &mut Conversation, sid: &str, id: u64, tool: &str, answer: Answer) {
@@ -290,16 +299,10 @@ fn the_clock_follows_a_jump_that_several_packets_agree_on() {
     use mcptap_core::model::{Output, Telemetry};
     use mcptap_core::pipeline::{Limits, Pipeline};
     use mcptap_testkit::sim::{events_of, replay_frames};
-    let mut talk = Conversation::new("gap-s1");
-    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     let mut sim = Sim::new(11);
-    let first = sim.connect(client(), server(), talk.take_writes());
-    sim.run(vec![first]);
-    let mut later = Conversation::new("other-s1");
-    later.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    initialize_on(&mut sim, "gap-s1", client());
     sim.advance(2 * 3600 * 1_000_000_000);
-    let second = sim.connect(client_port(40002), server(), later.take_writes());
-    sim.run(vec![second]);
+    initialize_on(&mut sim, "other-s1", client_port(40002));
     let limits = Limits {
         session: mcptap_core::limits::SessionLimits {
             session_idle_timeout_ns: 600_000_000_000,
@@ -353,11 +356,8 @@ fn the_first_packets_after_a_quiet_gap_keep_their_connection() {
     // Another client's connection opens right after the call's request, all of it before the
     // call's answer: its first two packets are the second and third after the gap, and the
     // clock follows the gap at its third.
-    let mut other = Conversation::new("quiet-s2");
-    other.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     let mut sim2 = Sim::new(22);
-    let b = sim2.connect(client_port(40003), server(), other.take_writes());
-    sim2.run(vec![b]);
+    initialize_on(&mut sim2, "quiet-s2", client_port(40003));
     let (start, room) = (
         frames[call].ts_nanos + 1,
         frames[call + 1].ts_nanos - frames[call].ts_nanos,
@@ -397,17 +397,11 @@ fn a_connection_opened_by_a_refused_stamp_still_idles_out() {
     use mcptap_core::model::{FlowEvictReason, Output, Telemetry};
     use mcptap_core::pipeline::{Limits, Pipeline};
     use mcptap_testkit::sim::replay_frames;
-    let mut talk = Conversation::new("stray-s1");
-    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
     let mut sim = Sim::new(23);
-    let first = sim.connect(client(), server(), talk.take_writes());
-    sim.run(vec![first]);
+    initialize_on(&mut sim, "stray-s1", client());
     // A client's data segment stamped two hours ahead, on a connection of its own.
     let mut stray_sim = Sim::new(24);
-    let mut stray_talk = Conversation::new("stray-s2");
-    stray_talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
-    let stray = stray_sim.connect(client_port(40009), server(), stray_talk.take_writes());
-    stray_sim.run(vec![stray]);
+    initialize_on(&mut stray_sim, "stray-s2", client_port(40009));
     let mut stray_frame = stray_sim
         .frames()
         .iter()
@@ -421,17 +415,9 @@ fn a_connection_opened_by_a_refused_stamp_still_idles_out() {
     // Traffic goes on at the real time for longer than the flow timeout (300 s).
     let mut sim2 = Sim::new(25);
     sim2.advance(last - sim2.now() + 10 * 1_000_000_000);
-    let conns: Vec<_> = (0..8u16)
-        .map(|i| {
-            let mut t = Conversation::new(&format!("later-{i}"));
-            t.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
-            t
-        })
-        .collect();
-    for (i, mut t) in conns.into_iter().enumerate() {
+    for i in 0..8u16 {
         sim2.advance(60 * 1_000_000_000);
-        let c = sim2.connect(client_port(41000 + i as u16), server(), t.take_writes());
-        sim2.run(vec![c]);
+        initialize_on(&mut sim2, &format!("later-{i}"), client_port(41000 + i));
     }
     frames.extend(sim2.frames().iter().cloned());
     let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(Limits::default()));

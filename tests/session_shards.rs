@@ -298,6 +298,21 @@ fn a_capture_of_ones_own_through_session_shards() {
     );
 }
 
+/// A stateless legacy client's exchanges: `initialize`, then a `tools/call` of `search`
+/// answered as a stream (`streamed`) or as plain JSON.
+fn stateless_call(who: &Client<'_>, streamed: bool) -> Vec<AppWrite> {
+    let init = kit::initialize_request(1, kit::FULL_CLIENT_CAPS, who.name, who.version);
+    let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
+    let call = kit::tools_call_request(2, "search", "{}");
+    let answer = kit::tool_result(2, "found");
+    vec![
+        AppWrite::client(who.post(&init, None)),
+        AppWrite::server(modern::answer(false, &result)),
+        AppWrite::client(who.post(&call, None)),
+        AppWrite::server(modern::answer(streamed, &answer)),
+    ]
+}
+
 /// A stateless legacy server answers `tools/call` as a stream to the first clients and as
 /// plain JSON to a later one: the endpoint's mode changed, whichever shard each client is on.
 #[test]
@@ -308,19 +323,7 @@ fn a_stateless_endpoints_mode_is_shared_by_the_shards() {
         version: "1.0",
     };
     let talks: Vec<(Endpoint, Vec<AppWrite>)> = (0..12u8)
-        .map(|i| {
-            let init = kit::initialize_request(1, kit::FULL_CLIENT_CAPS, who.name, who.version);
-            let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
-            let call = kit::tools_call_request(2, "search", "{}");
-            let answer = kit::tool_result(2, "found");
-            let writes = vec![
-                AppWrite::client(who.post(&init, None)),
-                AppWrite::server(modern::answer(false, &result)),
-                AppWrite::client(who.post(&call, None)),
-                AppWrite::server(modern::answer(i < 8, &answer)),
-            ];
-            (client(i), writes)
-        })
+        .map(|i| (client(i), stateless_call(&who, i < 8)))
         .collect();
     let dir = tempfile::tempdir().expect("tmp");
     let path = capture_of(dir.path(), "stateless.pcap", talks);
@@ -353,17 +356,9 @@ fn refused_stamps_and_followed_gaps_give_one_pipelines_outputs_through_the_shard
         if i == 6 {
             sim.advance(4000 * 1_000_000_000);
         }
-        let init = kit::initialize_request(1, kit::FULL_CLIENT_CAPS, who.name, who.version);
-        let result = kit::initialize_result(1, r#"{"streaming":true}"#, "stateless");
-        let call = kit::tools_call_request(2, "search", "{}");
-        let answer = kit::tool_result(2, "found");
-        let writes = vec![
-            AppWrite::client(who.post(&init, None)),
-            AppWrite::server(modern::answer(false, &result)),
-            AppWrite::client(who.post(&call, None)),
-            AppWrite::server(modern::answer(i < 8, &answer)),
-        ];
-        let conn = sim.connect(client(i), server, writes).server_closes();
+        let conn = sim
+            .connect(client(i), server, stateless_call(&who, i < 8))
+            .server_closes();
         sim.run(vec![conn]);
     }
     let mut frames = sim.frames().to_vec();
