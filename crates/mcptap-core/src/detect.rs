@@ -508,8 +508,7 @@ impl ModeTracker {
         ModeObservation {
             finding: self.judge(
                 key.method,
-                method_at,
-                own,
+                (method_at, own),
                 shape,
                 streaming_negotiated,
                 accept,
@@ -519,13 +518,12 @@ impl ModeTracker {
         }
     }
 
-    /// What one answer shows, against its method's record and its kind's (where they are).
-    #[allow(clippy::too_many_arguments)]
+    /// What one answer shows, against its method's record and its kind's (`slots`: where
+    /// they are, [`Self::slots`]).
     fn judge(
         &mut self,
         method: &str,
-        method_at: Option<usize>,
-        own: Option<usize>,
+        (method_at, own): (Option<usize>, Option<usize>),
         shape: AnswerShape,
         streaming_negotiated: bool,
         accept: Option<&str>,
