@@ -33,11 +33,54 @@ macro_rules! say_error {
 
 mod assets;
 
+/// What `mcptap --help` and the man page say after the options: how to start, where things
+/// are, how it ends.
+const AFTER_HELP: &str = "\
+Examples:
+  mcptap replay capture.pcap --events events.ndjson
+      Replay a capture; events to a file, a summary on standard error.
+  mcptap replay --fail-on-alert rotated-*.pcap
+      Exit status 3 when any alert fired.
+  mcptap run --config /etc/mcptap/mcptap.toml
+      The daemon, as mcptap.service runs it.
+  mcptap report events.ndjson -o report.html
+      An HTML report: alerted sessions, timelines, blind spots.
+  mcptap check-config /etc/mcptap/mcptap.toml
+      Check a configuration file; print the effective one.
+
+Files:
+  /etc/mcptap/mcptap.toml
+      The configuration (every key is in mcptap.example.toml).
+  /var/log/mcptap/events.ndjson
+      NDJSON events: handshakes, exchanges, alerts, stats.
+  /var/lib/mcptap/state.json
+      Session state kept across a restart ([state] snapshot_file).
+
+Signals (run):
+  SIGTERM, SIGINT
+      Stop capturing, flush the events, write the snapshot,
+      print the summary, exit 0.
+  SIGHUP
+      Reopen the events file (logrotate).
+
+Exit status:
+  0   Success; for replay also a capture file cut mid-record
+      (the events up to the cut are written, with a warning).
+  2   Unusable input or configuration: a missing file, not a
+      capture, no such interface, permission denied, a bad
+      filter or configuration line, the listen address in use.
+  3   replay --fail-on-alert: an alert fired.
+
+Metrics: http://127.0.0.1:9917/metrics by default
+([metrics] listen). Alert rules, a Grafana dashboard and the
+systemd unit come with the package.";
+
 #[derive(Parser)]
 #[command(
     name = "mcptap",
     version,
-    about = "Passive monitor for MCP over HTTP: handshakes, capability narrowing, Content-Type drift, empty tool results"
+    about = "Passive monitor for MCP over HTTP: handshakes, capability narrowing, Content-Type drift, empty tool results",
+    after_long_help = AFTER_HELP
 )]
 struct Cli {
     /// Log format on standard error [default: text, or the config file's].

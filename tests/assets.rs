@@ -48,6 +48,11 @@ fn man_pages_and_completions_cover_every_subcommand() {
     let main = read(&dir.path().join("man/mcptap.1"));
     assert!(main.contains(".TH mcptap 1"), "{main}");
     assert!(main.contains(env!("CARGO_PKG_VERSION")));
+    // More than --help's options: examples, files, signals and exit statuses.
+    for section in ["Examples:", "Files:", "Signals (run):", "Exit status:"] {
+        assert!(main.contains(section), "mcptap.1 lacks {section}");
+    }
+    assert!(main.contains("/etc/mcptap/mcptap.toml") && main.contains("SIGHUP"));
     for s in &subs {
         // roff escapes every hyphen of the page name: mcptap\-check\-config(1).
         let roff_name = format!("mcptap-{s}(1)").replace('-', "\\-");
