@@ -20,6 +20,17 @@ fn client_port(port: u16) -> Endpoint {
     Endpoint::new([127, 0, 0, 2], port)
 }
 
+/// How many of `outputs` are telemetry that `pick` picks.
+fn telemetry_count(
+    outputs: &[mcptap_core::model::Output],
+    pick: impl Fn(&mcptap_core::model::Telemetry) -> bool,
+) -> usize {
+    outputs
+        .iter()
+        .filter(|o| matches!(o, mcptap_core::model::Output::Telemetry(t) if pick(t)))
+        .count()
+}
+
 /// Runs on `sim` one connection from `from` that initializes session `sid` (the full client
 /// capabilities, no server capabilities, JSON answers).
 fn initialize_on(sim: &mut Sim, sid: &str, from: Endpoint) {
@@ -223,7 +234,7 @@ fn lineage_links_a_reissued_session_id() {
 /// counted and ignored by the clock, and the incident still alerts afterwards.
 #[test]
 fn one_far_future_timestamp_does_not_wipe_state() {
-    use mcptap_core::model::{Output, Telemetry};
+    use mcptap_core::model::Telemetry;
     use mcptap_core::pipeline::{Limits, Pipeline};
     use mcptap_testkit::sim::{events_of, replay_frames};
     let mut talk = Conversation::new("clock-s1");
@@ -261,18 +272,15 @@ fn one_far_future_timestamp_does_not_wipe_state() {
         ..Limits::default()
     };
     let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(limits));
-    let jumps = outputs
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Telemetry(Telemetry::ClockJump {
-                    followed: false,
-                    ..
-                })
-            )
-        })
-        .count();
+    let jumps = telemetry_count(&outputs, |t| {
+        matches!(
+            t,
+            Telemetry::ClockJump {
+                followed: false,
+                ..
+            }
+        )
+    });
     assert_eq!(jumps, 1);
     let events = events_of(&outputs);
     let kinds: Vec<&str> = alerts(&events)
@@ -394,7 +402,7 @@ fn the_first_packets_after_a_quiet_gap_keep_their_connection() {
 /// comes back. The connection, seen "in the future", still idles out with the real clock.
 #[test]
 fn a_connection_opened_by_a_refused_stamp_still_idles_out() {
-    use mcptap_core::model::{FlowEvictReason, Output, Telemetry};
+    use mcptap_core::model::{FlowEvictReason, Telemetry};
     use mcptap_core::pipeline::{Limits, Pipeline};
     use mcptap_testkit::sim::replay_frames;
     let mut sim = Sim::new(23);
@@ -421,30 +429,24 @@ fn a_connection_opened_by_a_refused_stamp_still_idles_out() {
     }
     frames.extend(sim2.frames().iter().cloned());
     let outputs = replay_frames(sim.linktype(), &frames, Pipeline::new(Limits::default()));
-    let refused = outputs
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Telemetry(Telemetry::ClockJump {
-                    followed: false,
-                    ..
-                })
-            )
-        })
-        .count();
+    let refused = telemetry_count(&outputs, |t| {
+        matches!(
+            t,
+            Telemetry::ClockJump {
+                followed: false,
+                ..
+            }
+        )
+    });
     assert_eq!(refused, 1);
-    let idle = outputs
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Telemetry(Telemetry::FlowEvicted {
-                    reason: FlowEvictReason::Idle
-                })
-            )
-        })
-        .count();
+    let idle = telemetry_count(&outputs, |t| {
+        matches!(
+            t,
+            Telemetry::FlowEvicted {
+                reason: FlowEvictReason::Idle
+            }
+        )
+    });
     assert_eq!(idle, 1, "the stray connection idles out");
 }
 
