@@ -780,10 +780,10 @@ fn idle_sessions_end() {
     assert_eq!(h.of("session_end")[0]["reason"], "idle");
 }
 
-#[test]
-fn a_snapshot_keeps_the_baseline_across_a_restart() {
-    let mut before = Harness::new();
-    before.handshake(
+/// A harness whose session `s1` began with a handshake that negotiated streaming.
+fn streaming_session() -> Harness {
+    let mut h = Harness::new();
+    h.handshake(
         ctx(1, 5000),
         0,
         None,
@@ -791,15 +791,30 @@ fn a_snapshot_keeps_the_baseline_across_a_restart() {
         json!({"sampling":{}, "tools":{"streaming":true}}),
         json!({"tools":{"streaming":true}}),
     );
-    let text = serde_json::to_string(&before.t.export_state()).expect("serialises");
+    h
+}
+
+/// A new harness at `now` that imports `snap` (one session) and sees `s1` re-initialized with
+/// nothing declared.
+fn narrowed_after_restore(
+    now: i64,
+    snap: crate::mcp::snapshot::StateSnapshot<crate::detect::ModeTracker>,
+) -> Harness {
     let mut after = Harness::new();
-    after.now = before.now;
-    let snap = serde_json::from_str(&text).expect("parses");
+    after.now = now;
     let report = after
         .t
         .import_state(snap, Timestamp(after.now), &mut after.out);
     assert_eq!(report.sessions, 1);
     after.handshake(ctx(2, 5001), 0, Some("s1"), "s1", json!({}), json!({}));
+    after
+}
+
+#[test]
+fn a_snapshot_keeps_the_baseline_across_a_restart() {
+    let before = streaming_session();
+    let text = serde_json::to_string(&before.t.export_state()).expect("serialises");
+    let after = narrowed_after_restore(before.now, serde_json::from_str(&text).expect("parses"));
     let alerts = after.of("alert");
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0]["kind"], "capability_narrowing");
@@ -817,15 +832,7 @@ fn a_snapshot_keeps_the_baseline_across_a_restart() {
 /// answer modes are learned again.
 #[test]
 fn a_version_1_snapshot_keeps_its_baselines_and_drops_its_digests() {
-    let mut before = Harness::new();
-    before.handshake(
-        ctx(1, 5000),
-        0,
-        None,
-        "s1",
-        json!({"sampling":{}, "tools":{"streaming":true}}),
-        json!({"tools":{"streaming":true}}),
-    );
+    let mut before = streaming_session();
     before.tool_call_sse(ctx(1, 5000), 1, "s1", vec![], BodyEnd::Complete);
     let mut snap = before.t.export_state();
     snap.v = crate::mcp::snapshot::SNAPSHOT_VERSION_1;
@@ -840,13 +847,7 @@ fn a_version_1_snapshot_keeps_its_baselines_and_drops_its_digests() {
         back.contains("\"methods\":[]"),
         "mode records dropped: {back}"
     );
-    let mut after = Harness::new();
-    after.now = before.now;
-    let report = after
-        .t
-        .import_state(old, Timestamp(after.now), &mut after.out);
-    assert_eq!(report.sessions, 1);
-    after.handshake(ctx(2, 5001), 0, Some("s1"), "s1", json!({}), json!({}));
+    let after = narrowed_after_restore(before.now, old);
     let alerts = after.of("alert");
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0]["kind"], "capability_narrowing");
