@@ -470,7 +470,7 @@ pub(crate) const MAX_PROXIED_FLOWS: usize = 65_536;
 /// Bounds of the tracker's small indexes (entries; each a few hundred bytes at most).
 const MAX_SSE_ENDPOINTS: usize = 4096;
 /// Most `supportedVersions` of a discover result compared (the latest ones).
-const MAX_SUPPORTED_VERSIONS: usize = 64;
+pub(crate) const MAX_SUPPORTED_VERSIONS: usize = 64;
 /// Longest HTTP+SSE endpoint (path and query) kept.
 const MAX_SSE_ENDPOINT_BYTES: usize = 1024;
 /// Most lineage ids kept worked out, whatever the byte bound (a gateway's clients come back
@@ -1371,7 +1371,10 @@ impl<D: Detector> Tracker<D> {
         s.protocol_version = theirs.protocol_version;
         s.requests = s.requests.max(theirs.requests);
         s.alerts = s.alerts.max(theirs.alerts);
-        s.detection = theirs.detection;
+        // Within the detector's bounds, as in `install`.
+        s.detection = Default::default();
+        self.detector
+            .merge_state(&mut s.detection, theirs.detection);
         if let Some(record) = theirs.era_state {
             s.ext.get_or_insert_with(Box::default).merge(record);
         }
@@ -1731,7 +1734,9 @@ impl<D: Detector> Tracker<D> {
         s.streaming_negotiated = e.streaming_negotiated;
         s.requests = e.requests;
         s.alerts = e.alerts;
-        s.detection = e.detection;
+        // Merged into a new state, so that the detector's bounds hold for a record from
+        // elsewhere (a snapshot, another host) as for its own.
+        self.detector.merge_state(&mut s.detection, e.detection);
         s.ext = e.era_state.map(|r| Box::new(EraState::from(r)));
         self.sessions.insert(key.clone(), s);
         if session::scope_of(key) == Scope::Session {
@@ -1806,7 +1811,9 @@ impl<D: Detector> Tracker<D> {
         if unchanged && !raised {
             return;
         }
-        entry.shared_version = base_version + 1;
+        // Saturating: the version came from the store, which may hold any number.
+        let version = base_version.saturating_add(1);
+        entry.shared_version = version;
         let Ok(record) = serde_json::to_string(&entry) else {
             return;
         };
@@ -1814,7 +1821,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         s.shared_digest = digest;
-        s.shared_version = base_version + 1;
+        s.shared_version = version;
         let alerts = take_alerts(out, start, &fleet_key, mine);
         if let Some(f) = self.fleet.as_mut()
             && (f.sessions.len() < MAX_FLEET_SESSIONS || f.sessions.contains_key(&fleet_key))
@@ -1826,7 +1833,7 @@ impl<D: Detector> Tracker<D> {
             record,
             ttl_ns: self.limits.session_idle_timeout_ns,
             base_version,
-            version: base_version + 1,
+            version,
             alerts,
         }));
     }
@@ -1884,9 +1891,11 @@ impl<D: Detector> Tracker<D> {
             return;
         }
         let base_version = mark.version;
+        // Saturating: the version came from the store, which may hold any number.
+        let version = base_version.saturating_add(1);
         let share = snapshot::LineageShare {
             v: snapshot::SNAPSHOT_VERSION,
-            shared_version: base_version + 1,
+            shared_version: version,
             entry,
             ended,
         };
@@ -1894,7 +1903,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         mark.digest = digest;
-        mark.version = base_version + 1;
+        mark.version = version;
         let alerts = take_alerts(out, start, &fleet_key, mine);
         out.push(Output::Shared(SharedRequest::Update {
             key: fleet_key,
@@ -1904,7 +1913,7 @@ impl<D: Detector> Tracker<D> {
                 .lineage_window_ns
                 .max(self.limits.session_idle_timeout_ns),
             base_version,
-            version: base_version + 1,
+            version,
             alerts,
         }));
     }
@@ -2237,7 +2246,7 @@ impl<D: Detector> Tracker<D> {
         out.push(Output::Event(Event::Exchange(r.exchange)));
         match (alert, r.alert) {
             (true, Some(kind)) => {
-                s.alerts += 1;
+                s.alerts = s.alerts.saturating_add(1);
                 ctx.push(out, now, Some(kind));
             }
             (false, Some(_)) => out.push(Output::Telemetry(Telemetry::ResumptionUnresolved {
@@ -3314,7 +3323,7 @@ impl<D: Detector> Tracker<D> {
                 };
                 let AnswerVerdict { alert, untracked } =
                     self.detector.answer(&mut session.detection, &review);
-                session.alerts += u32::from(alert.is_some());
+                session.alerts = session.alerts.saturating_add(u32::from(alert.is_some()));
                 count_untracked(untracked, out);
                 // Recharged when its detection state grew or its in-flight table gave room
                 // back; an answered id alone is left charged until then (over, never under).
@@ -3354,7 +3363,7 @@ impl<D: Detector> Tracker<D> {
                         .sessions
                         .get_mut(&session::lineage_key(ctx.server, lid))
                 {
-                    l.alerts += 1;
+                    l.alerts = l.alerts.saturating_add(1);
                 }
                 alert_ctx.push(out, ts, alert);
                 self.touch_shared(&key);
@@ -3472,7 +3481,7 @@ impl<D: Detector> Tracker<D> {
             if alert.is_some()
                 && let Some(s) = lineage_key.as_ref().and_then(|k| self.sessions.get_mut(k))
             {
-                s.alerts += 1;
+                s.alerts = s.alerts.saturating_add(1);
             }
             alert_ctx.push(alerts, c.ts, alert);
         }
@@ -3672,7 +3681,7 @@ impl<D: Detector> Tracker<D> {
             if alert.is_some()
                 && let Some(s) = self.sessions.get_mut(key)
             {
-                s.alerts += 1;
+                s.alerts = s.alerts.saturating_add(1);
                 if let Some(d) = s
                     .ext
                     .as_mut()
@@ -3741,7 +3750,7 @@ impl<D: Detector> Tracker<D> {
         let Some(s) = self.sessions.get_mut(key) else {
             return;
         };
-        s.handshakes += 1;
+        s.handshakes = s.handshakes.saturating_add(1);
         let seq = s.handshakes;
         let ext = s.ext.get_or_insert_with(Box::default);
         let changed = ext.discover_digest != Some(digest);
@@ -3966,7 +3975,7 @@ impl<D: Detector> Tracker<D> {
             return;
         };
         session.last_seen = ts;
-        session.handshakes += 1;
+        session.handshakes = session.handshakes.saturating_add(1);
         hs.seq = session.handshakes;
         if origin.lineage_id.is_some() {
             session.lineage_id = origin.lineage_id.clone();
@@ -3997,7 +4006,7 @@ impl<D: Detector> Tracker<D> {
                 .as_ref()
                 .is_some_and(|d| !(d.client.is_empty() && d.server.is_empty()));
             if changed {
-                session.capability_changes += 1;
+                session.capability_changes = session.capability_changes.saturating_add(1);
                 session.capability_changed_at = ts;
             }
             session.streaming_negotiated = record.streaming;
@@ -4006,7 +4015,9 @@ impl<D: Detector> Tracker<D> {
                 session.baseline = Some(record);
             }
         }
-        session.alerts += u32::from(verdict.alert.is_some()) + u32::from(downgrade.is_some());
+        session.alerts = session
+            .alerts
+            .saturating_add(u32::from(verdict.alert.is_some()) + u32::from(downgrade.is_some()));
         let public_sid = session::public_session_id(&key);
         let negotiated = hs.protocol_version.clone();
         let alert_ctx = AlertCtx {
@@ -4391,7 +4402,7 @@ impl<D: Detector> Tracker<D> {
             let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             if let Some(s) = session {
                 let forgot = s.in_flight.remove(&r.id).is_some();
-                s.alerts += u32::from(alert.is_some());
+                s.alerts = s.alerts.saturating_add(u32::from(alert.is_some()));
                 if forgot && let Some(k) = &key {
                     self.recharge_shrunk(k);
                 }
@@ -4749,7 +4760,7 @@ impl SessionRequest<'_> {
         if route.is_none() {
             *route = s.route;
         }
-        s.requests += self.requests.len() as u64;
+        s.requests = s.requests.saturating_add(self.requests.len() as u64);
         if self.era == Era::HttpSse {
             s.era = Era::HttpSse;
         }

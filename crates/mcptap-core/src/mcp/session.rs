@@ -534,6 +534,7 @@ impl EraState {
     /// Another instance's record of the same lineage or server: its first declarations stay
     /// the first (it got to the store first); what either saw or alerted counts as seen.
     pub fn merge(&mut self, theirs: super::snapshot::EraRecord) {
+        let theirs = theirs.bounded();
         for d in theirs.declarations {
             let full = self.declarations.len() >= MAX_DECLARED_METHODS;
             match self.declarations.iter_mut().find(|m| m.method == d.method) {

@@ -178,25 +178,45 @@ impl From<&EraState> for EraRecord {
     }
 }
 
+impl EraRecord {
+    /// Within the bounds an [`EraState`] keeps, whoever wrote it: a snapshot or a fleet store
+    /// record from elsewhere may hold lists of any length, and each request compares against
+    /// them (a discover result's versions against every alerted one: quadratic in the record).
+    pub fn bounded(mut self) -> Self {
+        use super::session::{MAX_DECLARED_METHODS, MAX_LOGGED_SETS, MAX_SETS_PER_METHOD};
+        self.declarations.truncate(MAX_DECLARED_METHODS);
+        for d in &mut self.declarations {
+            d.seen.truncate(MAX_SETS_PER_METHOD);
+            d.alerted.truncate(MAX_SETS_PER_METHOD);
+        }
+        self.logged.truncate(MAX_LOGGED_SETS);
+        if let Some(v) = self.first_versions.as_mut() {
+            v.truncate(super::MAX_SUPPORTED_VERSIONS);
+        }
+        self.alerted_versions.truncate(MAX_LOGGED_SETS);
+        self.alerted_paths.truncate(MAX_LOGGED_SETS);
+        self.param_tools.truncate(super::modern::MAX_PARAM_TOOLS);
+        for (_, params) in &mut self.param_tools {
+            params.truncate(super::modern::MAX_PARAMS_PER_TOOL);
+        }
+        self
+    }
+}
+
 impl From<EraRecord> for EraState {
     fn from(r: EraRecord) -> Self {
         // Bounds hold for a snapshot from elsewhere too.
-        let mut declarations = r.declarations;
-        declarations.truncate(super::session::MAX_DECLARED_METHODS);
-        let mut logged = r.logged;
-        logged.truncate(super::session::MAX_LOGGED_SETS);
-        let mut param_tools = r.param_tools;
-        param_tools.truncate(super::modern::MAX_PARAM_TOOLS);
+        let r = r.bounded();
         EraState {
-            declarations,
-            logged,
+            declarations: r.declarations,
+            logged: r.logged,
             declaration_seq: r.declaration_seq,
             modern_ok: r.modern_ok,
             discover_digest: r.discover_digest,
             first_versions: r.first_versions,
             alerted_versions: r.alerted_versions,
             alerted_paths: r.alerted_paths,
-            param_tools,
+            param_tools: r.param_tools,
             ..EraState::default()
         }
     }
@@ -236,4 +256,52 @@ pub struct ImportReport {
     pub expired: usize,
     /// Entries refused: a bad key or a table that is full.
     pub refused: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::session::{MAX_LOGGED_SETS, MAX_SETS_PER_METHOD};
+
+    /// A record from elsewhere with lists far past the bounds (a tampered fleet store record,
+    /// a hand-made snapshot) is cut to them, installed or merged: a discover result compares
+    /// every first version against every alerted one.
+    #[test]
+    fn era_records_from_elsewhere_are_cut_to_the_bounds() {
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| i.to_string().into())
+                .collect::<Vec<Box<str>>>()
+        };
+        let declaration: MethodDeclarations = serde_json::from_value(serde_json::json!({
+            "method": "tools/list", "first_paths": [], "first_caps": "{}", "first_digest": 1,
+            "last_digest": 1, "seen": (0..10_000).collect::<Vec<u64>>(), "multiplexed": false,
+            "alerted": vec![vec!["a"]; 10_000],
+        }))
+        .expect("declaration");
+        let record = EraRecord {
+            declarations: vec![declaration; 100],
+            logged: (0..10_000).collect(),
+            first_versions: Some(many(10_000)),
+            alerted_versions: many(10_000),
+            alerted_paths: vec![vec!["a".into()]; 10_000],
+            ..EraRecord::default()
+        };
+        let check = |e: &EraState| {
+            assert!(e.declarations.len() <= super::super::session::MAX_DECLARED_METHODS);
+            for d in &e.declarations {
+                assert!(
+                    d.seen.len() <= MAX_SETS_PER_METHOD && d.alerted.len() <= MAX_SETS_PER_METHOD
+                );
+            }
+            assert!(e.logged.len() <= MAX_LOGGED_SETS);
+            assert!(e.first_versions.as_ref().is_some_and(|v| v.len() <= 64));
+            assert!(e.alerted_versions.len() <= MAX_LOGGED_SETS);
+            assert!(e.alerted_paths.len() <= MAX_LOGGED_SETS);
+        };
+        check(&EraState::from(record.clone()));
+        let mut merged = EraState::default();
+        merged.merge(record);
+        check(&merged);
+    }
 }

@@ -941,3 +941,66 @@ fn requests_their_connection_ended_on_are_reported_unanswered_and_forgotten() {
     }
     assert!(h.of("alert").is_empty(), "{:?}", h.of("alert"));
 }
+
+/// A fleet store record (another host's, or anyone's with the store's password) with absurd
+/// numbers — its version at u64::MAX, its handshake and alert counts at u32::MAX, thousands of
+/// mode records — is taken within the bounds: the next handshake, alert and write neither
+/// overflow (a panic in a debug build, a wrap in a release one) nor keep more mode records
+/// than the session's own traffic could.
+#[test]
+fn a_store_record_with_absurd_numbers_neither_overflows_nor_passes_the_bounds() {
+    use crate::model::SharedRequest;
+    let mut before = streaming_session();
+    before.tool_call_sse(ctx(1, 5000), 1, "s1", vec![], BodyEnd::Complete);
+    let entry = before.t.export_state().sessions.remove(0);
+    let mut record = serde_json::to_value(&entry).expect("json");
+    record["shared_version"] = json!(u64::MAX);
+    record["handshakes"] = json!(u32::MAX);
+    record["alerts"] = json!(u32::MAX);
+    let one = record["detection"]["methods"][0].clone();
+    assert!(one.is_array(), "{record}");
+    record["detection"]["methods"] = (0..10_000u64)
+        .map(|n| {
+            let mut m = one.clone();
+            m[0] = json!(n * 2); // kind records (their lowest bit clear)
+            m
+        })
+        .collect();
+
+    let mut after = Harness::new();
+    after.t.enable_fleet();
+    after.now = before.now;
+    after.handshake(ctx(2, 5001), 0, Some("s1"), "s1", json!({}), json!({}));
+    let key = after
+        .out
+        .iter()
+        .find_map(|o| match o {
+            Output::Shared(SharedRequest::Lookup { key }) => Some(key.clone()),
+            _ => None,
+        })
+        .expect("looked up");
+    let now = Timestamp(after.now);
+    let (text, mut out) = (record.to_string(), Vec::new());
+    after.t.on_shared_state(&key, Some(&text), now, &mut out);
+    assert_eq!(after.of("handshake").len(), 0);
+    let (seq, versions) = out.iter().fold((None, None), |(seq, versions), o| match o {
+        Output::Event(crate::model::Event::Handshake(h)) => (Some(h.seq), versions),
+        Output::Shared(SharedRequest::Update {
+            base_version,
+            version,
+            alerts,
+            ..
+        }) => {
+            assert_eq!(alerts.len(), 1, "the narrowing");
+            (seq, Some((*base_version, *version)))
+        }
+        _ => (seq, versions),
+    });
+    assert_eq!(seq, Some(u32::MAX));
+    assert_eq!(versions, Some((u64::MAX, u64::MAX)));
+    // The mode records within the detector's bounds (128 kind records, 64 method records).
+    let held = after.t.export_state().sessions.remove(0);
+    let modes = serde_json::to_value(&held.detection).expect("json");
+    let n = modes["methods"].as_array().map_or(0, Vec::len);
+    assert!(n <= 128 + 64, "{n}");
+}
