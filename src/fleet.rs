@@ -42,8 +42,16 @@ impl Default for FleetSettings {
 
 /// Compare-and-set of a session record and its version (KEYS: record, version; ARGV: base
 /// version, new version, record, TTL in ms). Nothing stored (never, or expired) accepts any.
+/// A version key of another type (only a hand or a hostile host puts one there) reads as
+/// nothing stored, and is written over: it must not fail the batch's writes as an outage.
 const CAS_SCRIPT: &str = r#"
-local v = redis.call('GET', KEYS[2])
+local v = redis.pcall('GET', KEYS[2])
+if type(v) == 'table' then
+  if v.err == nil or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+    return redis.error_reply(v.err or 'ERR version')
+  end
+  v = false
+end
 if v == false or v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
@@ -51,6 +59,65 @@ if v == false or v == ARGV[1] then
 end
 return 0
 "#;
+
+/// Most bytes of one stored record a lookup reads: a record holds a session's lasting state
+/// (its own is ~1 KB), and whatever another host (or anyone with the store's password) left
+/// under a key — up to Redis's 512 MB — must not be read whole. Beyond: counted as garbage.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+/// Most record bytes one lookup round reads; the rest of its keys are asked again in the next
+/// round, so that a batch of thousands of large records is never held at once.
+const MAX_ROUND_BYTES: usize = 16 << 20;
+
+/// Reads records (KEYS; ARGV: most bytes of one, most bytes in all), those of the first keys
+/// that fit in all (at least one): each is its text, nil when absent, -1 when it cannot be a
+/// record (too large, or a key of another type). One bad key must not fail the others, nor
+/// read as an outage.
+const READ_SCRIPT: &str = r#"
+local out, total = {}, 0
+local one, all = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i, k in ipairs(KEYS) do
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    if v.err == nil or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+      return redis.error_reply(v.err or 'ERR read')
+    end
+    out[i] = -1
+  elseif v == false then
+    out[i] = false
+  elseif #v > one then
+    out[i] = -1
+  elseif total > 0 and total + #v > all then
+    break
+  else
+    total = total + #v
+    out[i] = v
+  end
+end
+return out
+"#;
+
+/// A stored record as a lookup read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Nothing stored (or the store failed: the local view).
+    Absent,
+    Found(String),
+    /// Something that cannot be a record: larger than [`MAX_RECORD_BYTES`], not UTF-8 text,
+    /// or a key of another type.
+    Unreadable,
+}
+
+impl Record {
+    /// What the core is handed: an unreadable record as one that does not parse (the core
+    /// counts it as garbage and goes on with the local view).
+    fn as_core(&self) -> Option<&str> {
+        match self {
+            Record::Absent => None,
+            Record::Found(text) => Some(text),
+            Record::Unreadable => Some(""),
+        }
+    }
+}
 
 /// What [`FleetStore::update`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +162,8 @@ pub struct FleetCounts {
     pub conflicts: u64,
     /// Alerts another instance had raised already: not repeated.
     pub alerts_deduplicated: u64,
+    /// Stored values that cannot be records (see [`Record::Unreadable`]).
+    pub unreadable: u64,
 }
 
 /// Most lookup latencies kept for the percentiles (a reservoir of the first ones).
@@ -297,32 +366,10 @@ impl FleetStore {
         self.down.is_none()
     }
 
-    /// The record stored under `key`; `None` when there is none or the store failed.
-    pub fn lookup(&mut self, key: &str) -> Option<String> {
-        self.counts.lookups += 1;
-        let started = Instant::now();
-        let full = format!("{}{key}", self.settings.key_prefix);
-        let got = self.run(|mut c| async move {
-            redis::cmd("GET")
-                .arg(&full)
-                .query_async::<Option<String>>(&mut c)
-                .await
-        });
-        match got {
-            Ok(v) => {
-                self.recovered();
-                self.counts.found += u64::from(v.is_some());
-                if self.latencies.len() < MAX_LATENCIES {
-                    let us = started.elapsed().as_micros();
-                    self.latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
-                }
-                v
-            }
-            Err(e) => {
-                self.failed(e, false);
-                None
-            }
-        }
+    /// The record stored under `key` ([`Record::Absent`] when the store failed).
+    pub fn lookup(&mut self, key: &str) -> Record {
+        let mut round = self.lookup_round(std::slice::from_ref(&key.to_string()));
+        round.pop().unwrap_or(Record::Absent)
     }
 
     /// Stores `record` under `key` for `ttl_ns` if the stored version is `base_version` (or
@@ -371,39 +418,62 @@ impl FleetStore {
         }
     }
 
-    /// The records of `keys` in one round trip; `None` for each on a failure.
-    pub fn lookup_batch(&mut self, keys: &[String]) -> Vec<Option<String>> {
-        if keys.len() == 1 {
-            return vec![self.lookup(&keys[0])];
+    /// The records of the first of `keys` in one round trip: at least one, and as many as fit
+    /// in [`MAX_ROUND_BYTES`] (ask again for the rest). [`Record::Absent`] for all on a failure.
+    pub fn lookup_round(&mut self, keys: &[String]) -> Vec<Record> {
+        if keys.is_empty() {
+            return Vec::new();
         }
-        self.counts.lookups += keys.len() as u64;
         let started = Instant::now();
         let full: Vec<String> = keys
             .iter()
             .map(|k| format!("{}{k}", self.settings.key_prefix))
             .collect();
         let got = self.run(|mut c| async move {
-            redis::cmd("MGET")
+            redis::cmd("EVAL")
+                .arg(READ_SCRIPT)
+                .arg(full.len())
                 .arg(&full)
-                .query_async::<Vec<Option<String>>>(&mut c)
+                .arg(MAX_RECORD_BYTES)
+                .arg(MAX_ROUND_BYTES)
+                .query_async::<Vec<redis::Value>>(&mut c)
                 .await
         });
-        match got {
-            Ok(v) if v.len() == keys.len() => {
-                self.recovered();
-                self.counts.found += v.iter().filter(|r| r.is_some()).count() as u64;
-                if self.latencies.len() < MAX_LATENCIES {
-                    let us = started.elapsed().as_micros();
-                    self.latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
-                }
-                v
+        let replies = match got {
+            Ok(v) if !v.is_empty() && v.len() <= keys.len() => v,
+            Ok(_) => {
+                // Not what the script returns: nothing of it is trusted.
+                self.counts.lookups += 1;
+                self.counts.unreadable += 1;
+                return vec![Record::Unreadable];
             }
-            Ok(_) => vec![None; keys.len()],
             Err(e) => {
+                self.counts.lookups += keys.len() as u64;
                 self.failed(e, false);
-                vec![None; keys.len()]
+                return vec![Record::Absent; keys.len()];
             }
+        };
+        self.recovered();
+        if self.latencies.len() < MAX_LATENCIES {
+            let us = started.elapsed().as_micros();
+            self.latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
         }
+        let mut out = Vec::with_capacity(keys.len());
+        for v in replies {
+            let record = match v {
+                redis::Value::Nil => Record::Absent,
+                redis::Value::BulkString(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => Record::Found(text),
+                    Err(_) => Record::Unreadable,
+                },
+                _ => Record::Unreadable,
+            };
+            self.counts.found += u64::from(matches!(record, Record::Found(_)));
+            self.counts.unreadable += u64::from(record == Record::Unreadable);
+            out.push(record);
+        }
+        self.counts.lookups += out.len() as u64;
+        out
     }
 
     /// Writes `updates` (compare-and-set each) and claims their alerts in one pipelined round
@@ -552,7 +622,7 @@ pub fn serve(
 ) {
     let mut queue: std::collections::VecDeque<Output> = outputs.drain(..).collect();
     let mut more = Vec::new();
-    let mut rounds: Vec<(String, usize)> = Vec::new();
+    let mut rounds: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut updates: Vec<PendingUpdate> = Vec::new();
     let mut lookups: Vec<String> = Vec::new();
     loop {
@@ -582,10 +652,16 @@ pub fn serve(
         }
         if !lookups.is_empty() {
             // Every session first seen in this call, in one round trip (MGET).
+            // (More round trips only when their records are large: each round's are handed
+            // over before the next is read.)
             let keys = std::mem::take(&mut lookups);
-            let records = store.lookup_batch(&keys);
-            for (key, record) in keys.iter().zip(records) {
-                pipeline.on_shared_state(key, record.as_deref(), &mut more);
+            let mut at = 0;
+            while at < keys.len() {
+                let records = store.lookup_round(&keys[at..]);
+                for (key, record) in keys[at..].iter().zip(&records) {
+                    pipeline.on_shared_state(key, record.as_core(), &mut more);
+                }
+                at += records.len().max(1);
             }
             queue.extend(more.drain(..));
             continue;
@@ -595,22 +671,13 @@ pub fn serve(
         }
         // One round trip for every change of the call, and their alerts.
         let results = store.write_batch(&updates);
+        let mut conflicts: Vec<String> = Vec::new();
         for (u, (written, first)) in updates.drain(..).zip(results) {
             if written == Written::Conflict {
-                let n = match rounds.iter_mut().find(|(k, _)| *k == u.key) {
-                    Some((_, n)) => {
-                        *n += 1;
-                        *n
-                    }
-                    None => {
-                        rounds.push((u.key.clone(), 1));
-                        1
-                    }
-                };
-                if n <= MAX_CONFLICT_ROUNDS
-                    && let Some(stored) = store.lookup(&u.key)
-                {
-                    pipeline.on_shared_conflict(&u.key, &stored, &mut more);
+                let n = rounds.entry(u.key.clone()).or_default();
+                *n += 1;
+                if *n <= MAX_CONFLICT_ROUNDS {
+                    conflicts.push(u.key);
                 }
             }
             for (a, first) in u.alerts.into_iter().zip(first) {
@@ -618,6 +685,19 @@ pub fn serve(
                     on_output(&Output::Event(a.event));
                 }
             }
+        }
+        // The stored records of every conflict of the batch, read together (one round trip
+        // each was a round trip per session: a store whose versions another host keeps moving
+        // made every write cost one).
+        let mut at = 0;
+        while at < conflicts.len() {
+            let records = store.lookup_round(&conflicts[at..]);
+            for (key, record) in conflicts[at..].iter().zip(&records) {
+                if let Some(stored) = record.as_core() {
+                    pipeline.on_shared_conflict(key, stored, &mut more);
+                }
+            }
+            at += records.len().max(1);
         }
         queue.extend(more.drain(..));
     }

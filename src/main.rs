@@ -895,13 +895,14 @@ fn replay(
                 format!("; lookup p50 {p50} µs, p99 {p99} µs, max {max} µs")
             });
         say!(
-            "fleet store: {} lookups ({} found), {} writes ({} conflicts), {} alerts already raised elsewhere, {} errors{latency}",
+            "fleet store: {} lookups ({} found), {} writes ({} conflicts), {} alerts already raised elsewhere, {} errors, {} unreadable records{latency}",
             c.lookups,
             c.found,
             c.writes,
             c.conflicts,
             c.alerts_deduplicated,
-            c.errors
+            c.errors,
+            c.unreadable
         );
     }
     let report = match result {

@@ -811,3 +811,147 @@ fn the_captured_incident_alerts_the_same_with_a_store() {
     assert_eq!(alerts(&events), want, "store up: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fleet instance on the store at `port`: its pipeline, and its store (writing).
+fn instance(port: u16) -> (mcptap_core::pipeline::Pipeline, mcptap::fleet::FleetStore) {
+    use mcptap::fleet::{FleetSettings, FleetStore};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    let settings = FleetSettings {
+        url: Some(format!("redis://127.0.0.1:{port}/")),
+        lookup_timeout_ms: 2_000,
+        ..FleetSettings::default()
+    };
+    let mut p = Pipeline::new(Limits::default());
+    p.enable_fleet();
+    (p, FleetStore::open(&settings, true).expect("store"))
+}
+
+/// Plays `parts` of connections on `instance`, then serves its store once: what came out.
+fn play(
+    instance: &mut (mcptap_core::pipeline::Pipeline, mcptap::fleet::FleetStore),
+    parts: Vec<(u32, Vec<mcptap_testkit::capture::Frame>)>,
+    ts: &mut i64,
+) -> Vec<mcptap_core::model::Output> {
+    use mcptap_core::model::Timestamp;
+    let (pipeline, store) = instance;
+    let mut out = Vec::new();
+    for (linktype, frames) in parts {
+        for f in frames {
+            *ts = (*ts).max(f.ts_nanos) + 1_000;
+            pipeline.handle_packet(Timestamp(*ts), linktype, &f.data, &mut out);
+        }
+    }
+    let mut seen = Vec::new();
+    mcptap::fleet::serve(store, &mut out, pipeline, &mut |o| seen.push(o.clone()));
+    seen
+}
+
+/// `redis-cli -p port args...`, with `stdin` as the last argument (`-x`) if given.
+fn redis_cli(port: u16, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    use std::io::Write;
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-p", &port.to_string()]);
+    if stdin.is_some() {
+        cmd.arg("-x");
+    }
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    if let Some(bytes) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bytes)
+            .expect("write");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("redis-cli").stdout
+}
+
+/// The store key of session `sid`.
+fn session_store_key(port: u16, sid: &str) -> String {
+    let pattern = format!("mcptap:session:*:{sid}");
+    let keys = redis_cli(port, &["--scan", "--pattern", &pattern], None);
+    let key = String::from_utf8_lossy(&keys).trim().to_string();
+    assert!(!key.is_empty() && !key.contains('\n'), "{key:?}");
+    key
+}
+
+/// A host with the store's password (or a compromised gateway host) leaves what it likes
+/// under the key prefix. A record far larger than any record (a valid one, padded), bytes
+/// that are not text, and a key of another type are each counted as garbage — never read
+/// whole, never an outage — and a good record looked up in the same batch is still found.
+#[test]
+fn tampered_records_are_garbage_never_read_whole_nor_an_outage() {
+    use mcptap_core::model::{Output, Telemetry};
+    let dir = std::env::temp_dir().join(format!("mcptap-fleet-tamper-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let Some((_redis, port)) = redis(&dir) else {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    };
+    let (mut a, mut b) = (instance(port), instance(port));
+    let empty = b.0.usage().session_bytes();
+    let mut ts = 0;
+    let names = ["huge", "binary", "hash", "version", "good"];
+    let mut comebacks = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        let mut talk = Conversation::new(&format!("tamper-{name}"));
+        talk.initialize(FULL_CLIENT_CAPS, r#"{"streaming":true}"#, Answer::Sse)
+            .initialized();
+        let (linktype, mut parts) = connection_parts(100 + n as u16, talk.take_writes(), &[]);
+        play(&mut a, vec![(linktype, parts.remove(0))], &mut ts);
+        talk.tools_call("again", Answer::Sse);
+        let (linktype, mut parts) = connection_parts(200 + n as u16, talk.take_writes(), &[]);
+        comebacks.push((linktype, parts.remove(0)));
+    }
+    let huge = session_store_key(port, "tamper-huge");
+    let mut record = redis_cli(port, &["GET", &huge], None);
+    // A valid record whose protocol version is 8 MiB long.
+    let field = b"\"protocol_version\":\"";
+    let at = record
+        .windows(field.len())
+        .position(|w| w == field)
+        .expect("protocol_version")
+        + field.len();
+    record.splice(at..at, std::iter::repeat_n(b'9', 8 << 20));
+    redis_cli(port, &["SET", &huge], Some(&record));
+    let binary = session_store_key(port, "tamper-binary");
+    redis_cli(port, &["SET", &binary], Some(b"{\"\xff\xfe\"}"));
+    let hash = session_store_key(port, "tamper-hash");
+    redis_cli(port, &["DEL", &hash], None);
+    redis_cli(port, &["HSET", &hash, "f", "v"], None);
+    // A version key of another type: the next write goes over it.
+    let version = format!("{}:v", session_store_key(port, "tamper-version"));
+    redis_cli(port, &["DEL", &version], None);
+    redis_cli(port, &["HSET", &version, "f", "v"], None);
+
+    // Host B sees all five come back: one batch of lookups, then one of writes.
+    let out = play(&mut b, comebacks, &mut ts);
+    let count = |t: &Telemetry| {
+        out.iter()
+            .filter(|o| matches!(o, Output::Telemetry(x) if x == t))
+            .count()
+    };
+    // Garbage at the lookup, and again when this host's write of the session (on its local
+    // view) meets the stored version and the record is read for the merge.
+    assert_eq!(count(&Telemetry::FleetGarbage), 3 + 3, "{out:?}");
+    assert_eq!(count(&Telemetry::FleetState { found: true }), 2);
+    let store = &b.1;
+    assert!(store.is_up());
+    let c = store.counts;
+    assert_eq!(
+        (c.errors, c.unreadable, c.found, c.conflicts),
+        (0, 3 + 3, 2, 3)
+    );
+    let written = redis_cli(port, &["TYPE", &version], None);
+    assert_eq!(String::from_utf8_lossy(&written).trim(), "string");
+    // The padded record was not taken in: the session table holds nothing like it.
+    let held = b.0.usage().session_bytes() - empty;
+    assert!(held < 1 << 20, "{held}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

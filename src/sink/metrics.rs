@@ -475,7 +475,7 @@ impl Metrics {
             fleet_lookups: counter_vec(
                 &r,
                 "mcptap_fleet_lookups_total",
-                "Fleet mode: first sightings of a session answered by the store, by result: found, absent (none stored, timed out or store down: the local view), garbage (a record that does not parse).",
+                "Fleet mode: first sightings of a session answered by the store, by result: found, absent (none stored, timed out or store down: the local view), garbage (a record that does not parse, is larger than 1 MiB or is not text).",
                 &["result"],
             )?,
             fleet_errors: counter_vec(
