@@ -241,6 +241,11 @@ fn warn_blind_spot(t: &Telemetry) -> bool {
             reason.as_str(),
             "MCP bodies could not be read as JSON-RPC (counted in mcptap_jsonrpc_parse_errors_total)",
         ),
+        Telemetry::FleetGarbage => (
+            "fleet_lookups",
+            "garbage",
+            "fleet store records could not be read (another version's, larger than 1 MiB, not text, or tampered with): those sessions go on with the local view (counted in mcptap_fleet_lookups_total{result=\"garbage\"})",
+        ),
         _ => return false,
     };
     if !first_blind_spot(what, reason) {
@@ -312,5 +317,17 @@ pub fn log_telemetry(t: &Telemetry) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fleet store record that cannot be read is warned about once (and counted each time).
+    #[test]
+    fn unreadable_fleet_records_are_warned_about_once() {
+        assert!(warn_blind_spot(&Telemetry::FleetGarbage));
+        assert!(!warn_blind_spot(&Telemetry::FleetGarbage));
     }
 }
