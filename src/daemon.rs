@@ -1117,10 +1117,12 @@ fn label_config(cfg: &Config) -> LabelConfig {
     }
 }
 
-/// After dropping privileges: the events file's directory must take a new file (logrotate
-/// moves the file away, SIGHUP opens a new one) and the snapshot's must take its file, as
-/// `user` now. Said once at startup, rather than found at the first rotation or shutdown.
-fn warn_unwritable_as(user: &str, events: Option<&str>, snapshot: Option<&str>) {
+/// At startup, after dropping privileges if asked to: the events file's directory must take a
+/// new file (logrotate moves the file away, SIGHUP opens a new one) and the snapshot's must
+/// take its file, as the process now runs (`user`, or as started: a missing directory fails
+/// root too). Said once at startup, rather than found at the first rotation or save.
+fn warn_unwritable(user: Option<&str>, events: Option<&str>, snapshot: Option<&str>) {
+    let who = user.map_or_else(String::new, |u| format!(" as {u}"));
     for (what, path) in [("events file", events), ("snapshot file", snapshot)] {
         let Some(path) = path else { continue };
         let dir = std::path::Path::new(path)
@@ -1138,14 +1140,14 @@ fn warn_unwritable_as(user: &str, events: Option<&str>, snapshot: Option<&str>) 
         }
         if let Err(e) = made {
             tracing::warn!(
-                user = %user,
+                user = user.unwrap_or("-"),
                 path = %path,
-                "{what}: its directory {} is not writable as {user} ({e}): {}",
+                "{what}: its directory {} is not writable{who} ({e}): {}",
                 dir.display(),
                 if what == "events file" {
                     "reopening it after a rotation (SIGHUP) will fail"
                 } else {
-                    "the session state will not be saved at shutdown"
+                    "the session state will not be saved, and a restart loses every baseline"
                 }
             );
         }
@@ -1195,12 +1197,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(user) = &cfg.user {
         drop_privileges(user)?;
         tracing::info!(user = %user, "privileges dropped");
-        warn_unwritable_as(
-            user,
-            cfg.events.file.as_deref(),
-            cfg.state.snapshot_file.as_deref(),
-        );
     }
+    warn_unwritable(
+        cfg.user.as_deref(),
+        cfg.events.file.as_deref(),
+        cfg.state.snapshot_file.as_deref(),
+    );
     let metrics = Arc::new(Metrics::new(label_config(&cfg)).map_err(|e| format!("metrics: {e}"))?);
     let stop = Arc::new(AtomicBool::new(false));
     let reopen = Arc::new(AtomicBool::new(false));
@@ -1390,7 +1392,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let (summary, stats, state) = join_workers(workers, &sinks, 0)?;
     if let (Some(path), Some(mut state)) = (&snapshot_path, state) {
         redact_snapshot(&mut state, redactor.as_ref());
-        save_snapshot(path, &state, &metrics);
+        // The last save is said whatever came before: the state is lost with the process.
+        save_snapshot(path, &state, &metrics, &mut false);
     }
     summary.say(&stats, Default::default(), started.elapsed());
     if failed {
@@ -1434,15 +1437,25 @@ fn redact_snapshot(snap: &mut Snapshot, redactor: Option<&Redactor>) {
     }
 }
 
-fn save_snapshot(path: &std::path::Path, snap: &Snapshot, metrics: &Metrics) {
+/// Writes the snapshot. `failing` is whether the previous save failed: a failure is warned
+/// about when a spell of them starts (a wrong path fails every interval, and a WARN a minute
+/// would bury the next real one), its end is said at INFO; every failure is counted.
+fn save_snapshot(path: &std::path::Path, snap: &Snapshot, metrics: &Metrics, failing: &mut bool) {
     match state::save(path, snap) {
         Ok(()) => {
             metrics.add_snapshot("save", "ok");
+            if std::mem::take(failing) {
+                tracing::info!(path = %path.display(), "snapshot written again");
+            }
             tracing::debug!(path = %path.display(), sessions = snap.sessions.len(), "snapshot written");
         }
         Err(e) => {
             metrics.add_snapshot("save", "io");
-            tracing::warn!(path = %path.display(), "cannot write the snapshot: {e}");
+            if std::mem::replace(failing, true) {
+                tracing::debug!(path = %path.display(), "cannot write the snapshot: {e}");
+            } else {
+                tracing::warn!(path = %path.display(), "cannot write the snapshot: {e} (said once until a save succeeds; counted in mcptap_state_snapshots_total)");
+            }
         }
     }
 }
@@ -1457,6 +1470,7 @@ fn spawn_snapshot_saver(
     redactor: Option<Redactor>,
 ) -> Result<JoinHandle<()>, String> {
     let stopped = stop.clone();
+    let mut failing = false;
     spawn_every("snapshot", interval, stop, move || {
         let generation = slots.request();
         // Workers answer after their next batch or idle tick (250 ms).
@@ -1473,7 +1487,7 @@ fn spawn_snapshot_saver(
         match snap {
             Some(mut s) => {
                 redact_snapshot(&mut s, redactor.as_ref());
-                save_snapshot(&path, &s, &metrics)
+                save_snapshot(&path, &s, &metrics, &mut failing)
             }
             None => metrics.add_snapshot("save", "timeout"),
         }

@@ -1250,3 +1250,57 @@ fn a_user_that_cannot_write_beside_its_files_is_warned_at_startup() {
         );
     }
 }
+
+/// A snapshot file whose directory does not exist (a typo, a missing StateDirectory) is said
+/// at startup, without `--user` too, and a save that keeps failing is warned about once, not
+/// at every interval: a WARN a minute for a day is noise that hides the next one.
+#[test]
+fn a_snapshot_that_cannot_be_written_is_warned_at_startup_and_once() {
+    if !is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let snapshot = dir.path().join("missing").join("state.json");
+    let config = dir.path().join("mcptap.toml");
+    let port = free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\ninterfaces = [\"lo\"]\nfilter = \"tcp port 1\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{port}\"\n\
+             [state]\nsnapshot_file = \"{}\"\nsnapshot_interval_secs = 1\n",
+            snapshot.display()
+        ),
+    )
+    .expect("config");
+    let child = bin()
+        .args(["run", "--config", config.to_str().expect("path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_ready(port);
+    // Four saves fail meanwhile.
+    std::thread::sleep(Duration::from_millis(4500));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let out = child.wait_with_output().expect("output");
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (running, _) = stderr
+        .split_once("SIGTERM: stopping")
+        .unwrap_or_else(|| panic!("no stop: {stderr}"));
+    let startup = running
+        .lines()
+        .find(|l| l.contains("snapshot file: its directory"))
+        .unwrap_or_else(|| panic!("no startup warning: {stderr}"));
+    assert!(
+        startup.contains("WARN") && startup.contains("not writable"),
+        "{startup}"
+    );
+    assert_eq!(
+        running.matches("cannot write the snapshot").count(),
+        1,
+        "{stderr}"
+    );
+}
