@@ -92,54 +92,7 @@ pub fn log_event(ev: &Event) {
             }
         }
         Event::Alert(a) => {
-            let detail = match &a.kind {
-                AlertKind::CapabilityNarrowing(c) => format!(
-                    "server removed {:?}; client removed {:?} (handshake {})",
-                    c.removed, c.client_removed, c.handshake_seq
-                ),
-                AlertKind::CapabilityWidening(c) => format!(
-                    "server added {:?}; client added {:?} (handshake {})",
-                    c.added, c.client_added, c.handshake_seq
-                ),
-                AlertKind::ContentTypeDivergence(d) => format!(
-                    "{} id={} expected {} observed {} ({:?})",
-                    d.method, d.request_id, d.expected, d.observed, d.reason
-                ),
-                AlertKind::ClientCapabilityNarrowing(c) => format!(
-                    "client declared less for {} than at first: removed {:?} (declaration {})",
-                    c.method, c.removed, c.declaration_seq
-                ),
-                AlertKind::ProtocolDowngrade(d) => format!(
-                    "{}: before {:?}; removed versions {:?}",
-                    d.reason.as_str(),
-                    d.before
-                        .iter()
-                        .map(|b| format!(
-                            "{} {} {}",
-                            b.method,
-                            b.http_status,
-                            b.content_type.as_deref().unwrap_or(b.media_type)
-                        ))
-                        .collect::<Vec<_>>(),
-                    d.removed_versions
-                ),
-                AlertKind::HeaderMismatch(m) => format!(
-                    "{} {:?} disagrees with the body {:?} ({} id={}), answered {}",
-                    m.header_name,
-                    m.header_value,
-                    m.body_value,
-                    m.method,
-                    m.request_id,
-                    m.http_status
-                ),
-                AlertKind::EmptyToolResult(e) => format!(
-                    "tools/call id={} tool={} stream ended ({:?}) without a response: {}",
-                    e.request_id,
-                    e.tool.as_deref().unwrap_or("?"),
-                    e.ended_by,
-                    e.reason.as_str()
-                ),
-            };
+            let detail = alert_detail(&a.kind);
             tracing::warn!(
                 target: "mcptap::alert",
                 ts = %a.ts.rfc3339(),
@@ -170,6 +123,61 @@ pub fn log_event(ev: &Event) {
         // quietly are DEBUG (a gateway ends tens of thousands a minute).
         Event::SessionEnd(s) if s.alerts > 0 => session_end!(info, s),
         Event::SessionEnd(s) => session_end!(debug, s),
+    }
+}
+
+/// The message of an alert's WARN line. Reasons and stream ends are written by the names the
+/// events carry (`mode_contradiction`, `final_chunk`), so a log line and its event match.
+fn alert_detail(kind: &AlertKind) -> String {
+    match kind {
+        AlertKind::CapabilityNarrowing(c) => format!(
+            "server removed {:?}; client removed {:?} (handshake {})",
+            c.removed, c.client_removed, c.handshake_seq
+        ),
+        AlertKind::CapabilityWidening(c) => format!(
+            "server added {:?}; client added {:?} (handshake {})",
+            c.added, c.client_added, c.handshake_seq
+        ),
+        AlertKind::ContentTypeDivergence(d) => format!(
+            "{}{} id={} expected {} observed {} ({})",
+            d.method,
+            d.tool
+                .as_deref()
+                .map_or_else(String::new, |t| format!(" tool={t}")),
+            d.request_id,
+            d.expected,
+            d.observed,
+            d.reason.as_str()
+        ),
+        AlertKind::ClientCapabilityNarrowing(c) => format!(
+            "client declared less for {} than at first: removed {:?} (declaration {})",
+            c.method, c.removed, c.declaration_seq
+        ),
+        AlertKind::ProtocolDowngrade(d) => format!(
+            "{}: before {:?}; removed versions {:?}",
+            d.reason.as_str(),
+            d.before
+                .iter()
+                .map(|b| format!(
+                    "{} {} {}",
+                    b.method,
+                    b.http_status,
+                    b.content_type.as_deref().unwrap_or(b.media_type)
+                ))
+                .collect::<Vec<_>>(),
+            d.removed_versions
+        ),
+        AlertKind::HeaderMismatch(m) => format!(
+            "{} {:?} disagrees with the body {:?} ({} id={}), answered {}",
+            m.header_name, m.header_value, m.body_value, m.method, m.request_id, m.http_status
+        ),
+        AlertKind::EmptyToolResult(e) => format!(
+            "tools/call id={} tool={} stream ended ({}) without a response: {}",
+            e.request_id,
+            e.tool.as_deref().unwrap_or("?"),
+            e.ended_by.as_str(),
+            e.reason.as_str()
+        ),
     }
 }
 
@@ -323,11 +331,57 @@ pub fn log_telemetry(t: &Telemetry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mcptap_core::model::{Divergence, DivergenceReason, EmptyReason, EmptyResult, StreamEnd};
 
     /// A fleet store record that cannot be read is warned about once (and counted each time).
     #[test]
     fn unreadable_fleet_records_are_warned_about_once() {
         assert!(warn_blind_spot(&Telemetry::FleetGarbage));
         assert!(!warn_blind_spot(&Telemetry::FleetGarbage));
+    }
+
+    /// An operator greps the log for what the events say: `mode_contradiction`, not the Rust
+    /// name `ModeContradiction`; and a divergence names its tool.
+    #[test]
+    fn alert_lines_use_the_events_names() {
+        let divergence = AlertKind::ContentTypeDivergence(Divergence {
+            method: "tools/call".into(),
+            request_id: 6.into(),
+            tool: Some("search_docs".into()),
+            expected: "text/event-stream".into(),
+            observed: "application/json".into(),
+            reason: DivergenceReason::ModeContradiction,
+            also: Vec::new(),
+        });
+        assert_eq!(
+            alert_detail(&divergence),
+            "tools/call tool=search_docs id=6 expected text/event-stream observed application/json (mode_contradiction)"
+        );
+        for (end, name) in [
+            (StreamEnd::FinalChunk, "final_chunk"),
+            (StreamEnd::ServerClosed, "server_closed"),
+        ] {
+            let empty = AlertKind::EmptyToolResult(EmptyResult {
+                request_id: 3.into(),
+                tool: Some("search_docs".into()),
+                reason: EmptyReason::NoEvents,
+                sse_events: 0,
+                ended_by: end,
+            });
+            assert_eq!(
+                alert_detail(&empty),
+                format!(
+                    "tools/call id=3 tool=search_docs stream ended ({name}) without a response: no_events"
+                )
+            );
+            assert_eq!(serde_json::to_value(end).expect("json"), name);
+        }
+        for r in [
+            DivergenceReason::ModeContradiction,
+            DivergenceReason::StreamingNegotiated,
+            DivergenceReason::NotAccepted,
+        ] {
+            assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
+        }
     }
 }

@@ -684,6 +684,17 @@ pub enum DivergenceReason {
     NotAccepted,
 }
 
+impl DivergenceReason {
+    /// The name the events carry (`reason`), for log lines that must match them.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DivergenceReason::ModeContradiction => "mode_contradiction",
+            DivergenceReason::StreamingNegotiated => "streaming_negotiated",
+            DivergenceReason::NotAccepted => "not_accepted",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EmptyResult {
     pub request_id: Value,
@@ -716,6 +727,16 @@ impl EmptyReason {
 pub enum StreamEnd {
     FinalChunk,
     ServerClosed,
+}
+
+impl StreamEnd {
+    /// The name the events carry (`ended_by`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::FinalChunk => "final_chunk",
+            StreamEnd::ServerClosed => "server_closed",
+        }
+    }
 }
 
 /// One JSON-RPC request and how it was answered.
