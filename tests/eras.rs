@@ -141,9 +141,16 @@ fn a_narrowed_set_alerts_once_it_is_declared_again_and_never_when_multiplexed() 
             assert!(a["session_id"].is_null());
             assert_eq!(a["era"], "modern");
         }
-        // Each distinct set is logged once as a handshake.
+        // Each distinct set is logged once as a handshake, with where it was declared.
         let distinct: BTreeSet<&str> = sets.iter().copied().collect();
-        assert_eq!(of(&evs, "handshake").len(), distinct.len(), "{sets:?}");
+        let handshakes = of(&evs, "handshake");
+        assert_eq!(handshakes.len(), distinct.len(), "{sets:?}");
+        for h in handshakes {
+            assert_eq!(h["source"], "request_meta");
+            assert_eq!(h["method"], "tools/call");
+            assert_eq!(h["host"], "mcp.internal:8080", "{h}");
+            assert_eq!(h["path"], "/mcp", "{h}");
+        }
     }
 }
 

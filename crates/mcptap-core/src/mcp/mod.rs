@@ -523,6 +523,9 @@ struct Concluded<'a> {
     lineage_id: Option<&'a str>,
     route: Option<u16>,
     session_id: Option<&'a str>,
+    /// The request's `Host` and path: where a modern declaration or discover result was made.
+    host: Option<&'a str>,
+    path: &'a str,
     method: &'a str,
     tool: Option<&'a str>,
     request_id: &'a Value,
@@ -3158,6 +3161,13 @@ impl<D: Detector> Tracker<D> {
         let method = request.method.clone();
         let tool = request.tool.clone();
         let progress_requested = request.progress;
+        // Where it was asked, for a modern handshake (a declaration, a discover result).
+        let place = (era == Era::Modern || method == "server/discover").then(|| {
+            (
+                ex.head.host().map(str::to_string),
+                ex.head.path().to_string(),
+            )
+        });
         let init_params = request.init_params.take();
         let facts = request.facts.take();
         let findings = std::mem::take(&mut request.findings);
@@ -3226,6 +3236,8 @@ impl<D: Detector> Tracker<D> {
             lineage_id: event.lineage_id.as_deref(),
             route,
             session_id: event.session_id.as_deref(),
+            host: place.as_ref().and_then(|(host, _)| host.as_deref()),
+            path: place.as_ref().map_or("", |(_, path)| path),
             method: &event.method,
             tool: event.tool.as_deref(),
             request_id: &event.request_id,
@@ -3645,8 +3657,8 @@ impl<D: Detector> Tracker<D> {
                 error_message: None,
                 client: c.client,
                 server: c.server,
-                host: None,
-                path: String::new(),
+                host: c.host.map(str::to_string),
+                path: c.path.to_string(),
                 protocol_version_requested: decl.protocol_version.as_deref().map(str::to_string),
                 protocol_version: decl.protocol_version.as_deref().map(str::to_string),
                 client_info: SharedJson::new(decl.client_info_value()),
@@ -3804,8 +3816,8 @@ impl<D: Detector> Tracker<D> {
                 error_message: None,
                 client: c.client,
                 server: c.server,
-                host: None,
-                path: String::new(),
+                host: c.host.map(str::to_string),
+                path: c.path.to_string(),
                 protocol_version_requested: c
                     .facts
                     .and_then(|f| f.declaration.as_ref())
@@ -4333,6 +4345,8 @@ impl<D: Detector> Tracker<D> {
                     lineage_id: ex.lineage_id.as_deref(),
                     route: ex.route,
                     session_id: ex.session_id.as_deref(),
+                    host: ex.head.host(),
+                    path: ex.head.path(),
                     method: &r.method,
                     tool: r.tool.as_deref(),
                     request_id: &request_id,
