@@ -128,6 +128,12 @@ pub fn write(format: LineFormat, now: Timestamp, h: &Handshake, out: &mut Vec<u8
     line.start(now);
     line.time("ts", h.ts);
     line.str("session_id", h.session_id.as_deref().unwrap_or("-"));
+    if let Some(source) = super::log::modern_source(h) {
+        line.str("source", source);
+    }
+    if let Some(method) = &h.method {
+        line.str("method", method);
+    }
     line.num("seq", i64::from(h.seq));
     line.str("outcome", h.outcome.as_str());
     line.num("http_status", i64::from(h.http_status));
@@ -508,6 +514,12 @@ mod tests {
             handshakes
                 .iter()
                 .any(|h| h.predecessor_session_id.is_some())
+        );
+        assert!(handshakes.iter().any(|h| h.method.is_some()));
+        assert!(
+            handshakes
+                .iter()
+                .any(|h| h.source == mcptap_core::model::HandshakeSource::Discover)
         );
         assert_written_as_tracing_does(&handshakes);
     }

@@ -36,12 +36,20 @@ macro_rules! session_end {
     };
 }
 
+/// A handshake's source, unless it is an `initialize` (whose lines keep their shape).
+pub(crate) fn modern_source(h: &mcptap_core::model::Handshake) -> Option<&'static str> {
+    (h.source != mcptap_core::model::HandshakeSource::Initialize).then(|| h.source.as_str())
+}
+
 /// The handshake line through tracing (a terminal's coloured output, tests).
 pub(crate) fn trace_handshake(h: &mcptap_core::model::Handshake) {
     tracing::info!(
             target: "mcptap::handshake",
             ts = %h.ts.rfc3339(),
             session_id = h.session_id.as_deref().unwrap_or("-"),
+            // Modern handshakes say what they are (an `initialize` needs no saying).
+            source = modern_source(h),
+            method = h.method.as_deref(),
             seq = h.seq,
             outcome = h.outcome.as_str(),
             http_status = h.http_status,
