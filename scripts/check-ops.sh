@@ -112,7 +112,7 @@ want = {"McpCapabilityNarrowing": "critical", "McpContentTypeDivergence": "criti
         "McptapCaptureDrops": None, "McptapReassemblyGaps": None,
         "McptapTargetDown": None, "McptapNoPackets": None,
         "McptapUndecodableTraffic": "warning", "McptapLimitsHit": "warning",
-        "McptapFlowsEvicted": "warning"}
+        "McptapFlowsEvicted": "warning", "McptapSnapshotSaveFailing": "warning"}
 bad = []
 groups = {g["name"]: g for g in rules["groups"]}
 if "mcptap" not in groups:
