@@ -536,8 +536,15 @@ fn connections_that_are_not_http_1_1_are_counted_with_their_reason() {
     let cases: Vec<(Vec<u8>, Vec<u8>, &str)> = vec![
         (tls_hello, server_hello, "tls"),
         (
-            preface,
+            preface.clone(),
             b"\x00\x00\x00\x04\x01\x00\x00\x00\x00".to_vec(),
+            "h2c",
+        ),
+        // An HTTP/1.1-only server (nginx without `http2`) answers the preface with a 400: no
+        // exchange of the connection's, so no unmatched response either.
+        (
+            preface,
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
             "h2c",
         ),
         (upgrade("h2c"), switching("h2c"), "h2c"),

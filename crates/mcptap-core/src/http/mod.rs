@@ -939,6 +939,15 @@ impl Connection {
     /// Half `half` is given up on: it is not HTTP/1.1 (reported once per connection).
     fn give_up(&mut self, half: usize, reason: UndecodableFlowReason, out: &mut Vec<HttpEvent>) {
         self.halves[half].state = State::Ignored;
+        // TLS and HTTP/2 are spoken both ways: what the other side sends is no HTTP/1.1
+        // exchange either (an HTTP/1.1-only server's 400 to the h2c preface included).
+        if matches!(
+            reason,
+            UndecodableFlowReason::Tls | UndecodableFlowReason::H2c
+        ) && let Some(other) = self.halves.get_mut(1 - half.min(1))
+        {
+            other.state = State::Ignored;
+        }
         if !self.undecodable_reported {
             self.undecodable_reported = true;
             out.push(HttpEvent::NotDecodable { half, reason });
