@@ -814,11 +814,19 @@ fn the_captured_incident_alerts_the_same_with_a_store() {
 
 /// A fleet instance on the store at `port`: its pipeline, and its store (writing).
 fn instance(port: u16) -> (mcptap_core::pipeline::Pipeline, mcptap::fleet::FleetStore) {
+    instance_waiting(port, 2_000)
+}
+
+/// [`instance`], its lookups timing out after `timeout_ms`.
+fn instance_waiting(
+    port: u16,
+    timeout_ms: u64,
+) -> (mcptap_core::pipeline::Pipeline, mcptap::fleet::FleetStore) {
     use mcptap::fleet::{FleetSettings, FleetStore};
     use mcptap_core::pipeline::{Limits, Pipeline};
     let settings = FleetSettings {
         url: Some(format!("redis://127.0.0.1:{port}/")),
-        lookup_timeout_ms: 2_000,
+        lookup_timeout_ms: timeout_ms,
         ..FleetSettings::default()
     };
     let mut p = Pipeline::new(Limits::default());
@@ -894,7 +902,9 @@ fn tampered_records_are_garbage_never_read_whole_nor_an_outage() {
         eprintln!("redis-server not installed: skipped");
         return;
     };
-    let (mut a, mut b) = (instance(port), instance(port));
+    // Host B waits 150 ms for a lookup (the default is 50): room for a loaded machine, none
+    // for a store that copies a huge value before it answers.
+    let (mut a, mut b) = (instance(port), instance_waiting(port, 150));
     let empty = b.0.usage().session_bytes();
     let mut ts = 0;
     let names = ["huge", "binary", "hash", "version", "good"];
@@ -911,14 +921,15 @@ fn tampered_records_are_garbage_never_read_whole_nor_an_outage() {
     }
     let huge = session_store_key(port, "tamper-huge");
     let mut record = redis_cli(port, &["GET", &huge], None);
-    // A valid record whose protocol version is 8 MiB long.
+    // A valid record whose protocol version is 64 MiB long: a GET of it takes Redis about half
+    // a second, past host B's lookup timeout (below), so it must never be read.
     let field = b"\"protocol_version\":\"";
     let at = record
         .windows(field.len())
         .position(|w| w == field)
         .expect("protocol_version")
         + field.len();
-    record.splice(at..at, std::iter::repeat_n(b'9', 8 << 20));
+    record.splice(at..at, std::iter::repeat_n(b'9', 64 << 20));
     redis_cli(port, &["SET", &huge], Some(&record));
     let binary = session_store_key(port, "tamper-binary");
     redis_cli(port, &["SET", &binary], Some(b"{\"\xff\xfe\"}"));
