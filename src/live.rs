@@ -33,7 +33,7 @@ impl Batch {
         self.packets.push((ts, off, frame.len()));
     }
 
-    /// Whether the batch is due to be sent (512 packets or 256 KiB).
+    /// Whether the batch is due to be sent (512 packets or 4 MiB).
     #[inline]
     pub fn is_full(&self) -> bool {
         self.packets.len() >= BATCH_PACKETS || self.data.len() >= BATCH_BYTES
@@ -369,12 +369,7 @@ pub fn send(queue: &WorkerQueue, batch: &mut Batch, linktype: u32) -> bool {
     }
     sent
 }
-/// Bytes a batch takes before it is sent. Small enough that the batch being filled (recycled,
-/// so the same few buffers come round) stays in the core's L2 cache: the capture thread then
-/// copies each frame into warm memory. At 4 MiB, bulk frames (~1 KB, 512 to a batch) filled
-/// half a megabyte per batch, beyond L2, and the copy cost the capture thread about twice as
-/// much per frame (`cargo bench --bench capture_thread`, "from ring").
-const BATCH_BYTES: usize = 256 * 1024;
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// A bounded map in two generations: a hit in the old generation moves the entry to the young
 /// one; when the young one is full it becomes the old one and the old one is dropped (counted).
