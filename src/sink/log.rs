@@ -148,10 +148,10 @@ fn alert_detail(kind: &AlertKind) -> String {
         ),
         AlertKind::ContentTypeDivergence(d) => format!(
             "{}{} id={} expected {} observed {} ({})",
-            d.method,
+            wire(&d.method),
             d.tool
                 .as_deref()
-                .map_or_else(String::new, |t| format!(" tool={t}")),
+                .map_or_else(String::new, |t| format!(" tool={}", wire(t))),
             d.request_id,
             d.expected,
             d.observed,
@@ -159,7 +159,9 @@ fn alert_detail(kind: &AlertKind) -> String {
         ),
         AlertKind::ClientCapabilityNarrowing(c) => format!(
             "client declared less for {} than at first: removed {:?} (declaration {})",
-            c.method, c.removed, c.declaration_seq
+            wire(&c.method),
+            c.removed,
+            c.declaration_seq
         ),
         AlertKind::ProtocolDowngrade(d) => format!(
             "{}: before {:?}; removed versions {:?}",
@@ -168,7 +170,7 @@ fn alert_detail(kind: &AlertKind) -> String {
                 .iter()
                 .map(|b| format!(
                     "{} {} {}",
-                    b.method,
+                    wire(&b.method),
                     b.http_status,
                     b.content_type.as_deref().unwrap_or(b.media_type)
                 ))
@@ -177,15 +179,30 @@ fn alert_detail(kind: &AlertKind) -> String {
         ),
         AlertKind::HeaderMismatch(m) => format!(
             "{} {:?} disagrees with the body {:?} ({} id={}), answered {}",
-            m.header_name, m.header_value, m.body_value, m.method, m.request_id, m.http_status
+            m.header_name,
+            m.header_value,
+            m.body_value,
+            wire(&m.method),
+            m.request_id,
+            m.http_status
         ),
         AlertKind::EmptyToolResult(e) => format!(
             "tools/call id={} tool={} stream ended ({}) without a response: {}",
             e.request_id,
-            e.tool.as_deref().unwrap_or("?"),
+            wire(e.tool.as_deref().unwrap_or("?")),
             e.ended_by.as_str(),
             e.reason.as_str()
         ),
+    }
+}
+
+/// A method or tool name from the wire as a log line may show it: as it is when it is
+/// printable ASCII, else quoted and escaped (a newline in it must not start a forged line).
+fn wire(text: &str) -> std::borrow::Cow<'_, str> {
+    if crate::sink::json::plain_printable(text.as_bytes()) {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(format!("{text:?}"))
     }
 }
 
@@ -384,6 +401,17 @@ mod tests {
             );
             assert_eq!(serde_json::to_value(end).expect("json"), name);
         }
+        // A name with a line break in it cannot forge a line of its own.
+        let forged = AlertKind::EmptyToolResult(EmptyResult {
+            request_id: 4.into(),
+            tool: Some("x\n2026-01-01T00:00:00Z  INFO all clear".into()),
+            reason: EmptyReason::NoEvents,
+            sse_events: 0,
+            ended_by: StreamEnd::FinalChunk,
+        });
+        let line = alert_detail(&forged);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains(r#"tool="x\n2026"#), "{line}");
         for r in [
             DivergenceReason::ModeContradiction,
             DivergenceReason::StreamingNegotiated,
