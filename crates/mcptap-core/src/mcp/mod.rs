@@ -3161,15 +3161,16 @@ impl<D: Detector> Tracker<D> {
         let method = request.method.clone();
         let tool = request.tool.clone();
         let progress_requested = request.progress;
+        let init_params = request.init_params.take();
+        let facts = request.facts.take();
         // Where it was asked, for a modern handshake (a declaration, a discover result).
-        let place = (era == Era::Modern || method == "server/discover").then(|| {
+        let declares = facts.as_ref().is_some_and(|f| f.declaration.is_some());
+        let place = ((era == Era::Modern && declares) || method == "server/discover").then(|| {
             (
                 ex.head.host().map(str::to_string),
                 ex.head.path().to_string(),
             )
         });
-        let init_params = request.init_params.take();
-        let facts = request.facts.take();
         let findings = std::mem::take(&mut request.findings);
         // The whole request side is only needed for a handshake.
         let origin = (method == "initialize").then(|| ex.origin());
