@@ -1298,9 +1298,10 @@ fn a_snapshot_that_cannot_be_written_is_warned_at_startup_and_once() {
         startup.contains("WARN") && startup.contains("not writable"),
         "{startup}"
     );
-    assert_eq!(
-        running.matches("cannot write the snapshot").count(),
-        1,
-        "{stderr}"
-    );
+    // One WARN for the spell (the saves after it are DEBUG lines, shown with RUST_LOG=debug).
+    let warned = running
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("cannot write the snapshot"))
+        .count();
+    assert_eq!(warned, 1, "{stderr}");
 }
