@@ -1412,6 +1412,7 @@ fn load_snapshot(
 ) -> Vec<Option<Snapshot>> {
     let mut shares: Vec<Option<Snapshot>> = (0..workers).map(|_| None).collect();
     let Some(path) = path else { return shares };
+    metrics.snapshots_saved();
     match state::load(path) {
         Ok(None) => tracing::info!(path = %path.display(), "no snapshot yet: starting empty"),
         Ok(Some(mut snap)) => {

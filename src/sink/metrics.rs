@@ -683,6 +683,14 @@ impl Metrics {
         self.snapshots.with_label_values(&[op, result]).inc();
     }
 
+    /// Snapshots are saved: their save results exist at 0 from the start, so that the first
+    /// failure is an increase (McptapSnapshotSaveFailing reads them).
+    pub fn snapshots_saved(&self) {
+        for result in ["ok", "io", "timeout"] {
+            let _ = self.snapshots.with_label_values(&["save", result]);
+        }
+    }
+
     /// Drops reported by the capture (already widened from pcap's wrapping u32 counters).
     /// Worker `index`'s queue gauge and the counter of packets the capture waited with.
     pub fn worker_queue(&self, index: usize) -> (IntGauge, IntCounter) {
@@ -983,6 +991,19 @@ mod tests {
 
     /// The series the blind-spot alerts read exist at 0 before their first count: a limit's
     /// from the start, a server's undecodable flows and bodies once the server is seen.
+    #[test]
+    fn snapshot_save_results_start_at_zero_when_snapshots_are_saved() {
+        let m = metrics(1);
+        assert!(!m.render().contains("mcptap_state_snapshots_total{"));
+        m.snapshots_saved();
+        let text = m.render();
+        for result in ["ok", "io", "timeout"] {
+            let series =
+                format!(r#"mcptap_state_snapshots_total{{op="save",result="{result}"}} 0"#);
+            assert!(text.contains(&series), "{series} in {text}");
+        }
+    }
+
     #[test]
     fn blind_spot_series_start_at_zero() {
         let m = metrics(8);
