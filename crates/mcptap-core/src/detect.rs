@@ -450,7 +450,19 @@ impl ModeTracker {
                         }
                     }
                 }
-                None if room => self.methods.push((key, state)),
+                None if room => {
+                    // Each reason once, as this session's own record holds them: a record from
+                    // elsewhere may repeat them without end.
+                    let mut state = state;
+                    let mut alerted = Vec::new();
+                    for r in std::mem::take(&mut state.alerted) {
+                        if !alerted.contains(&r) {
+                            alerted.push(r);
+                        }
+                    }
+                    state.alerted = alerted;
+                    self.methods.push((key, state));
+                }
                 None => {}
             }
         }
@@ -708,6 +720,39 @@ mod tests {
         f.iter()
             .flat_map(|f| std::iter::once(f.reason).chain(f.also.iter().copied()))
             .collect()
+    }
+
+    /// A record from elsewhere (a snapshot, another host) may repeat an alerted reason without
+    /// end: merged in, each reason is held once, as the session's own record holds them.
+    #[test]
+    fn a_merged_record_holds_each_alerted_reason_once() {
+        let mut theirs = ModeTracker::default();
+        let _ = theirs.observe("tools/call", SseResultOnly, false, None);
+        let _ = theirs.observe("tools/call", Json, false, None);
+        let mut record = serde_json::to_value(&theirs).expect("json");
+        for (_, state) in record["methods"]
+            .as_array_mut()
+            .expect("methods")
+            .iter_mut()
+            .filter_map(|m| m.as_array_mut().and_then(|kv| kv.split_first_mut()))
+        {
+            if let Some(state) = state.first_mut() {
+                state["alerted"] = serde_json::json!(vec!["mode_contradiction"; 10_000]);
+            }
+        }
+        let theirs: ModeTracker = serde_json::from_value(record).expect("record");
+        assert!(
+            theirs
+                .methods
+                .iter()
+                .any(|(_, s)| s.alerted.len() == 10_000)
+        );
+        let mut ours = ModeTracker::default();
+        D.merge_state(&mut ours, theirs);
+        assert!(!ours.methods.is_empty());
+        for (_, state) in &ours.methods {
+            assert!(state.alerted.len() <= 1, "{:?}", state.alerted.len());
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub type CapPaths = std::sync::Arc<[Box<str>]>;
 /// Depth beyond which nested capability objects are not expanded (bounded work on hostile input).
 const MAX_DEPTH: usize = 8;
 /// At most this many paths per capability object.
-const MAX_PATHS: usize = 512;
+pub(crate) const MAX_PATHS: usize = 512;
 /// Keys longer than this are not capabilities anyone declares: they are skipped.
 const MAX_KEY_BYTES: usize = 128;
 /// At most this many bytes of paths per capability object (a path repeats its ancestors).

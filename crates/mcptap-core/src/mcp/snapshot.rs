@@ -183,11 +183,23 @@ impl EraRecord {
     /// record from elsewhere may hold lists of any length, and each request compares against
     /// them (a discover result's versions against every alerted one: quadratic in the record).
     pub fn bounded(mut self) -> Self {
+        use super::caps::{CapPaths, MAX_PATHS};
         use super::session::{MAX_DECLARED_METHODS, MAX_LOGGED_SETS, MAX_SETS_PER_METHOD};
+        // A path list holds at most what one capability object gives (`caps::bounded_paths`).
+        let cut_paths = |paths: &mut CapPaths| {
+            if paths.len() > MAX_PATHS {
+                *paths = paths.iter().take(MAX_PATHS).cloned().collect();
+            }
+        };
         self.declarations.truncate(MAX_DECLARED_METHODS);
         for d in &mut self.declarations {
             d.seen.truncate(MAX_SETS_PER_METHOD);
             d.alerted.truncate(MAX_SETS_PER_METHOD);
+            for removed in &mut d.alerted {
+                removed.truncate(MAX_PATHS);
+            }
+            cut_paths(&mut d.first_paths);
+            cut_paths(&mut d.last_paths);
         }
         self.logged.truncate(MAX_LOGGED_SETS);
         if let Some(v) = self.first_versions.as_mut() {
@@ -195,6 +207,9 @@ impl EraRecord {
         }
         self.alerted_versions.truncate(MAX_LOGGED_SETS);
         self.alerted_paths.truncate(MAX_LOGGED_SETS);
+        for removed in &mut self.alerted_paths {
+            removed.truncate(MAX_PATHS);
+        }
         self.param_tools.truncate(super::modern::MAX_PARAM_TOOLS);
         for (_, params) in &mut self.param_tools {
             params.truncate(super::modern::MAX_PARAMS_PER_TOOL);
@@ -273,18 +288,24 @@ mod tests {
                 .map(|i| i.to_string().into())
                 .collect::<Vec<Box<str>>>()
         };
+        // Path lists longer than any capability object gives (512 paths).
+        let paths: Vec<String> = (0..2_000).map(|i| format!("p{i}")).collect();
+        let mut alerted = vec![vec!["a".to_string()]; 10_000];
+        alerted[0] = paths.clone();
         let declaration: MethodDeclarations = serde_json::from_value(serde_json::json!({
-            "method": "tools/list", "first_paths": [], "first_caps": "{}", "first_digest": 1,
-            "last_digest": 1, "seen": (0..10_000).collect::<Vec<u64>>(), "multiplexed": false,
-            "alerted": vec![vec!["a"]; 10_000],
+            "method": "tools/list", "first_paths": paths, "first_caps": "{}", "first_digest": 1,
+            "last_digest": 1, "last_paths": paths, "seen": (0..10_000).collect::<Vec<u64>>(),
+            "multiplexed": false, "alerted": alerted,
         }))
         .expect("declaration");
+        let mut alerted_paths = vec![vec!["a".to_string()]; 10_000];
+        alerted_paths[0] = paths.clone();
         let record = EraRecord {
             declarations: vec![declaration; 100],
             logged: (0..10_000).collect(),
             first_versions: Some(many(10_000)),
             alerted_versions: many(10_000),
-            alerted_paths: vec![vec!["a".into()]; 10_000],
+            alerted_paths,
             ..EraRecord::default()
         };
         let check = |e: &EraState| {
@@ -293,7 +314,10 @@ mod tests {
                 assert!(
                     d.seen.len() <= MAX_SETS_PER_METHOD && d.alerted.len() <= MAX_SETS_PER_METHOD
                 );
+                assert!(d.first_paths.len() <= 512 && d.last_paths.len() <= 512);
+                assert!(d.alerted.iter().all(|removed| removed.len() <= 512));
             }
+            assert!(e.alerted_paths.iter().all(|removed| removed.len() <= 512));
             assert!(e.logged.len() <= MAX_LOGGED_SETS);
             assert!(e.first_versions.as_ref().is_some_and(|v| v.len() <= 64));
             assert!(e.alerted_versions.len() <= MAX_LOGGED_SETS);
