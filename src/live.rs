@@ -381,6 +381,9 @@ struct Generations<K, V> {
     old: HashMap<K, V, foldhash::fast::RandomState>,
     cap: usize,
     evicted: u64,
+    /// Times the young generation became the old one: an entry put in the young one at
+    /// `swaps == n` is still there, unchanged by lookups, while `swaps == n` (unless removed).
+    swaps: u64,
 }
 
 impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
@@ -390,6 +393,7 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
             old: HashMap::default(),
             cap: cap.max(1),
             evicted: 0,
+            swaps: 0,
         }
     }
 
@@ -412,6 +416,7 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> Generations<K, V> {
             self.evicted += self.old.len() as u64;
             std::mem::swap(&mut self.young, &mut self.old);
             self.young.clear();
+            self.swaps += 1;
         }
         self.young.insert(k, v);
     }
@@ -476,13 +481,18 @@ const V6_FAMILY: u32 = 1 << 16;
 
 impl EndpointKey {
     #[inline]
+    fn v4(a: std::net::SocketAddrV4) -> Self {
+        EndpointKey {
+            ip_hi: 0,
+            ip_lo: u64::from(a.ip().to_bits()),
+            port: u32::from(a.port()),
+        }
+    }
+
+    #[inline]
     fn of(addr: SocketAddr) -> Self {
         match addr {
-            SocketAddr::V4(a) => EndpointKey {
-                ip_hi: 0,
-                ip_lo: u64::from(a.ip().to_bits()),
-                port: u32::from(a.port()),
-            },
+            SocketAddr::V4(a) => EndpointKey::v4(a),
             SocketAddr::V6(a) => {
                 let bits = a.ip().to_bits();
                 EndpointKey {
@@ -670,6 +680,12 @@ impl ServerDirectory {
         decided(server_is_src)
     }
 
+    /// Changes whenever a pinned flow may have left the young generation (where a lookup
+    /// changes nothing): a route answered at one epoch holds while it stays.
+    fn pin_epoch(&self) -> u64 {
+        self.pinned.swaps
+    }
+
     pub fn stats(&self) -> DirectoryStats {
         DirectoryStats {
             learned: self.learned.len(),
@@ -703,19 +719,62 @@ fn worker_of_key(server: EndpointKey, workers: usize) -> usize {
 pub struct Dispatcher {
     directory: ServerDirectory,
     workers: usize,
-    /// The flow of the last frame and its worker, while the directory is sure to answer the
-    /// next frame of that flow alike (see [`Dispatcher::worker_of`]).
-    last: Option<LastFlow>,
+    /// Recent flows and their workers, while the directory is sure to answer their next
+    /// frames alike (see [`Dispatcher::worker_of`]); direct-mapped by the flow's endpoints.
+    routes: Box<[CachedRoute]>,
 }
 
-/// A frame's endpoints as sent, the worker they went to, and whether a frame the other way
-/// round goes there too.
+/// Flows a [`Dispatcher`] remembers the worker of: a power of two, 64 bytes each (128 KiB,
+/// within a core's L2 cache). Enough for the flows active at once on a busy gateway; a flow
+/// whose slot another took asks the directory again (the answer is the same, only slower).
+const CACHED_ROUTES: usize = 2048;
+
+/// A flow's worker as the directory last answered it, with what makes that answer hold.
 #[derive(Debug, Clone, Copy)]
-struct LastFlow {
-    src: EndpointKey,
-    dst: EndpointKey,
-    worker: usize,
+struct CachedRoute {
+    flow: FlowPairKey,
+    /// The directory's pin epoch when answered ([`ServerDirectory::pin_epoch`]); `u64::MAX`:
+    /// an empty slot.
+    epoch: u64,
+    worker: u32,
+    /// A frame the other way round goes to the same worker (all but a flow between two
+    /// configured servers, where the destination wins).
     either_way: bool,
+    /// The answered frame's source was the pair's lower endpoint.
+    src_was_lower: bool,
+}
+
+const EMPTY_ROUTE: CachedRoute = CachedRoute {
+    flow: FlowPairKey(
+        EndpointKey {
+            ip_hi: 0,
+            ip_lo: 0,
+            port: 0,
+        },
+        EndpointKey {
+            ip_hi: 0,
+            ip_lo: 0,
+            port: 0,
+        },
+    ),
+    epoch: u64::MAX,
+    worker: 0,
+    either_way: false,
+    src_was_lower: false,
+};
+
+impl FlowPairKey {
+    /// The flow's slot among [`CACHED_ROUTES`]: a multiplicative hash of its endpoints (not
+    /// keyed: a crafted collision only sends those flows to the directory, as without a cache).
+    #[inline]
+    fn route_slot(&self) -> usize {
+        const K1: u64 = 0x9e37_79b9_7f4a_7c15;
+        const K2: u64 = 0xc2b2_ae3d_27d4_eb4f;
+        let (a, b) = (&self.0, &self.1);
+        let x = (a.ip_lo ^ a.ip_hi.rotate_left(32) ^ (u64::from(a.port) << 48)).wrapping_mul(K1);
+        let y = (b.ip_lo ^ b.ip_hi.rotate_left(32) ^ (u64::from(b.port) << 48)).wrapping_mul(K2);
+        ((x ^ y.rotate_left(23)).wrapping_mul(K1) >> (64 - CACHED_ROUTES.trailing_zeros())) as usize
+    }
 }
 
 impl Dispatcher {
@@ -723,41 +782,63 @@ impl Dispatcher {
         Dispatcher {
             directory,
             workers: workers.max(1),
-            last: None,
+            routes: vec![EMPTY_ROUTE; CACHED_ROUTES].into_boxed_slice(),
         }
     }
 
-    /// The worker of a frame. Bulk transfers come in trains of frames of one flow: a frame of
-    /// the last frame's flow without SYN, FIN or RST goes where that one went without asking
-    /// the directory (the other way round too, unless both ends are configured servers). That
-    /// is the directory's answer all the same: the last frame left the flow pinned in its
-    /// young generation, where a lookup changes nothing, or had a configured server; after a
-    /// FIN or RST (which unpin) the next frame asks.
+    /// The worker of a frame. A frame without SYN, FIN or RST of a flow whose route is cached
+    /// goes where the flow's last answered frame went without asking the directory (the other
+    /// way round too, unless both ends are configured servers). That is the directory's answer
+    /// all the same: that frame left the flow pinned in the young generation, where a lookup
+    /// changes nothing, as long as no generation has turned since (the pin epoch), or had a
+    /// configured server. A SYN (which pins anew), a FIN or an RST (which unpin) always asks.
     pub fn worker_of(&mut self, linktype: u32, frame: &[u8]) -> usize {
         if self.workers <= 1 {
             return 0;
         }
-        let Some(seg) = decode::tcp_endpoints(linktype, frame) else {
-            return 0;
+        // Plain IPv4 read straight into keys; anything else through the general decoder.
+        let (src, dst, flags) = match decode::plain_v4_endpoints(linktype, frame) {
+            Some(e) => (EndpointKey::v4(e.src), EndpointKey::v4(e.dst), e.flags),
+            None => {
+                let Some(seg) = decode::tcp_endpoints(linktype, frame) else {
+                    return 0;
+                };
+                (
+                    EndpointKey::of(seg.src),
+                    EndpointKey::of(seg.dst),
+                    seg.flags,
+                )
+            }
         };
-        let (src, dst) = (EndpointKey::of(seg.src), EndpointKey::of(seg.dst));
-        let flags = seg.flags;
-        if !(flags.syn || flags.fin || flags.rst)
-            && let Some(last) = self.last
-            && ((last.src == src && last.dst == dst)
-                || (last.either_way && last.src == dst && last.dst == src))
+        let (flow, src_is_lower) = FlowPairKey::of(src, dst);
+        let slot = flow.route_slot();
+        let epoch = self.directory.pin_epoch();
+        let ends = flags.syn || flags.fin || flags.rst;
+        if !ends
+            && let Some(cached) = self.routes.get(slot)
+            && cached.epoch == epoch
+            && cached.flow == flow
+            && (cached.either_way || cached.src_was_lower == src_is_lower)
         {
-            return last.worker;
+            return cached.worker as usize;
         }
         let route = self.directory.route(src, dst, flags);
         let server = if route.server_is_src { src } else { dst };
         let worker = worker_of_key(server, self.workers);
-        self.last = (!(flags.fin || flags.rst)).then_some(LastFlow {
-            src,
-            dst,
-            worker,
-            either_way: route.either_way,
-        });
+        if let Some(cached) = self.routes.get_mut(slot) {
+            *cached = if flags.fin || flags.rst {
+                EMPTY_ROUTE
+            } else {
+                CachedRoute {
+                    flow,
+                    // Read after the lookup, which may have turned a generation.
+                    epoch: self.directory.pin_epoch(),
+                    worker: worker as u32,
+                    either_way: route.either_way,
+                    src_was_lower: src_is_lower,
+                }
+            };
+        }
         worker
     }
 
@@ -1086,6 +1167,49 @@ mod tests {
             let mut previous: Option<(SocketAddr, SocketAddr)> = None;
             for (s, t, bits, train) in segments {
                 // Half the time the previous frame's flow again, one way or the other.
+                let (src, dst) = match (previous, train) {
+                    (Some((a, b)), 0) => (a, b),
+                    (Some((a, b)), 1) => (b, a),
+                    _ => (endpoints[s], endpoints[t]),
+                };
+                if src == dst || src.is_ipv4() != dst.is_ipv4() {
+                    continue;
+                }
+                previous = Some((src, dst));
+                let flags = TcpFlags {
+                    syn: bits & 1 != 0,
+                    ack: bits & 2 != 0,
+                    fin: bits & 4 != 0,
+                    rst: bits & 8 != 0,
+                };
+                let expected = worker_of_server(reference.server_of(src, dst, flags), 4);
+                let frame = tcp_frame(src, dst, flags);
+                proptest::prop_assert_eq!(dispatcher.worker_of(1, &frame), expected);
+            }
+        }
+
+        /// With generations of two entries, so that pins are evicted and generations turn all
+        /// the time: the dispatcher's remembered routes answer every frame as a directory
+        /// asked on every frame does.
+        #[test]
+        fn remembered_routes_answer_as_the_directory_asked_each_time(
+            configured in proptest::collection::vec(0usize..10, 0..3),
+            segments in proptest::collection::vec((0usize..10, 0usize..10, 0u8..16, 0u8..4), 1..400),
+        ) {
+            let endpoints: Vec<SocketAddr> = [
+                "10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:40000", "10.0.0.4:40001",
+                "10.0.0.5:443", "10.0.0.6:50000", "[::1]:8080", "[::2]:8080",
+                "[2001:db8::1]:40000", "[2001:db8::2]:40001",
+            ]
+            .iter()
+            .map(|e| e.parse().expect("endpoint"))
+            .collect();
+            let configured: Vec<SocketAddr> = configured.iter().map(|&i| endpoints[i]).collect();
+            let directory = ServerDirectory::with_capacity(configured.iter().copied(), 2, 2);
+            let mut reference = directory.clone();
+            let mut dispatcher = Dispatcher::new(directory, 4);
+            let mut previous: Option<(SocketAddr, SocketAddr)> = None;
+            for (s, t, bits, train) in segments {
                 let (src, dst) = match (previous, train) {
                     (Some((a, b)), 0) => (a, b),
                     (Some((a, b)), 1) => (b, a),

@@ -5,7 +5,7 @@
 //! bytes that were captured) but never panics on hostile input; anything that is
 //! not a complete-enough TCP segment becomes a [`SkipReason`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use etherparse::{IpNumber, LaxIpSlice, TcpSlice};
 
@@ -306,6 +306,26 @@ fn decode_ip(packet: &[u8]) -> Decoded<'_> {
 /// accepts.
 #[inline]
 fn plain_ipv4_tcp(packet: &[u8]) -> Option<TcpSegment<'_>> {
+    let (ip, header, payload) = plain_ipv4_parts(packet)?;
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let (src, dst) = plain_ipv4_endpoints(ip, header);
+    Some(TcpSegment {
+        src: SocketAddr::from(src),
+        dst: SocketAddr::from(dst),
+        seq: be32(4),
+        ack: be32(8),
+        flags: tcp_flags(header[13]),
+        payload,
+        truncated: false,
+    })
+}
+
+/// A plain IPv4 packet's IP header, TCP header and TCP payload: no IP options, TCP, not a
+/// fragment, every byte the IP length claims captured.
+#[inline]
+fn plain_ipv4_parts(packet: &[u8]) -> Option<(&[u8; 20], &[u8; 20], &[u8])> {
     const IPV4_NO_OPTIONS: u8 = 0x45;
     const PROTO_TCP: u8 = 6;
     const MORE_FRAGMENTS_AND_OFFSET: u16 = 0x3fff;
@@ -324,29 +344,54 @@ fn plain_ipv4_tcp(packet: &[u8]) -> Option<TcpSegment<'_>> {
         return None;
     }
     let payload = tcp.get(data_offset..)?;
-    let be32 = |at: usize| {
-        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    Some((ip, header, payload))
+}
+
+/// Source and destination of a plain IPv4 TCP segment's headers.
+#[inline]
+fn plain_ipv4_endpoints(ip: &[u8; 20], tcp: &[u8; 20]) -> (SocketAddrV4, SocketAddrV4) {
+    let endpoint = |addr: [u8; 4], port: [u8; 2]| {
+        SocketAddrV4::new(Ipv4Addr::from(addr), u16::from_be_bytes(port))
     };
-    let flags = header[13];
-    Some(TcpSegment {
-        src: SocketAddr::from((
-            [ip[12], ip[13], ip[14], ip[15]],
-            u16::from_be_bytes([header[0], header[1]]),
-        )),
-        dst: SocketAddr::from((
-            [ip[16], ip[17], ip[18], ip[19]],
-            u16::from_be_bytes([header[2], header[3]]),
-        )),
-        seq: be32(4),
-        ack: be32(8),
-        flags: TcpFlags {
-            syn: flags & 0x02 != 0,
-            ack: flags & 0x10 != 0,
-            fin: flags & 0x01 != 0,
-            rst: flags & 0x04 != 0,
-        },
-        payload,
-        truncated: false,
+    (
+        endpoint([ip[12], ip[13], ip[14], ip[15]], [tcp[0], tcp[1]]),
+        endpoint([ip[16], ip[17], ip[18], ip[19]], [tcp[2], tcp[3]]),
+    )
+}
+
+#[inline]
+fn tcp_flags(flags: u8) -> TcpFlags {
+    TcpFlags {
+        syn: flags & 0x02 != 0,
+        ack: flags & 0x10 != 0,
+        fin: flags & 0x01 != 0,
+        rst: flags & 0x04 != 0,
+    }
+}
+
+/// A plain IPv4 TCP segment's endpoints and flags, for routing every frame without building
+/// a segment: the frames [`tcp_endpoints`] reads on its plain IPv4 path, with the same
+/// answer; None for every other frame (ask [`tcp_endpoints`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainV4Endpoints {
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    pub flags: TcpFlags,
+}
+
+#[inline]
+pub fn plain_v4_endpoints(linktype: u32, frame: &[u8]) -> Option<PlainV4Endpoints> {
+    let packet = if linktype == dlt::EN10MB {
+        ethernet_ip(frame).ok()?
+    } else {
+        ip_packet(linktype, frame).ok()?
+    };
+    let (ip, header, _) = plain_ipv4_parts(packet)?;
+    let (src, dst) = plain_ipv4_endpoints(ip, header);
+    Some(PlainV4Endpoints {
+        src,
+        dst,
+        flags: tcp_flags(header[13]),
     })
 }
 
