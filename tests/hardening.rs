@@ -772,6 +772,54 @@ fn a_lost_request_segment_does_not_freeze_the_connection() {
     assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
 }
 
+/// A capture that lost the last segment of an SSE answer (a kernel drop on a busy tap), before
+/// the FIN, and the client acknowledged every byte: the hole is a gap counted as lost. It was
+/// declared by nothing (no bytes follow it, and the end of a capture flushes no holes), so the
+/// answer went unseen with no blind spot counted.
+#[test]
+fn a_lost_tail_before_the_fin_is_a_counted_gap() {
+    use mcptap_core::decode::{Decoded, decode};
+    use mcptap_core::model::{GapReason, Output, Telemetry};
+    use mcptap_core::pipeline::{Limits, Pipeline};
+    use mcptap_testkit::sim::{events_of, replay_frames};
+    let mut talk = Conversation::new("tail-s1");
+    talk.initialize(FULL_CLIENT_CAPS, "{}", Answer::Json);
+    talk.tools_call("r0", Answer::Sse);
+    let mut sim = Sim::new(15).with_segment_sizes(vec![120]);
+    let conn = sim.connect(client(), server(), talk.take_writes());
+    sim.run(vec![conn]);
+    let linktype = sim.linktype();
+    let last_answer_segment = sim
+        .frames()
+        .iter()
+        .rposition(|f| match decode(linktype, &f.data) {
+            Decoded::Tcp(seg) => seg.src.port() == 8080 && !seg.payload.is_empty(),
+            _ => false,
+        })
+        .expect("the server sent data");
+    let frames: Vec<mcptap_testkit::Frame> = sim
+        .frames()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != last_answer_segment)
+        .map(|(_, f)| f.clone())
+        .collect();
+    let outputs = replay_frames(linktype, &frames, Pipeline::new(Limits::default()));
+    let lost: u64 = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Telemetry(Telemetry::TcpGap {
+                reason: GapReason::Lost,
+                bytes,
+            }) => Some(*bytes),
+            _ => None,
+        })
+        .sum();
+    assert!(lost > 0, "the lost tail is no counted gap: {outputs:?}");
+    let events = events_of(&outputs);
+    assert!(alerts(&events).is_empty(), "{:?}", alerts(&events));
+}
+
 /// Review of item 11: evicting many flows that hold segments must neither recurse per flow
 /// nor empty the table.
 #[test]

@@ -1175,6 +1175,11 @@ impl Pipeline {
                 events: &mut events,
             };
             flow.streams[1 - half].skip_acked_hole(&mut feed, &mut report);
+            // A lost tail declared up to the FIN ends that direction as the FIN would have.
+            if flow.streams[1 - half].is_finished() {
+                flow.http
+                    .on_close(1 - half, BodyEnd::ServerClosed, &mut events);
+            }
         }
         {
             if seg.flags.syn && seg.flags.ack {

@@ -94,20 +94,32 @@ impl Reassembler {
     }
 
     /// Whether the peer's acknowledgement `ack` proves that the hole before this stream's
-    /// buffered bytes was received by the peer: the capture lost it, and waiting is futile.
+    /// buffered bytes, or before its FIN when nothing is buffered, was received by the peer:
+    /// the capture lost it, and waiting is futile.
     pub fn hole_acked(&self, ack: u32) -> bool {
-        let (Some(next), Some((&first, _))) = (self.next_seq, self.pending.first_key_value())
-        else {
+        let Some(next) = self.next_seq else {
             return false;
         };
         let acked = self.offset as i64 + i64::from(ack.wrapping_sub(next) as i32);
-        acked >= first as i64 && first > self.offset
+        match self.pending.first_key_value() {
+            Some((&first, _)) => acked >= first as i64 && first > self.offset,
+            // A lost tail (the last segments of a response, then the FIN): no bytes follow
+            // the hole, and at the end of a capture nothing else would declare it.
+            None => self
+                .fin_at
+                .is_some_and(|fin_at| fin_at > self.offset && acked >= fin_at as i64),
+        }
     }
 
-    /// Declares the hole before the buffered bytes lost (see [`Reassembler::hole_acked`]) and
-    /// delivers what follows it.
+    /// Declares the hole before the buffered bytes (or the FIN) lost (see
+    /// [`Reassembler::hole_acked`]) and delivers what follows it.
     pub fn skip_acked_hole(&mut self, consumer: &mut dyn StreamConsumer, report: &mut PushReport) {
-        self.skip_to_first_pending(GapReason::Lost, consumer, report);
+        match self.fin_at {
+            Some(fin_at) if self.pending.is_empty() && fin_at > self.offset => {
+                self.declare_gap(fin_at - self.offset, GapReason::Lost, consumer, report);
+            }
+            _ => self.skip_to_first_pending(GapReason::Lost, consumer, report),
+        }
         self.check_fin();
     }
 
@@ -381,6 +393,30 @@ mod tests {
         assert_eq!(c.bytes, b"ab????????XY");
         assert_eq!(rep.gaps, vec![(GapReason::Lost, 8)]);
         assert!(!r.hole_acked(200));
+    }
+
+    #[test]
+    fn a_lost_tail_the_peer_acknowledged_before_the_fin_is_declared_lost() {
+        // The last segment of a response was lost by the capture; the FIN and the peer's
+        // acknowledgement of every byte were not.
+        let mut r = Reassembler::new(1 << 20);
+        r.on_syn(99);
+        let mut c = Collect::default();
+        let mut rep = PushReport::default();
+        r.push(100, b"ab", false, &mut c, &mut rep);
+        r.push(110, b"", true, &mut c, &mut rep);
+        assert!(!r.is_finished());
+        assert!(
+            !r.hole_acked(105),
+            "the peer has not acknowledged the whole hole"
+        );
+        assert!(r.hole_acked(110));
+        assert!(r.hole_acked(111), "the FIN acknowledged too");
+        r.skip_acked_hole(&mut c, &mut rep);
+        assert_eq!(c.bytes, b"ab????????");
+        assert_eq!(rep.gaps, vec![(GapReason::Lost, 8)]);
+        assert!(r.is_finished());
+        assert!(!r.hole_acked(111));
     }
 
     #[test]
