@@ -233,6 +233,14 @@ if [ "$HAVE_TS" = 1 ]; then
     record ts_http_sse 18155 node "$SRC/ts_stateless_pair.mjs" --mode http-sse --port 18155 --node-modules "$NODE_DIR"
   fi
 fi
+# -- conformant behaviours of the official SDKs (the false-positive hunt) --
+# sdk_behaviours.py: mcp 1.30.0 pair with an event store (pings both ways, server requests on
+# POST and GET streams, list_changed, a polled stream resumed, a cancelled call, a new
+# session); --scenario drop: the client's read timeout drops a stream it then resumes.
+want_fixture sdk_behaviours && record sdk_behaviours 18191 "$PY" "$SRC/sdk_behaviours.py" --port 18191
+if [ "$HAVE_TS" = 1 ] && want_fixture ts_behaviours; then
+  record ts_behaviours 18192 node "$SRC/ts_behaviours.mjs" --port 18192 --node-modules "$NODE_DIR"
+fi
 # -- era scenarios --
 # modern_scenarios.py: scripted 2026-07-28 scenarios (stdlib only, no install
 # step); names and ports come from the script itself.

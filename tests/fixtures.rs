@@ -355,6 +355,95 @@ fn typescript_sdk_is_healthy() {
     );
 }
 
+/// The `tools/call` exchange of `tool` (the first).
+fn call_of<'a>(evs: &'a [Value], tool: &str) -> &'a Value {
+    of(evs, "exchange")
+        .into_iter()
+        .find(|e| e["method"] == "tools/call" && e["tool"] == tool)
+        .unwrap_or_else(|| panic!("no tools/call {tool}"))
+}
+
+/// The methods of the server's requests to the client, as a set.
+fn server_requests(evs: &[Value]) -> BTreeSet<String> {
+    of(evs, "exchange")
+        .into_iter()
+        .filter(|e| e["direction"] == "server_to_client")
+        .filter_map(|e| e["method"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// JSON-RPC messages a fixture's replay could not read or place (counted, warned once).
+fn jsonrpc_errors(fixture: &str) -> usize {
+    let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
+    let (outputs, _) =
+        mcptap::replay::replay_collect_with(&[path], Limits::default(), Analysis::default())
+            .unwrap_or_else(|e| panic!("{fixture}: {e}"));
+    outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Telemetry(Telemetry::JsonRpcError { .. })))
+        .count()
+}
+
+#[test]
+fn python_sdk_behaviours_are_healthy() {
+    let evs = events("sdk_behaviours.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    assert_every_request_answered(&evs, "sdk_behaviours");
+    let asked: Vec<&str> = vec![
+        "elicitation/create",
+        "ping",
+        "roots/list",
+        "sampling/createMessage",
+    ];
+    assert_eq!(
+        server_requests(&evs),
+        asked.into_iter().map(str::to_string).collect()
+    );
+    // Answered on the stream resumed with Last-Event-ID: the event still says what came.
+    let polled = call_of(&evs, "long_job");
+    assert_eq!(polled["empty_content"], false, "{polled}");
+    assert!(polled["cancelled"].is_null(), "{polled}");
+    // Cancelled by notifications/cancelled, then answered (the SDK's error code 0).
+    let sleepy = call_of(&evs, "sleepy");
+    assert_eq!(sleepy["cancelled"], true, "{sleepy}");
+    assert_eq!(sleepy["error_code"], 0, "{sleepy}");
+    let ends: Vec<&Value> = of(&evs, "session_end");
+    assert_eq!(ends.len(), 2);
+    assert!(ends.iter().all(|e| e["reason"] == "deleted"), "{ends:?}");
+    assert_eq!(jsonrpc_errors("sdk_behaviours.pcap"), 0);
+}
+
+#[test]
+fn typescript_sdk_behaviours_are_healthy() {
+    let evs = events("ts_behaviours.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    let asked: Vec<&str> = vec![
+        "elicitation/create",
+        "ping",
+        "roots/list",
+        "sampling/createMessage",
+    ];
+    assert_eq!(
+        server_requests(&evs),
+        asked.into_iter().map(str::to_string).collect()
+    );
+    let polled = call_of(&evs, "long_job");
+    assert_eq!(polled["answered"], true, "{polled}");
+    assert_eq!(polled["empty_content"], false, "{polled}");
+    // Aborted by the client (notifications/cancelled); the SDK never answers it.
+    let sleepy = call_of(&evs, "sleepy");
+    assert_eq!(sleepy["cancelled"], true, "{sleepy}");
+    assert_eq!(sleepy["answered"], false, "{sleepy}");
+    // An empty content array beside structuredContent is a result.
+    assert_eq!(call_of(&evs, "empty")["empty_content"], false);
+    for e in of(&evs, "exchange") {
+        if e["tool"] != "sleepy" {
+            assert_eq!(e["answered"], true, "{e}");
+        }
+    }
+    assert_eq!(jsonrpc_errors("ts_behaviours.pcap"), 0);
+}
+
 #[test]
 fn the_incident_narrows_and_drifts_on_exactly_that_session() {
     let evs = events("incident.pcap");

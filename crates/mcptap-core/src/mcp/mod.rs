@@ -546,6 +546,12 @@ fn raw_text(raw: Option<jsonrpc::Json<'_>>) -> &str {
     raw.map_or("", |r| r.get())
 }
 
+/// What an answer on a resumed stream says, for its exchange event.
+struct ResumedAnswer {
+    error_code: Option<i64>,
+    empty_content: Option<bool>,
+}
+
 /// The exchange event of request `method` of `ex`, unanswered; callers fill in the answer.
 fn exchange_of(
     ex: &ExchangeState,
@@ -2336,7 +2342,14 @@ impl<D: Detector> Tracker<D> {
     /// The answer to `id` arrived on another stream of session `key` after the stream that
     /// carried its request had ended: a resumed stream (`Last-Event-ID`). Returns whether it
     /// was waited for.
-    fn resumed(&mut self, key: &SessionKey, id: &Id, ts: Timestamp, out: &mut Vec<Output>) -> bool {
+    fn resumed(
+        &mut self,
+        key: &SessionKey,
+        id: &Id,
+        ts: Timestamp,
+        answer: ResumedAnswer,
+        out: &mut Vec<Output>,
+    ) -> bool {
         let Some(s) = self.sessions.get_mut(key) else {
             return false;
         };
@@ -2347,6 +2360,10 @@ impl<D: Detector> Tracker<D> {
         s.in_flight.remove(id);
         r.exchange.answered = true;
         r.exchange.duration_ms = ts.millis_since(r.exchange.ts);
+        r.exchange.error_code = answer.error_code;
+        if r.exchange.method == "tools/call" {
+            r.exchange.empty_content = answer.empty_content;
+        }
         out.push(Output::Event(Event::Exchange(r.exchange)));
         self.recharge_shrunk(key);
         true
@@ -3121,7 +3138,11 @@ impl<D: Detector> Tracker<D> {
                 None => {
                     // The exchange that carried the request is over: a resumed stream, perhaps.
                     if let Some(sid) = here_sid {
-                        self.resumed(&(ctx.server, sid), &id, ts, out);
+                        let answer = ResumedAnswer {
+                            error_code: error.as_ref().map(|(c, _)| *c),
+                            empty_content: result.as_ref().map(ResultFields::is_empty_tool_content),
+                        };
+                        self.resumed(&(ctx.server, sid), &id, ts, answer, out);
                     }
                     return;
                 }
@@ -3161,6 +3182,8 @@ impl<D: Detector> Tracker<D> {
         let method = request.method.clone();
         let tool = request.tool.clone();
         let progress_requested = request.progress;
+        // Cancelled by name before its answer came (the Python SDK then answers an error).
+        let cancelled = request.cancelled;
         let init_params = request.init_params.take();
         let facts = request.facts.take();
         // Where it was asked, for a modern handshake (a declaration, a discover result).
@@ -3229,6 +3252,7 @@ impl<D: Detector> Tracker<D> {
         event.duration_ms = ts.millis_since(event.ts);
         event.answered = true;
         event.error_code = error.as_ref().map(|(c, _)| *c);
+        event.cancelled = cancelled;
         let concluded = Concluded {
             ts,
             server: ctx.server,
