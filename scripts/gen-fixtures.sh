@@ -238,6 +238,8 @@ fi
 # POST and GET streams, list_changed, a polled stream resumed, a cancelled call, a new
 # session); --scenario drop: the client's read timeout drops a stream it then resumes.
 want_fixture sdk_behaviours && record sdk_behaviours 18191 "$PY" "$SRC/sdk_behaviours.py" --port 18191
+want_fixture sdk_resume_drop && record sdk_resume_drop 18195 \
+  "$PY" "$SRC/sdk_behaviours.py" --scenario drop --port 18195
 if [ "$HAVE_TS" = 1 ] && want_fixture ts_behaviours; then
   record ts_behaviours 18192 node "$SRC/ts_behaviours.mjs" --port 18192 --node-modules "$NODE_DIR"
 fi

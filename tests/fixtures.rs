@@ -414,6 +414,21 @@ fn python_sdk_behaviours_are_healthy() {
 }
 
 #[test]
+fn python_sdk_client_resuming_a_stream_it_dropped_is_answered_not_cancelled() {
+    let evs = events("sdk_resume_drop.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    // The client closed the POST's stream on its read timeout, after an event id, and got
+    // the answer on the resumed GET: a disconnection is no cancellation (2025-11-25).
+    let quiet = call_of(&evs, "quiet_job");
+    assert_eq!(quiet["answered"], true, "{quiet}");
+    assert!(quiet["cancelled"].is_null(), "{quiet}");
+    assert_eq!(quiet["empty_content"], false, "{quiet}");
+    assert_every_request_answered(&evs, "sdk_resume_drop");
+    // The answer on the resumed stream is placed, not an unmatched response.
+    assert_eq!(jsonrpc_errors("sdk_resume_drop.pcap"), 0);
+}
+
+#[test]
 fn typescript_sdk_behaviours_are_healthy() {
     let evs = events("ts_behaviours.pcap");
     assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));

@@ -2331,6 +2331,7 @@ impl<D: Detector> Tracker<D> {
             if let Some(r) = s.resuming.iter_mut().find(|r| &r.id == id) {
                 r.alert = None;
                 r.exchange.cancelled = true;
+                r.client_left = false;
             } else if let Some(at) = s.in_flight.get(id)
                 && let Some(ex) = self.transactions.get_mut(at)
             {
@@ -2363,6 +2364,10 @@ impl<D: Detector> Tracker<D> {
         r.exchange.error_code = answer.error_code;
         if r.exchange.method == "tools/call" {
             r.exchange.empty_content = answer.empty_content;
+        }
+        // The client that closed its stream came back for the answer: it did not cancel.
+        if r.client_left {
+            r.exchange.cancelled = false;
         }
         out.push(Output::Event(Event::Exchange(r.exchange)));
         self.recharge_shrunk(key);
@@ -4359,6 +4364,11 @@ impl<D: Detector> Tracker<D> {
             // Cancelled by name, or by the client closing its connection while it was answered.
             let cancelled = r.cancelled || ex.client_gone;
             event.cancelled = cancelled;
+            // Before 2026-07-28 a client's disconnection is no cancellation: after an event
+            // with an id it may resume the stream with `Last-Event-ID` (2025-11-25), and the
+            // answer comes on the resumed one. Held for it as a server-closed stream is; still
+            // cancelled (no alert) if no answer comes.
+            let client_may_resume = ex.client_gone && !r.cancelled && ex.era == Era::Legacy;
             let exchange = Box::new(event);
             let mut alerts = Vec::new();
             if ended_by.is_some() {
@@ -4417,9 +4427,9 @@ impl<D: Detector> Tracker<D> {
             // resumed one (2025-11-25): wait for it before concluding anything. A chunked
             // stream's connection closed before its final chunk (`Aborted`) is closed so
             // too; it concludes nothing (no alert) but its answer may still come.
-            let resumable = (ended_by.is_some() || end == BodyEnd::Aborted)
+            let resumable = (ended_by.is_some() || end == BodyEnd::Aborted || client_may_resume)
                 && ex.stream.event_id_seen
-                && !cancelled;
+                && (!cancelled || client_may_resume);
             if let (Some(s), Some(key), true) = (session, &key, resumable)
                 && s.resuming.len() < MAX_RESUMING_PER_SESSION
             {
@@ -4429,6 +4439,7 @@ impl<D: Detector> Tracker<D> {
                     deadline,
                     exchange,
                     alert,
+                    client_left: client_may_resume,
                 });
                 self.resumption_deadlines
                     .push(Reverse((deadline, key.clone(), r.id.clone())));

@@ -661,6 +661,9 @@ pub struct Resuming {
     pub exchange: Box<crate::model::Exchange>,
     /// What detection concluded of the stream that ended empty.
     pub alert: Option<crate::model::AlertKind>,
+    /// The client closed the stream (a disconnection, not a cancellation, before
+    /// 2026-07-28): it is reported cancelled unless the client resumes it.
+    pub client_left: bool,
 }
 
 impl<D: Default> Session<D> {
