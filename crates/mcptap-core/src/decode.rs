@@ -960,12 +960,24 @@ mod tests {
         fn routing_decode_agrees_with_decode(packet in ipv4_packets(), v6 in proptest::bool::ANY) {
             // As raw IP and behind Ethernet (IPv4, or the IPv6 ethertype for a mismatch).
             let ethertype = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
-            for (linktype, frame) in [(dlt::RAW, packet.clone()), (dlt::EN10MB, eth(ethertype, &packet))] {
+            for (linktype, frame) in [
+                (dlt::RAW, packet.clone()),
+                (dlt::EN10MB, eth(ethertype, &packet)),
+                (dlt::IPV4, packet.clone()),
+                (dlt::NULL, [&[2u8, 0, 0, 0][..], &packet].concat()),
+            ] {
                 let full = match decode(linktype, &frame) {
                     Decoded::Tcp(seg) => Some(TcpEndpoints { src: seg.src, dst: seg.dst, flags: seg.flags }),
                     Decoded::Skipped(_) => None,
                 };
                 proptest::prop_assert_eq!(tcp_endpoints(linktype, &frame), full);
+                // The routing fast path: the plain IPv4 frames only, read alike.
+                if let Some(e) = plain_v4_endpoints(linktype, &frame) {
+                    let fast = TcpEndpoints { src: e.src.into(), dst: e.dst.into(), flags: e.flags };
+                    proptest::prop_assert_eq!(Some(fast), full);
+                } else if let Ok(ip) = ip_packet(linktype, &frame) {
+                    proptest::prop_assert!(plain_ipv4_tcp(ip).is_none());
+                }
             }
         }
     }

@@ -92,8 +92,11 @@ pub struct Tracker<D: Detector> {
     usage: Arc<SharedUsage>,
     /// Lineage bytes last added to `usage`.
     published_lineage_bytes: usize,
-    /// When each waiting resumption gives up, soonest first.
+    /// When each waiting resumption gives up, soonest first. A wait that ended early (its
+    /// answer came, its session ended) leaves its entry until it falls due or a purge.
     resumption_deadlines: BinaryHeap<Reverse<(Timestamp, SessionKey, Id)>>,
+    /// Entries in `resumption_deadlines` at which the ones of ended waits are purged.
+    deadlines_purge_at: usize,
     /// When a lineage's oldest `InputRequiredResult` stops waiting for its retry.
     input_deadlines: BinaryHeap<Reverse<(Timestamp, SessionKey)>>,
     /// HTTP+SSE: POST endpoints announced by `endpoint` events, (server, path and query) to
@@ -590,6 +593,12 @@ fn exchange_of(
 }
 
 impl<D: Detector> Tracker<D> {
+    /// Entries in the resumption deadline heap (tests).
+    #[cfg(test)]
+    pub(crate) fn resumption_deadlines_len(&self) -> usize {
+        self.resumption_deadlines.len()
+    }
+
     /// A session layer with limits of its own.
     pub fn new(limits: SessionLimits, detector: D) -> Self {
         Self::with_usage(limits, detector, Arc::default())
@@ -636,6 +645,7 @@ impl<D: Detector> Tracker<D> {
             usage,
             published_lineage_bytes: 0,
             resumption_deadlines: BinaryHeap::new(),
+            deadlines_purge_at: MIN_DEADLINES_PURGE_AT,
             input_deadlines: BinaryHeap::new(),
             sse_endpoints: HashMap::default(),
             proxied: HashMap::default(),
@@ -2299,6 +2309,26 @@ impl<D: Detector> Tracker<D> {
 
     /// A wait for a resumed stream fell due at `deadline`: the later time the session's
     /// resumed streams keep it to, if they do (the wait is moved there).
+    /// Drops the deadlines of waits that already ended, once the heap has doubled since the
+    /// last purge: a client closing every call's stream and resuming it leaves one per call
+    /// (for up to the server's `retry`, 600 s at most), which nothing else bounds. Amortised
+    /// O(1) per wait; only entries that would fall due on nothing go.
+    fn purge_stale_deadlines(&mut self) {
+        if self.resumption_deadlines.len() < self.deadlines_purge_at {
+            return;
+        }
+        let sessions = &self.sessions;
+        self.resumption_deadlines
+            .retain(|Reverse((deadline, key, id))| {
+                sessions.get(key).is_some_and(|s| {
+                    s.resuming
+                        .iter()
+                        .any(|r| &r.id == id && r.deadline == *deadline)
+                })
+            });
+        self.deadlines_purge_at = (2 * self.resumption_deadlines.len()).max(MIN_DEADLINES_PURGE_AT);
+    }
+
     fn resumption_kept_on(
         &mut self,
         key: &SessionKey,
@@ -4422,7 +4452,7 @@ impl<D: Detector> Tracker<D> {
             };
             let key = ex.session_id.as_ref().map(|sid| (ctx.server, sid.clone()));
             let resume_wait = self.resumption_wait(ex.stream.retry_ms);
-            let session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
+            let mut session = key.as_ref().and_then(|k| self.sessions.get_mut(k));
             // The server may close a stream after an event with an id and answer on the
             // resumed one (2025-11-25): wait for it before concluding anything. A chunked
             // stream's connection closed before its final chunk (`Aborted`) is closed so
@@ -4430,8 +4460,27 @@ impl<D: Detector> Tracker<D> {
             let resumable = (ended_by.is_some() || end == BodyEnd::Aborted || client_may_resume)
                 && ex.stream.event_id_seen
                 && (!cancelled || client_may_resume);
+            // A client's own disconnections take at most half the places, and a wait the
+            // server's close calls for takes the place of one of them (which carries no alert:
+            // reported cancelled, as it was before such waits), so that a client closing its
+            // streams cannot crowd out the waits that decide alerts.
+            if resumable
+                && !client_may_resume
+                && let Some(s) = session.as_deref_mut()
+                && s.resuming.len() >= MAX_RESUMING_PER_SESSION
+                && let Some(at) = s.resuming.iter().position(|w| w.client_left)
+            {
+                let left = s.resuming.swap_remove(at);
+                s.in_flight.remove(&left.id);
+                out.push(Output::Event(Event::Exchange(left.exchange)));
+            }
+            let places = if client_may_resume {
+                MAX_RESUMING_PER_SESSION / 2
+            } else {
+                MAX_RESUMING_PER_SESSION
+            };
             if let (Some(s), Some(key), true) = (session, &key, resumable)
-                && s.resuming.len() < MAX_RESUMING_PER_SESSION
+                && s.resuming.len() < places
             {
                 let deadline = Timestamp(ts.0.saturating_add(resume_wait));
                 s.resuming.push(Resuming {
@@ -4443,6 +4492,7 @@ impl<D: Detector> Tracker<D> {
                 });
                 self.resumption_deadlines
                     .push(Reverse((deadline, key.clone(), r.id.clone())));
+                self.purge_stale_deadlines();
                 self.recharge(key, ts, out);
                 out.append(&mut alerts);
                 continue;
@@ -4576,6 +4626,9 @@ impl<D: Detector> Drop for Tracker<D> {
 
 /// Longest a server's `retry` may stretch the wait for a resumed stream.
 const MAX_RESUMPTION_WAIT_NS: i64 = 600 * 1_000_000_000;
+
+/// Resumption deadlines below which no purge of ended waits' entries runs.
+const MIN_DEADLINES_PURGE_AT: usize = 1024;
 
 /// Requests of one session waiting for a resumed stream at once; beyond, an empty result
 /// concludes at once.

@@ -1004,3 +1004,187 @@ fn a_store_record_with_absurd_numbers_neither_overflows_nor_passes_the_bounds() 
     let n = modes["methods"].as_array().map_or(0, Vec::len);
     assert!(n <= 128 + 64, "{n}");
 }
+
+/// `client_left` calls whose client closed the stream after the priming event (each waits
+/// for a resumption), then a call whose stream a polling server closed (SEP-1699), resumed and
+/// answered: (alerts when that stream closed, unmatched answers, whether it was answered).
+fn crowding(client_left: u64) -> (usize, usize, bool) {
+    use crate::http::RequestHeader;
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
+    // `client_left` calls whose client closed the stream after the priming event.
+    for i in 0..client_left {
+        let ex = 1 + i;
+        let cc = ctx(10 + i, 6000 + i as u16);
+        h.open_tool_call_sse(cc, ex, "s1");
+        h.send(
+            cc,
+            HttpEvent::ResponseSse {
+                exchange: ex,
+                item: SseItem::NoData {
+                    id: Some(format!("p-{ex}")),
+                },
+            },
+        );
+        h.send(cc, HttpEvent::ClientGone { exchange: ex });
+        h.send(
+            cc,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Aborted,
+            },
+        );
+    }
+    // A polling server closes the stream of call 500 after its priming event (SEP-1699).
+    let cp = ctx(900, 7000);
+    h.tool_call_sse(
+        cp,
+        500,
+        "s1",
+        vec![SseItem::NoData {
+            id: Some("p-500".into()),
+        }],
+        BodyEnd::ServerClosed,
+    );
+    let alerts_at_close = h.of("alert").len();
+    // The client resumes and the answer comes there.
+    let cr = ctx(901, 7001);
+    let mut get = headers::request_head(
+        "GET",
+        "/mcp",
+        None,
+        Some("text/event-stream"),
+        Some("s1"),
+        Some("2025-06-18"),
+    );
+    get.set(RequestHeader::Extracted(5), Some("p-500"));
+    h.send(
+        cr,
+        HttpEvent::Request {
+            exchange: 1,
+            head: Box::new(get),
+            body: Vec::new(),
+        },
+    );
+    h.send(
+        cr,
+        HttpEvent::ResponseHead {
+            exchange: 1,
+            head: Box::new(resp(200, "text/event-stream", None)),
+        },
+    );
+    let answer =
+        json!({"jsonrpc":"2.0","id":500,"result":{"content":[{"type":"text","text":"ok"}]}});
+    h.send(
+        cr,
+        HttpEvent::ResponseSse {
+            exchange: 1,
+            item: sse_data(answer),
+        },
+    );
+    let unmatched = h
+        .out
+        .iter()
+        .filter(|o| matches!(o, Output::Telemetry(Telemetry::JsonRpcError { .. })))
+        .count();
+    let answered = h
+        .of("exchange")
+        .iter()
+        .any(|e| e["request_id"] == 500 && e["answered"] == true);
+    (alerts_at_close, unmatched, answered)
+}
+
+#[test]
+fn a_clients_dropped_streams_cannot_crowd_out_a_servers_closed_one() {
+    assert_eq!(crowding(0), (0, 0, true), "no crowding");
+    assert_eq!(crowding(63), (0, 0, true), "63 client-left waits");
+    assert_eq!(crowding(64), (0, 0, true), "64 client-left waits");
+}
+
+/// A client that closes each call's stream after the priming event and resumes it: every call
+/// answered, and the deadlines of the ended waits purged (one per call was left in the heap,
+/// uncharged, until it fell due: 30 s to 600 s).
+#[test]
+fn client_closed_and_resumed_calls_are_answered_and_leave_no_deadlines_behind() {
+    use crate::http::RequestHeader;
+    let mut h = Harness::new();
+    let c = ctx(1, 5000);
+    h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
+    let n = 3000u64;
+    for i in 0..n {
+        let ex = 1 + i;
+        let cc = ctx(10 + 2 * i, 6000);
+        h.open_tool_call_sse(cc, ex, "s1");
+        h.send(
+            cc,
+            HttpEvent::ResponseSse {
+                exchange: ex,
+                item: SseItem::NoData {
+                    id: Some(format!("p-{ex}")),
+                },
+            },
+        );
+        h.send(cc, HttpEvent::ClientGone { exchange: ex });
+        h.send(
+            cc,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Aborted,
+            },
+        );
+        let cr = ctx(11 + 2 * i, 6001);
+        let mut get = headers::request_head(
+            "GET",
+            "/mcp",
+            None,
+            Some("text/event-stream"),
+            Some("s1"),
+            Some("2025-06-18"),
+        );
+        get.set(RequestHeader::Extracted(5), Some(&format!("p-{ex}")));
+        h.send(
+            cr,
+            HttpEvent::Request {
+                exchange: 1,
+                head: Box::new(get),
+                body: Vec::new(),
+            },
+        );
+        h.send(
+            cr,
+            HttpEvent::ResponseHead {
+                exchange: 1,
+                head: Box::new(resp(200, "text/event-stream", None)),
+            },
+        );
+        let answer =
+            json!({"jsonrpc":"2.0","id":ex,"result":{"content":[{"type":"text","text":"ok"}]}});
+        h.send(
+            cr,
+            HttpEvent::ResponseSse {
+                exchange: 1,
+                item: sse_data(answer),
+            },
+        );
+        h.send(
+            cr,
+            HttpEvent::ResponseEnd {
+                exchange: 1,
+                end: BodyEnd::Complete,
+            },
+        );
+        h.t.on_flow_closed(cc.flow);
+        h.t.on_flow_closed(cr.flow);
+    }
+    let answered = h
+        .of("exchange")
+        .iter()
+        .filter(|e| {
+            e["method"] == "tools/call" && e["answered"] == true && e["cancelled"].is_null()
+        })
+        .count();
+    assert_eq!(answered as u64, n);
+    let left = h.t.resumption_deadlines_len();
+    assert!(left <= 1024, "{left} deadlines of ended waits kept");
+}
