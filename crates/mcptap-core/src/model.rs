@@ -1055,6 +1055,10 @@ label_enum! {
         ShardRoutes => "shard_routes",
         /// More HTTP+SSE POSTs awaiting their answers on the stream per session than held (64).
         ParkedPosts => "parked_posts",
+        /// More requests of one session waiting for a resumed stream (`Last-Event-ID`) than
+        /// held (64; those whose client closed the stream itself at most 32): the stream
+        /// that ended concludes at once, and an answer on a resumed one is unmatched.
+        ResumptionWaits => "resumption_waits",
         /// More methods (64) or kinds of request (method, tool, progress asked for: 128) per
         /// session, or per stateless endpoint, than their answers' content types are
         /// recorded for: a kind without a record is judged by its method's, a method without

@@ -4479,6 +4479,15 @@ impl<D: Detector> Tracker<D> {
             } else {
                 MAX_RESUMING_PER_SESSION
             };
+            if resumable
+                && session
+                    .as_deref()
+                    .is_some_and(|s| s.resuming.len() >= places)
+            {
+                out.push(Output::Telemetry(Telemetry::LimitHit {
+                    limit: Limit::ResumptionWaits,
+                }));
+            }
             if let (Some(s), Some(key), true) = (session, &key, resumable)
                 && s.resuming.len() < places
             {
