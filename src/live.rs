@@ -1164,24 +1164,7 @@ mod tests {
                 configured: configured.into_iter().collect(),
                 ..ReferenceDirectory::default()
             };
-            let mut previous: Option<(SocketAddr, SocketAddr)> = None;
-            for (s, t, bits, train) in segments {
-                // Half the time the previous frame's flow again, one way or the other.
-                let (src, dst) = match (previous, train) {
-                    (Some((a, b)), 0) => (a, b),
-                    (Some((a, b)), 1) => (b, a),
-                    _ => (endpoints[s], endpoints[t]),
-                };
-                if src == dst || src.is_ipv4() != dst.is_ipv4() {
-                    continue;
-                }
-                previous = Some((src, dst));
-                let flags = TcpFlags {
-                    syn: bits & 1 != 0,
-                    ack: bits & 2 != 0,
-                    fin: bits & 4 != 0,
-                    rst: bits & 8 != 0,
-                };
+            for (src, dst, flags) in segment_trains(&endpoints, segments) {
                 let expected = worker_of_server(reference.server_of(src, dst, flags), 4);
                 let frame = tcp_frame(src, dst, flags);
                 proptest::prop_assert_eq!(dispatcher.worker_of(1, &frame), expected);
@@ -1208,28 +1191,42 @@ mod tests {
             let directory = ServerDirectory::with_capacity(configured.iter().copied(), 2, 2);
             let mut reference = directory.clone();
             let mut dispatcher = Dispatcher::new(directory, 4);
-            let mut previous: Option<(SocketAddr, SocketAddr)> = None;
-            for (s, t, bits, train) in segments {
-                let (src, dst) = match (previous, train) {
-                    (Some((a, b)), 0) => (a, b),
-                    (Some((a, b)), 1) => (b, a),
-                    _ => (endpoints[s], endpoints[t]),
-                };
-                if src == dst || src.is_ipv4() != dst.is_ipv4() {
-                    continue;
-                }
-                previous = Some((src, dst));
-                let flags = TcpFlags {
-                    syn: bits & 1 != 0,
-                    ack: bits & 2 != 0,
-                    fin: bits & 4 != 0,
-                    rst: bits & 8 != 0,
-                };
+            for (src, dst, flags) in segment_trains(&endpoints, segments) {
                 let expected = worker_of_server(reference.server_of(src, dst, flags), 4);
                 let frame = tcp_frame(src, dst, flags);
                 proptest::prop_assert_eq!(dispatcher.worker_of(1, &frame), expected);
             }
         }
+    }
+
+    /// Segments from generated (source, destination, flag bits, train) tuples: half the time
+    /// (train 0 or 1) the previous segment's flow again, one way or the other; pairs of one
+    /// endpoint or of two families are left out.
+    fn segment_trains(
+        endpoints: &[SocketAddr],
+        segments: Vec<(usize, usize, u8, u8)>,
+    ) -> Vec<(SocketAddr, SocketAddr, TcpFlags)> {
+        let mut out = Vec::new();
+        let mut previous: Option<(SocketAddr, SocketAddr)> = None;
+        for (s, t, bits, train) in segments {
+            let (src, dst) = match (previous, train) {
+                (Some((a, b)), 0) => (a, b),
+                (Some((a, b)), 1) => (b, a),
+                _ => (endpoints[s], endpoints[t]),
+            };
+            if src == dst || src.is_ipv4() != dst.is_ipv4() {
+                continue;
+            }
+            previous = Some((src, dst));
+            let flags = TcpFlags {
+                syn: bits & 1 != 0,
+                ack: bits & 2 != 0,
+                fin: bits & 4 != 0,
+                rst: bits & 8 != 0,
+            };
+            out.push((src, dst, flags));
+        }
+        out
     }
 
     /// An Ethernet frame of a TCP segment from `src` to `dst` with `flags` and a byte of data.

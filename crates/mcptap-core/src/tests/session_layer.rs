@@ -196,6 +196,83 @@ impl Harness {
             },
         );
     }
+
+    /// A tools/call on session `sid` whose client closes the SSE answer right after its
+    /// priming event (id `p-{ex}`), as the Python SDK does on its read timeout.
+    fn call_dropped_after_priming(&mut self, c: FlowCtx, ex: u64, sid: &str) {
+        self.open_tool_call_sse(c, ex, sid);
+        let id = Some(format!("p-{ex}"));
+        self.send(
+            c,
+            HttpEvent::ResponseSse {
+                exchange: ex,
+                item: SseItem::NoData { id },
+            },
+        );
+        self.send(c, HttpEvent::ClientGone { exchange: ex });
+        self.send(
+            c,
+            HttpEvent::ResponseEnd {
+                exchange: ex,
+                end: BodyEnd::Aborted,
+            },
+        );
+    }
+
+    /// A GET resuming session `sid`'s stream after `last_event_id`, answering request `id`
+    /// with a result there (its stream ended when `complete`).
+    fn resumed_answer(
+        &mut self,
+        c: FlowCtx,
+        sid: &str,
+        last_event_id: &str,
+        id: u64,
+        complete: bool,
+    ) {
+        use crate::http::RequestHeader;
+        let mut get = headers::request_head(
+            "GET",
+            "/mcp",
+            None,
+            Some("text/event-stream"),
+            Some(sid),
+            Some("2025-06-18"),
+        );
+        get.set(RequestHeader::Extracted(5), Some(last_event_id));
+        self.send(
+            c,
+            HttpEvent::Request {
+                exchange: 1,
+                head: Box::new(get),
+                body: Vec::new(),
+            },
+        );
+        self.send(
+            c,
+            HttpEvent::ResponseHead {
+                exchange: 1,
+                head: Box::new(resp(200, "text/event-stream", None)),
+            },
+        );
+        let answer =
+            json!({"jsonrpc":"2.0","id":id,"result":{"content":[{"type":"text","text":"ok"}]}});
+        self.send(
+            c,
+            HttpEvent::ResponseSse {
+                exchange: 1,
+                item: sse_data(answer),
+            },
+        );
+        if complete {
+            self.send(
+                c,
+                HttpEvent::ResponseEnd {
+                    exchange: 1,
+                    end: BodyEnd::Complete,
+                },
+            );
+        }
+    }
 }
 
 /// Kept for the thread that allocated them (`Tracker::keep_spent`), every body read and every
@@ -1009,32 +1086,11 @@ fn a_store_record_with_absurd_numbers_neither_overflows_nor_passes_the_bounds() 
 /// for a resumption), then a call whose stream a polling server closed (SEP-1699), resumed and
 /// answered: (alerts when that stream closed, unmatched answers, whether it was answered).
 fn crowding(client_left: u64) -> (usize, usize, bool, usize) {
-    use crate::http::RequestHeader;
     let mut h = Harness::new();
     let c = ctx(1, 5000);
     h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
-    // `client_left` calls whose client closed the stream after the priming event.
     for i in 0..client_left {
-        let ex = 1 + i;
-        let cc = ctx(10 + i, 6000 + i as u16);
-        h.open_tool_call_sse(cc, ex, "s1");
-        h.send(
-            cc,
-            HttpEvent::ResponseSse {
-                exchange: ex,
-                item: SseItem::NoData {
-                    id: Some(format!("p-{ex}")),
-                },
-            },
-        );
-        h.send(cc, HttpEvent::ClientGone { exchange: ex });
-        h.send(
-            cc,
-            HttpEvent::ResponseEnd {
-                exchange: ex,
-                end: BodyEnd::Aborted,
-            },
-        );
+        h.call_dropped_after_priming(ctx(10 + i, 6000 + i as u16), 1 + i, "s1");
     }
     // A polling server closes the stream of call 500 after its priming event (SEP-1699).
     let cp = ctx(900, 7000);
@@ -1049,40 +1105,7 @@ fn crowding(client_left: u64) -> (usize, usize, bool, usize) {
     );
     let alerts_at_close = h.of("alert").len();
     // The client resumes and the answer comes there.
-    let cr = ctx(901, 7001);
-    let mut get = headers::request_head(
-        "GET",
-        "/mcp",
-        None,
-        Some("text/event-stream"),
-        Some("s1"),
-        Some("2025-06-18"),
-    );
-    get.set(RequestHeader::Extracted(5), Some("p-500"));
-    h.send(
-        cr,
-        HttpEvent::Request {
-            exchange: 1,
-            head: Box::new(get),
-            body: Vec::new(),
-        },
-    );
-    h.send(
-        cr,
-        HttpEvent::ResponseHead {
-            exchange: 1,
-            head: Box::new(resp(200, "text/event-stream", None)),
-        },
-    );
-    let answer =
-        json!({"jsonrpc":"2.0","id":500,"result":{"content":[{"type":"text","text":"ok"}]}});
-    h.send(
-        cr,
-        HttpEvent::ResponseSse {
-            exchange: 1,
-            item: sse_data(answer),
-        },
-    );
+    h.resumed_answer(ctx(901, 7001), "s1", "p-500", 500, false);
     let unmatched = h
         .out
         .iter()
@@ -1111,73 +1134,15 @@ fn a_clients_dropped_streams_cannot_crowd_out_a_servers_closed_one() {
 /// uncharged, until it fell due: 30 s to 600 s).
 #[test]
 fn client_closed_and_resumed_calls_are_answered_and_leave_no_deadlines_behind() {
-    use crate::http::RequestHeader;
     let mut h = Harness::new();
     let c = ctx(1, 5000);
     h.handshake(c, 0, None, "s1", json!({}), json!({"tools":{}}));
     let n = 3000u64;
     for i in 0..n {
         let ex = 1 + i;
-        let cc = ctx(10 + 2 * i, 6000);
-        h.open_tool_call_sse(cc, ex, "s1");
-        h.send(
-            cc,
-            HttpEvent::ResponseSse {
-                exchange: ex,
-                item: SseItem::NoData {
-                    id: Some(format!("p-{ex}")),
-                },
-            },
-        );
-        h.send(cc, HttpEvent::ClientGone { exchange: ex });
-        h.send(
-            cc,
-            HttpEvent::ResponseEnd {
-                exchange: ex,
-                end: BodyEnd::Aborted,
-            },
-        );
-        let cr = ctx(11 + 2 * i, 6001);
-        let mut get = headers::request_head(
-            "GET",
-            "/mcp",
-            None,
-            Some("text/event-stream"),
-            Some("s1"),
-            Some("2025-06-18"),
-        );
-        get.set(RequestHeader::Extracted(5), Some(&format!("p-{ex}")));
-        h.send(
-            cr,
-            HttpEvent::Request {
-                exchange: 1,
-                head: Box::new(get),
-                body: Vec::new(),
-            },
-        );
-        h.send(
-            cr,
-            HttpEvent::ResponseHead {
-                exchange: 1,
-                head: Box::new(resp(200, "text/event-stream", None)),
-            },
-        );
-        let answer =
-            json!({"jsonrpc":"2.0","id":ex,"result":{"content":[{"type":"text","text":"ok"}]}});
-        h.send(
-            cr,
-            HttpEvent::ResponseSse {
-                exchange: 1,
-                item: sse_data(answer),
-            },
-        );
-        h.send(
-            cr,
-            HttpEvent::ResponseEnd {
-                exchange: 1,
-                end: BodyEnd::Complete,
-            },
-        );
+        let (cc, cr) = (ctx(10 + 2 * i, 6000), ctx(11 + 2 * i, 6001));
+        h.call_dropped_after_priming(cc, ex, "s1");
+        h.resumed_answer(cr, "s1", &format!("p-{ex}"), ex, true);
         h.t.on_flow_closed(cc.flow);
         h.t.on_flow_closed(cr.flow);
     }
