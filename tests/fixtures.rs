@@ -372,6 +372,19 @@ fn server_requests(evs: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The requests both SDKs' behaviour fixtures have their servers send the client.
+fn both_sdks_server_requests() -> BTreeSet<String> {
+    [
+        "elicitation/create",
+        "ping",
+        "roots/list",
+        "sampling/createMessage",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect()
+}
+
 /// JSON-RPC messages a fixture's replay could not read or place (counted, warned once).
 fn jsonrpc_errors(fixture: &str) -> usize {
     let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
@@ -389,16 +402,7 @@ fn python_sdk_behaviours_are_healthy() {
     let evs = events("sdk_behaviours.pcap");
     assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
     assert_every_request_answered(&evs, "sdk_behaviours");
-    let asked: Vec<&str> = vec![
-        "elicitation/create",
-        "ping",
-        "roots/list",
-        "sampling/createMessage",
-    ];
-    assert_eq!(
-        server_requests(&evs),
-        asked.into_iter().map(str::to_string).collect()
-    );
+    assert_eq!(server_requests(&evs), both_sdks_server_requests());
     // Answered on the stream resumed with Last-Event-ID: the event still says what came.
     let polled = call_of(&evs, "long_job");
     assert_eq!(polled["empty_content"], false, "{polled}");
@@ -432,16 +436,7 @@ fn python_sdk_client_resuming_a_stream_it_dropped_is_answered_not_cancelled() {
 fn typescript_sdk_behaviours_are_healthy() {
     let evs = events("ts_behaviours.pcap");
     assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
-    let asked: Vec<&str> = vec![
-        "elicitation/create",
-        "ping",
-        "roots/list",
-        "sampling/createMessage",
-    ];
-    assert_eq!(
-        server_requests(&evs),
-        asked.into_iter().map(str::to_string).collect()
-    );
+    assert_eq!(server_requests(&evs), both_sdks_server_requests());
     let polled = call_of(&evs, "long_job");
     assert_eq!(polled["answered"], true, "{polled}");
     assert_eq!(polled["empty_content"], false, "{polled}");
