@@ -1486,7 +1486,30 @@ impl Pipeline {
     }
 
     /// Evicts flows until the memory in use plus `room` fits the budget (or no flow is left).
+    #[inline]
     fn fit_budget(&mut self, room: usize, out: &mut Vec<Output>) {
+        // After nearly every packet all fits: that case is [`Pipeline::memory_total`] worked
+        // out here, inline, where it has nothing to publish or to read late.
+        if self.staged.is_none() && !self.replaying_held {
+            let now = self.flow_bytes();
+            if now.abs_diff(self.published_flow_bytes) <= self.slack / PUBLISH_LAG_SHARE {
+                let total = self
+                    .usage
+                    .flow_bytes()
+                    .saturating_sub(self.published_flow_bytes)
+                    .saturating_add(now)
+                    .saturating_add(self.usage.session_bytes());
+                if total.saturating_add(room) <= self.limits.memory_budget_bytes {
+                    return;
+                }
+            }
+        }
+        self.fit_budget_slowly(room, out);
+    }
+
+    /// [`Pipeline::fit_budget`] when the total may not fit, or must be published first.
+    #[inline(never)]
+    fn fit_budget_slowly(&mut self, room: usize, out: &mut Vec<Output>) {
         if self.replaying_held {
             // A flow being removed replays what it held; evicting others from inside that
             // would recurse once per flow. The removal's caller fits the budget after it.

@@ -2,7 +2,7 @@
 //! with least-recently-seen eviction beyond either.
 
 use super::review::HeapBytes;
-use super::session::{Session, SessionKey};
+use super::session::{KeyView, Session, SessionKey, SessionKeyRef};
 use crate::model::Timestamp;
 use crate::table_hash::HashMap;
 use crate::usage::SharedUsage;
@@ -91,6 +91,16 @@ impl<D: HeapBytes> SessionTable<D> {
 
     pub fn get_mut(&mut self, key: &SessionKey) -> Option<&mut Session<D>> {
         self.sessions.get_mut(key).map(Box::as_mut)
+    }
+
+    /// [`SessionTable::get`] by a borrowed key.
+    pub fn get_at(&self, key: SessionKeyRef<'_>) -> Option<&Session<D>> {
+        self.sessions.get(&key as &dyn KeyView).map(Box::as_ref)
+    }
+
+    /// [`SessionTable::get_mut`] by a borrowed key.
+    pub fn get_mut_at(&mut self, key: SessionKeyRef<'_>) -> Option<&mut Session<D>> {
+        self.sessions.get_mut(&key as &dyn KeyView).map(Box::as_mut)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &SessionKey> {
@@ -190,6 +200,57 @@ mod tests {
 
     fn key(i: u32) -> SessionKey {
         ("127.0.0.2:80".parse().expect("addr"), format!("s{i:03}"))
+    }
+
+    /// A borrowed key hashes as the owned one does (`Borrow` requires it), so that it finds
+    /// the same entries, and no other.
+    #[test]
+    fn borrowed_keys_find_what_owned_keys_find() {
+        use std::hash::BuildHasher;
+        let hasher = crate::table_hash::RandomState::default();
+        let mut t: SessionTable<()> = SessionTable::new(1000, usize::MAX, Arc::default());
+        let servers: [std::net::SocketAddr; 2] = [
+            "127.0.0.2:80".parse().expect("addr"),
+            "[::1]:8080".parse().expect("addr"),
+        ];
+        for (n, server) in (0..).zip(servers) {
+            for id in [
+                "",
+                "a",
+                "s001",
+                "\0Lx",
+                "0123456789abcdef0123456789abcdef-0123",
+            ] {
+                let owned: SessionKey = (server, id.to_string());
+                let borrowed: SessionKeyRef<'_> = (server, id);
+                assert_eq!(
+                    hasher.hash_one(&owned),
+                    hasher.hash_one(&borrowed as &dyn KeyView)
+                );
+                let mut s = Session::new("127.0.0.3:5".parse().expect("addr"), Timestamp(0));
+                s.last_seen = Timestamp(n);
+                t.insert(owned, s);
+            }
+        }
+        for (n, server) in (0..).zip(servers) {
+            for id in [
+                "",
+                "a",
+                "s001",
+                "\0Lx",
+                "0123456789abcdef0123456789abcdef-0123",
+            ] {
+                let found = t.get_at((server, id)).map(|s| s.last_seen);
+                assert_eq!(found, Some(Timestamp(n)));
+                assert!(t.get_mut_at((server, id)).is_some());
+            }
+            assert!(t.get_at((server, "s002")).is_none());
+            assert!(t.get_at((server, "s00")).is_none());
+        }
+        assert!(
+            t.get_at(("127.0.0.2:81".parse().expect("addr"), "a"))
+                .is_none()
+        );
     }
 
     #[test]

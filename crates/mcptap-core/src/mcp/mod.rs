@@ -47,7 +47,7 @@ use modern::{ParamHeader, RequestFacts};
 use serde_json::Value;
 use session::{
     CapsRecord, EraState, ExchangeKey, InputPending, MethodDeclarations, Resuming, Scope,
-    ServerRequest, Session, SessionKey,
+    ServerRequest, Session, SessionKey, SessionKeyRef,
 };
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -1061,7 +1061,7 @@ impl<D: Detector> Tracker<D> {
                 // A known session waiting for a read is not idle: a sweep while it waits must
                 // not end it.
                 if let Some(sid) = &request.session_id
-                    && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+                    && let Some(s) = self.sessions.get_mut_at((ctx.server, sid))
                 {
                     s.last_seen = s.last_seen.max(ts);
                 }
@@ -1770,11 +1770,16 @@ impl<D: Detector> Tracker<D> {
     /// Marks entry `key`'s shared state as possibly changed (fleet mode): a session, an
     /// endpoint's modes, or a lineage (its entry or its ended sessions).
     fn touch_shared(&mut self, key: &SessionKey) {
+        self.touch_shared_at((key.0, &key.1));
+    }
+
+    /// [`Tracker::touch_shared`] by a borrowed key.
+    fn touch_shared_at(&mut self, (server, id): SessionKeyRef<'_>) {
         if let Some(f) = self.fleet.as_mut()
-            && session::scope_of(key) != Scope::Server
-            && !f.dirty.contains(key)
+            && session::scope_of_key(id) != Scope::Server
+            && !f.dirty.iter().any(|(s, k)| *s == server && k == id)
         {
-            f.dirty.push(key.clone());
+            f.dirty.push((server, id.to_string()));
         }
     }
 
@@ -3078,7 +3083,7 @@ impl<D: Detector> Tracker<D> {
             return Some(here);
         }
         let sid = ex.session_id.as_ref()?;
-        let session = self.sessions.get(&(ctx.server, sid.clone()))?;
+        let session = self.sessions.get_at((ctx.server, sid))?;
         session.in_flight.get(id)
     }
 
@@ -3098,7 +3103,7 @@ impl<D: Detector> Tracker<D> {
             .map(str::to_string)
             .or_else(|| {
                 let sid = ex.session_id.as_ref()?;
-                let s = self.sessions.get(&(ex.server, sid.clone()))?;
+                let s = self.sessions.get_at((ex.server, sid))?;
                 s.protocol_version.as_deref().map(str::to_string)
             })
             .or_else(|| {
@@ -3156,7 +3161,7 @@ impl<D: Detector> Tracker<D> {
                 .get(here)
                 .and_then(|ex| ex.session_id.clone());
             if let Some(sid) = &here_sid
-                && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+                && let Some(s) = self.sessions.get_mut_at((ctx.server, sid))
                 && let Some(at) = s
                     .parked
                     .iter()
@@ -3246,7 +3251,7 @@ impl<D: Detector> Tracker<D> {
             let session = here_sid
                 .as_ref()
                 .filter(|_| still_open)
-                .and_then(|sid| self.sessions.get_mut(&(ctx.server, sid.clone())));
+                .and_then(|sid| self.sessions.get_mut_at((ctx.server, sid)));
             match session {
                 Some(s) => s.parked.push(p),
                 None => self.retire(p),
@@ -3275,7 +3280,7 @@ impl<D: Detector> Tracker<D> {
             event
                 .session_id
                 .as_ref()
-                .and_then(|s| self.sessions.get(&(ctx.server, s.clone())))
+                .and_then(|s| self.sessions.get_at((ctx.server, s)))
                 .and_then(|s| s.protocol_version.as_deref().map(str::to_string))
         });
         event.empty_content = (event.method == "tools/call")
@@ -3379,8 +3384,7 @@ impl<D: Detector> Tracker<D> {
     ) {
         match (alert_ctx.session_id, alert_ctx.era) {
             (Some(sid), _) => {
-                let key = (ctx.server, sid.to_string());
-                let Some(session) = self.sessions.get_mut(&key) else {
+                let Some(session) = self.sessions.get_mut_at((ctx.server, sid)) else {
                     return;
                 };
                 let before = (session.in_flight.room(), session.detection.heap_bytes());
@@ -3401,9 +3405,9 @@ impl<D: Detector> Tracker<D> {
                 // back; an answered id alone is left charged until then (over, never under).
                 let changed = (session.in_flight.room(), session.detection.heap_bytes()) != before;
                 alert_ctx.push(out, ts, alert);
-                self.touch_shared(&key);
+                self.touch_shared_at((ctx.server, sid));
                 if changed {
-                    self.recharge(&key, ts, out);
+                    self.recharge(&(ctx.server, sid.to_string()), ts, out);
                 }
             }
             (None, Era::Legacy) => {
@@ -4337,7 +4341,7 @@ impl<D: Detector> Tracker<D> {
             && ex.head.method() == "POST"
             && ex.requests.iter().any(|r| !r.answered)
             && let Some(sid) = &ex.session_id
-            && let Some(s) = self.sessions.get_mut(&(ctx.server, sid.clone()))
+            && let Some(s) = self.sessions.get_mut_at((ctx.server, sid))
         {
             if s.parked.len() < session::MAX_PARKED {
                 let key = (ctx.server, sid.clone());

@@ -9,7 +9,9 @@ use crate::jsonrpc::Id;
 use crate::model::{Era, Exchange, FailedAnswer, Timestamp};
 use crate::table_hash::HashMap;
 use serde_json::Value;
+use std::borrow::Borrow;
 use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -17,6 +19,56 @@ use std::sync::Arc;
 /// lives in the same table under keys no session id can take (they start with NUL, which is
 /// not visible ASCII): a lineage's, a server's, an endpoint method's (see [`Scope`]).
 pub type SessionKey = (SocketAddr, String);
+
+/// A session key looked up without owning its id: the table is asked several times per
+/// exchange, and copying the id into a key for each question cost an allocation each time.
+pub type SessionKeyRef<'a> = (SocketAddr, &'a str);
+
+/// What a [`SessionKey`] and a [`SessionKeyRef`] have alike: the table looks either up.
+pub trait KeyView {
+    fn server(&self) -> &SocketAddr;
+    fn id(&self) -> &str;
+}
+
+impl KeyView for SessionKey {
+    fn server(&self) -> &SocketAddr {
+        &self.0
+    }
+    fn id(&self) -> &str {
+        &self.1
+    }
+}
+
+impl KeyView for SessionKeyRef<'_> {
+    fn server(&self) -> &SocketAddr {
+        &self.0
+    }
+    fn id(&self) -> &str {
+        self.1
+    }
+}
+
+impl<'a> Borrow<dyn KeyView + 'a> for SessionKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+/// As the tuple hashes: its fields in order (`Borrow` requires the same hash).
+impl Hash for dyn KeyView + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.server().hash(state);
+        self.id().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.server() == other.server() && self.id() == other.id()
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
 
 /// What an entry of the session table tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
