@@ -5,7 +5,7 @@
 //! only; a snapshot of an unknown version or that does not parse is refused and counted.
 
 use mcptap_core::detect::ModeTracker;
-use mcptap_core::mcp::snapshot::{SNAPSHOT_VERSION, SNAPSHOT_VERSION_1, StateSnapshot};
+use mcptap_core::mcp::snapshot::{SNAPSHOT_VERSION, StateSnapshot};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
@@ -67,14 +67,12 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, LoadError> {
     }
     let version: Version =
         serde_json::from_str(&text).map_err(|e| LoadError::Garbage(e.to_string()))?;
-    if version.v != SNAPSHOT_VERSION && version.v != SNAPSHOT_VERSION_1 {
+    if !Snapshot::reads_version(version.v) {
         return Err(LoadError::Version(version.v));
     }
     let mut snapshot: Snapshot =
         serde_json::from_str(&text).map_err(|e| LoadError::Garbage(e.to_string()))?;
-    if version.v == SNAPSHOT_VERSION_1 {
-        snapshot.forget_version_1_digests();
-    }
+    snapshot.upgrade();
     Ok(Some(snapshot))
 }
 

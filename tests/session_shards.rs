@@ -245,10 +245,14 @@ fn many_clients_of_a_stateful_server_through_session_shards() {
     common::write_legacy_bursts(&path);
     let whole = assert_shards_agree(&path, common::bursts_limits());
     assert!(alerts(&whole).len() >= 18);
-    // The clients spread over the shards: each takes a share of the work.
+    // The clients spread over the shards: each takes a share of the work, none most of it.
+    // (72 clients of unequal work: a fair hash's shares of them vary, e.g. 7 to 22 clients.)
     let taken = sharded(&path, common::bursts_limits(), 4, true).taken;
     let all: usize = taken.iter().sum();
-    assert!(taken.iter().all(|t| t * 8 > all), "{taken:?}");
+    assert!(
+        taken.iter().all(|t| t * 16 > all && t * 2 < all),
+        "{taken:?}"
+    );
 }
 
 /// A capture of one's own (`MCPTAP_SHARD_CAPTURE=PATH`), e.g. the gateway-shaped bench
@@ -735,4 +739,29 @@ fn a_snapshot_of_session_shards_continues_in_any_shard_count() {
     old.ended.iter_mut().for_each(|e| e.route = None);
     let (got, _, _) = sharded_from(&second, 3, Some((old, restart_at)));
     assert_same(&got, &want, "a snapshot without routes, 3 shards");
+    // A version 2 file: its route buckets came from another digest (SHA-256), which would
+    // put records where no request goes (here: moved to the other half of the buckets), so
+    // loading it drops them.
+    let mut v2 = state.clone();
+    v2.v = mcptap_core::mcp::snapshot::SNAPSHOT_VERSION_2;
+    let elsewhere = |r: &mut Option<u16>| *r = r.map(|b| b ^ 0x8000);
+    for e in &mut v2.sessions {
+        elsewhere(&mut e.route);
+        elsewhere(&mut e.lineage_route);
+    }
+    v2.ended.iter_mut().for_each(|e| elsewhere(&mut e.route));
+    let file = dir.path().join("version-2.json");
+    mcptap::state::save(&file, &v2).expect("save");
+    let loaded = mcptap::state::load(&file)
+        .expect("load")
+        .expect("a snapshot");
+    assert_eq!(loaded.v, mcptap_core::mcp::snapshot::SNAPSHOT_VERSION);
+    assert!(
+        loaded
+            .sessions
+            .iter()
+            .all(|e| e.route.is_none() && e.lineage_route.is_none())
+    );
+    let (got, _, _) = sharded_from(&second, 3, Some((loaded, restart_at)));
+    assert_same(&got, &want, "a version 2 snapshot, 3 shards");
 }

@@ -9,6 +9,7 @@
 //!   `User-Agent` without clientInfo), named on events by [`lineage_id`].
 
 use crate::http::RequestHead;
+use crate::lasting_digest::LastingDigest;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -119,6 +120,9 @@ pub struct Identities {
     lineage_key: Option<Vec<u8>>,
 }
 
+/// The purpose of route bucket digests ("route" and three NULs, as a number).
+const ROUTE_PURPOSE: u64 = 0x726f_7574_6500_0000;
+
 impl Identities {
     pub fn new(servers: BTreeMap<SocketAddr, String>, settings: &IdentitySettings) -> Self {
         Identities {
@@ -151,30 +155,32 @@ impl Identities {
 
     /// The route bucket of a client of `server` (its client identity) or of a session (its
     /// id): session shards take buckets, not hashes, so that a snapshot can say where each
-    /// record belongs whatever the shard count of the run that loads it. SHA-256 over an
-    /// explicit encoding, so that it stays the same across builds and machines (it is written
-    /// to files), and keyed as lineage ids are with redaction, so that 16 bits of it are no
-    /// way back to a redacted address.
+    /// record belongs whatever the shard count of the run that loads it. A lasting digest
+    /// (XXH3-64 over an explicit encoding), so that it stays the same across builds and
+    /// machines (it is written to files); the router asks for one per request of a client or
+    /// session it does not know yet, where SHA-256 cost it a hundred times more. Keyed as
+    /// lineage ids are with redaction (HMAC-SHA-256), so that 16 bits of it are no way back
+    /// to a redacted address.
     pub fn route_bucket(&self, server: SocketAddr, key: &str) -> u16 {
         let (msg, len) = endpoint_bytes(server);
         let head = &msg[..len];
-        let digest: [u8; 32] = match &self.lineage_key {
+        match &self.lineage_key {
             None => {
-                let mut h = Sha256::new();
-                h.update(b"route\0");
-                h.update(head);
-                h.update(key.as_bytes());
-                h.finalize().into()
+                let digest = LastingDigest::new(ROUTE_PURPOSE)
+                    .part(head)
+                    .part(key.as_bytes())
+                    .finish();
+                (digest >> 48) as u16
             }
             Some(k) => {
                 let mut m = Vec::with_capacity(6 + head.len() + key.len());
                 m.extend_from_slice(b"route\0");
                 m.extend_from_slice(head);
                 m.extend_from_slice(key.as_bytes());
-                hmac_sha256(k, &m)
+                let digest = hmac_sha256(k, &m);
+                u16::from_be_bytes([digest[0], digest[1]])
             }
-        };
-        u16::from_be_bytes([digest[0], digest[1]])
+        }
     }
 
     /// The configured name of `server`, else `Host` + path (without the query), else `ip:port`.
@@ -498,12 +504,13 @@ mod tests {
         assert_ne!(keyed.lineage_id("s", "c", "l"), lineage_id("s", "c", "l"));
     }
 
-    /// Route buckets are written to snapshot files: their encoding is pinned (the values are
-    /// SHA-256 and HMAC-SHA-256 over it, computed with Python's hashlib).
+    /// Route buckets are written to snapshot files: their encoding is pinned (the unkeyed
+    /// value is the lasting digest's chain, checked against Python's `xxhash`; the keyed one
+    /// HMAC-SHA-256, computed with Python's hashlib).
     #[test]
     fn route_buckets_are_pinned_and_keyed_with_redaction() {
         let server: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
-        assert_eq!(ids(&[]).route_bucket(server, "10.0.0.7"), 60313);
+        assert_eq!(ids(&[]).route_bucket(server, "10.0.0.7"), PINNED_ROUTE);
         let keyed = ids(&[]).with_lineage_key(b"k".to_vec());
         assert_eq!(keyed.route_bucket(server, "10.0.0.7"), 29352);
         let v6: SocketAddr = "[::1]:8080".parse().expect("addr");
@@ -512,6 +519,10 @@ mod tests {
             ids(&[]).route_bucket(server, "10.0.0.7")
         );
     }
+
+    /// XXH3-64 of the endpoint's bytes seeded with `ROUTE_PURPOSE`, then of `10.0.0.7` seeded
+    /// with that, its top 16 bits (Python's `xxhash.xxh3_64_intdigest`).
+    const PINNED_ROUTE: u16 = 7982;
 
     #[test]
     fn lineage_ids_are_stable_and_distinct() {

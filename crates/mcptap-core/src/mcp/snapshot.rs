@@ -14,14 +14,18 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// The snapshot format's version: a snapshot of another version is refused, not guessed at,
-/// except version 1 files, read with what they keep under digests dropped
-/// ([`StateSnapshot::forget_version_1_digests`]). Version 2 keeps digests as XXH3-64
-/// (`lasting_digest`); version 1 kept them as the table hasher's, which nothing can compute
-/// again. Fleet store records of another version are ignored.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// except older files read with what they keep under older encodings dropped
+/// ([`StateSnapshot::upgrade`]). Version 3 takes route buckets from XXH3-64
+/// (`Identities::route_bucket`), version 2 took them from SHA-256; version 2 keeps digests
+/// as XXH3-64 (`lasting_digest`), version 1 kept them as the table hasher's, which nothing
+/// can compute again. Fleet store records of another version are ignored.
+pub const SNAPSHOT_VERSION: u32 = 3;
 
-/// The version whose files are read with their digests dropped.
+/// The oldest version read (with its digests and route buckets dropped).
 pub const SNAPSHOT_VERSION_1: u32 = 1;
+
+/// The version whose files are read with their route buckets dropped.
+pub const SNAPSHOT_VERSION_2: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(bound(deserialize = "D: serde::de::DeserializeOwned"))]
@@ -42,12 +46,42 @@ impl<D> Default for StateSnapshot<D> {
 }
 
 impl<D: Default> StateSnapshot<D> {
-    /// A version 1 snapshot made readable: its digests (content-type mode record keys,
-    /// declarations seen and logged, a server's discover answer) came from a hasher nothing
-    /// can compute again, so they go; baselines, handshake counts, lineage records and the
-    /// rest stay. Detection learns the modes again from the next answers (an answer before
-    /// then cannot contradict them); a declaration already logged is logged once more.
-    pub fn forget_version_1_digests(&mut self) {
+    /// Whether a file of version `v` can be read ([`StateSnapshot::upgrade`] makes it current).
+    pub fn reads_version(v: u32) -> bool {
+        (SNAPSHOT_VERSION_1..=SNAPSHOT_VERSION).contains(&v)
+    }
+
+    /// An older snapshot made current: what it keeps in an encoding this version no longer
+    /// computes goes, the rest stays.
+    /// - Route buckets (before version 3): the router now computes other buckets, so the
+    ///   stored ones would put records where no request goes. Without them a session's
+    ///   record goes where its id routes, a lineage's to every shard, and each takes its
+    ///   bucket again from its next request.
+    /// - Digests (version 1): content-type mode record keys, declarations seen and logged, a
+    ///   server's discover answer came from a hasher nothing can compute again. Baselines,
+    ///   handshake counts, lineage records and the rest stay; detection learns the modes
+    ///   again from the next answers (an answer before that cannot diverge from them).
+    pub fn upgrade(&mut self) {
+        if self.v < SNAPSHOT_VERSION {
+            self.forget_routes();
+        }
+        if self.v == SNAPSHOT_VERSION_1 {
+            self.forget_version_1_digests();
+        }
+        self.v = SNAPSHOT_VERSION;
+    }
+
+    fn forget_routes(&mut self) {
+        for entry in &mut self.sessions {
+            entry.route = None;
+            entry.lineage_route = None;
+        }
+        for ended in &mut self.ended {
+            ended.route = None;
+        }
+    }
+
+    fn forget_version_1_digests(&mut self) {
         for entry in &mut self.sessions {
             entry.detection = D::default();
             if let Some(era) = entry.era_state.as_mut() {
@@ -60,7 +94,6 @@ impl<D: Default> StateSnapshot<D> {
                 }
             }
         }
-        self.v = SNAPSHOT_VERSION;
     }
 }
 

@@ -917,7 +917,7 @@ fn a_version_1_snapshot_keeps_its_baselines_and_drops_its_digests() {
     assert!(text.contains("\"methods\":[["), "mode records kept: {text}");
     let mut old: crate::mcp::snapshot::StateSnapshot<crate::detect::ModeTracker> =
         serde_json::from_str(&text).expect("parses");
-    old.forget_version_1_digests();
+    old.upgrade();
     assert_eq!(old.v, crate::mcp::snapshot::SNAPSHOT_VERSION);
     let back = serde_json::to_string(&old).expect("serialises");
     assert!(
