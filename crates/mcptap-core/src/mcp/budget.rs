@@ -213,14 +213,15 @@ mod tests {
             "127.0.0.2:80".parse().expect("addr"),
             "[::1]:8080".parse().expect("addr"),
         ];
+        let ids = [
+            "",
+            "a",
+            "s001",
+            "\0Lx",
+            "0123456789abcdef0123456789abcdef-0123",
+        ];
         for (n, server) in (0..).zip(servers) {
-            for id in [
-                "",
-                "a",
-                "s001",
-                "\0Lx",
-                "0123456789abcdef0123456789abcdef-0123",
-            ] {
+            for id in ids {
                 let owned: SessionKey = (server, id.to_string());
                 let borrowed: SessionKeyRef<'_> = (server, id);
                 assert_eq!(
@@ -233,13 +234,7 @@ mod tests {
             }
         }
         for (n, server) in (0..).zip(servers) {
-            for id in [
-                "",
-                "a",
-                "s001",
-                "\0Lx",
-                "0123456789abcdef0123456789abcdef-0123",
-            ] {
+            for id in ids {
                 let found = t.get_at((server, id)).map(|s| s.last_seen);
                 assert_eq!(found, Some(Timestamp(n)));
                 assert!(t.get_mut_at((server, id)).is_some());
