@@ -739,19 +739,32 @@ fn a_snapshot_of_session_shards_continues_in_any_shard_count() {
     old.ended.iter_mut().for_each(|e| e.route = None);
     let (got, _, _) = sharded_from(&second, 3, Some((old, restart_at)));
     assert_same(&got, &want, "a snapshot without routes, 3 shards");
-    // A version 2 file: its route buckets came from another digest (SHA-256), which would
-    // put records where no request goes (here: moved to the other half of the buckets), so
-    // loading it drops them.
-    let mut v2 = state.clone();
-    v2.v = mcptap_core::mcp::snapshot::SNAPSHOT_VERSION_2;
-    let elsewhere = |r: &mut Option<u16>| *r = r.map(|b| b ^ 0x8000);
-    for e in &mut v2.sessions {
-        elsewhere(&mut e.route);
-        elsewhere(&mut e.lineage_route);
+    // A version 2 file: its route buckets came from SHA-256, written as `route` and
+    // `lineage_route`; here they point to the other half of the buckets. Loading it reads
+    // them as absent, so records go where requests do.
+    let mut v2 = serde_json::to_value(&state).expect("json");
+    v2["v"] = mcptap_core::mcp::snapshot::SNAPSHOT_VERSION_2.into();
+    let mut moved = 0;
+    for (list, names) in [
+        (
+            "sessions",
+            &[("bucket", "route"), ("lineage_bucket", "lineage_route")][..],
+        ),
+        ("ended", &[("bucket", "route")][..]),
+    ] {
+        for entry in v2[list].as_array_mut().expect("entries") {
+            let entry = entry.as_object_mut().expect("entry");
+            for (new, old) in names {
+                if let Some(b) = entry.remove(*new).and_then(|b| b.as_u64()) {
+                    entry.insert(old.to_string(), (b ^ 0x8000).into());
+                    moved += 1;
+                }
+            }
+        }
     }
-    v2.ended.iter_mut().for_each(|e| elsewhere(&mut e.route));
+    assert!(moved >= 24, "{moved} buckets");
     let file = dir.path().join("version-2.json");
-    mcptap::state::save(&file, &v2).expect("save");
+    std::fs::write(&file, v2.to_string()).expect("write");
     let loaded = mcptap::state::load(&file)
         .expect("load")
         .expect("a snapshot");
@@ -762,6 +775,7 @@ fn a_snapshot_of_session_shards_continues_in_any_shard_count() {
             .iter()
             .all(|e| e.route.is_none() && e.lineage_route.is_none())
     );
+    assert!(loaded.ended.iter().all(|e| e.route.is_none()));
     let (got, _, _) = sharded_from(&second, 3, Some((loaded, restart_at)));
     assert_same(&got, &want, "a version 2 snapshot, 3 shards");
 }

@@ -18,13 +18,16 @@ fn is_zero(n: &u32) -> bool {
 /// ([`StateSnapshot::upgrade`]). Version 3 takes route buckets from XXH3-64
 /// (`Identities::route_bucket`), version 2 took them from SHA-256; version 2 keeps digests
 /// as XXH3-64 (`lasting_digest`), version 1 kept them as the table hasher's, which nothing
-/// can compute again. Fleet store records of another version are ignored.
+/// can compute again. Fleet store lineage records of another version are ignored (session
+/// records carry no version: their route buckets are named apart, see
+/// [`SessionEntry::route`]).
 pub const SNAPSHOT_VERSION: u32 = 3;
 
-/// The oldest version read (with its digests and route buckets dropped).
+/// The oldest version read (without its digests and route buckets).
 pub const SNAPSHOT_VERSION_1: u32 = 1;
 
-/// The version whose files are read with their route buckets dropped.
+/// The version whose route buckets were SHA-256, written as `route` and `lineage_route`: its
+/// files are read without them.
 pub const SNAPSHOT_VERSION_2: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,32 +56,19 @@ impl<D: Default> StateSnapshot<D> {
 
     /// An older snapshot made current: what it keeps in an encoding this version no longer
     /// computes goes, the rest stays.
-    /// - Route buckets (before version 3): the router now computes other buckets, so the
-    ///   stored ones would put records where no request goes. Without them a session's
-    ///   record goes where its id routes, a lineage's to every shard, and each takes its
-    ///   bucket again from its next request.
+    /// - Route buckets (before version 3): read as absent, since they were written under
+    ///   other names (see [`SessionEntry::route`]). A session's record goes where its id
+    ///   routes, a lineage's to every shard, and each takes its bucket again from its next
+    ///   request.
     /// - Digests (version 1): content-type mode record keys, declarations seen and logged, a
     ///   server's discover answer came from a hasher nothing can compute again. Baselines,
     ///   handshake counts, lineage records and the rest stay; detection learns the modes
     ///   again from the next answers (an answer before that cannot diverge from them).
     pub fn upgrade(&mut self) {
-        if self.v < SNAPSHOT_VERSION {
-            self.forget_routes();
-        }
         if self.v == SNAPSHOT_VERSION_1 {
             self.forget_version_1_digests();
         }
         self.v = SNAPSHOT_VERSION;
-    }
-
-    fn forget_routes(&mut self) {
-        for entry in &mut self.sessions {
-            entry.route = None;
-            entry.lineage_route = None;
-        }
-        for ended in &mut self.ended {
-            ended.route = None;
-        }
     }
 
     fn forget_version_1_digests(&mut self) {
@@ -147,10 +137,18 @@ pub struct SessionEntry<D> {
     #[serde(default)]
     pub shared_version: u64,
     /// Where session shards keep it (`Session::route`); absent from older snapshots.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Written as `bucket`: version 2 wrote SHA-256 buckets as `route`, and a record of a
+    /// version 2 host (a file, or the fleet store, whose session records carry no version)
+    /// must read as having none rather than one this version's router never names.
+    #[serde(rename = "bucket", default, skip_serializing_if = "Option::is_none")]
     pub route: Option<u16>,
-    /// Where its lineage's records are kept (`Session::lineage_route`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where its lineage's records are kept (`Session::lineage_route`); written as
+    /// `lineage_bucket` (see `route`).
+    #[serde(
+        rename = "lineage_bucket",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub lineage_route: Option<u16>,
 }
 
@@ -279,8 +277,8 @@ pub struct EndedEntry {
     pub session_id: String,
     pub baseline: Option<CapsRecord>,
     /// Where session shards keep it (its lineage's client's route); absent from older
-    /// snapshots.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// snapshots. Written as `bucket` (see [`SessionEntry::route`]).
+    #[serde(rename = "bucket", default, skip_serializing_if = "Option::is_none")]
     pub route: Option<u16>,
 }
 

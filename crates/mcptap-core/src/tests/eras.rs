@@ -1078,6 +1078,57 @@ fn a_session_restored_from_a_snapshot_is_read_from_the_store() {
     assert_eq!(h.of("exchange").len(), 1);
 }
 
+/// A session record a version 2 host wrote names its SHA-256 route buckets `route` and
+/// `lineage_route` (fleet session records carry no version): adopted here they read as
+/// absent, so this host's snapshot never carries a bucket its router does not name.
+#[test]
+fn a_version_2_hosts_session_record_brings_no_route_buckets() {
+    let mut other = Harness::new();
+    other.answered(
+        ctx(1),
+        0,
+        session_post("s-moved"),
+        legacy_call(1),
+        json!({"content":[]}),
+    );
+    let entry = other
+        .t
+        .export_state()
+        .sessions
+        .into_iter()
+        .find(|e| e.key == "s-moved")
+        .expect("entry");
+    let mut record = serde_json::to_value(&entry).expect("json");
+    let fields = record.as_object_mut().expect("object");
+    fields.remove("bucket");
+    fields.remove("lineage_bucket");
+    fields.insert("route".into(), 4242.into());
+    fields.insert("lineage_route".into(), 4242.into());
+    let mut h = Harness::new();
+    h.t.enable_fleet();
+    h.answered(
+        ctx(5),
+        0,
+        session_post("s-moved"),
+        legacy_call(2),
+        json!({"content":[]}),
+    );
+    let asked = lookups_of(&h);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let now = Timestamp(h.now);
+    h.t.on_shared_state(&asked[0], Some(&record.to_string()), now, &mut h.out);
+    assert_eq!(h.of("exchange").len(), 1);
+    let adopted =
+        h.t.export_state()
+            .sessions
+            .into_iter()
+            .find(|e| e.key == "s-moved")
+            .expect("adopted");
+    assert!(adopted.requests > entry.requests, "the record was adopted");
+    assert_ne!(adopted.route, Some(4242));
+    assert_ne!(adopted.lineage_route, Some(4242));
+}
+
 /// A legacy `initialize` waits for its lineage; the session its answer creates follows on
 /// the same connection and waits behind it (not looked up: the initialize created it).
 #[test]
