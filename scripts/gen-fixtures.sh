@@ -83,7 +83,9 @@ start_capture() { # name port
   # --immediate-mode: without it libpcap's ring buffer holds packets back and a
   # short run can end up with an empty pcap when tcpdump is stopped.
   # -B: with -s 0 each packet takes a large slot; the default 2 MiB buffer drops bursts.
-  tcpdump -i lo -U --immediate-mode -s 0 -B 16384 "${ZFLAG[@]}" -w "$WORK/$name.pcap" "tcp port $port" 2>"$log" &
+  # CAPTURE_FILTER (set for one record call) records more than the client-facing port.
+  tcpdump -i lo -U --immediate-mode -s 0 -B 16384 "${ZFLAG[@]}" -w "$WORK/$name.pcap" \
+    "${CAPTURE_FILTER:-tcp port $port}" 2>"$log" &
   TCPDUMP_PID=$!
   # Ready once it has said "listening on" (the filter is attached by then).
   for _ in $(seq 100); do
@@ -242,6 +244,17 @@ want_fixture sdk_resume_drop && record sdk_resume_drop 18195 \
   "$PY" "$SRC/sdk_behaviours.py" --scenario drop --port 18195
 if [ "$HAVE_TS" = 1 ] && want_fixture ts_behaviours; then
   record ts_behaviours 18192 node "$SRC/ts_behaviours.mjs" --port 18192 --node-modules "$NODE_DIR"
+fi
+# nginx_proxy.py: Debian's nginx between an mcp 1.30.0 client and FastMCP server, gzip on (a
+# real proxy's compressed SSE and JSON), a real 502 while the upstream is down, then the old
+# session's 404 and a new session. Both legs recorded (nginx on 18201, upstream on 18202).
+if want_fixture nginx_gzip; then
+  if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
+    CAPTURE_FILTER="tcp port 18201 or tcp port 18202" record nginx_gzip 18201 \
+      "$PY" "$SRC/nginx_proxy.py" --port 18201
+  else
+    echo "gen-fixtures: nginx not found (apt-get install nginx), skipping nginx_gzip.pcap" >&2
+  fi
 fi
 # -- era scenarios --
 # modern_scenarios.py: scripted 2026-07-28 scenarios (stdlib only, no install

@@ -93,11 +93,16 @@ fn check_expected(fixture: &str, want: &Value) {
     for e in &evs {
         assert_eq!(e["v"], 2, "{fixture}: schema version on {e}");
     }
-    let port = want["port"].as_u64().expect("port");
+    // `port`, or `ports` for a capture of both legs of a proxy.
+    let ports: Vec<u64> = match (&want["port"], &want["ports"]) {
+        (Value::Number(n), _) => vec![n.as_u64().expect("port")],
+        (_, Value::Array(list)) => list.iter().filter_map(Value::as_u64).collect(),
+        _ => panic!("{fixture}: no port in expected.json"),
+    };
     for e in &evs {
         let server = e["server"].as_str().unwrap_or_default();
         assert!(
-            server.ends_with(&format!(":{port}")),
+            ports.iter().any(|p| server.ends_with(&format!(":{p}"))),
             "{fixture}: server {server}"
         );
     }
@@ -452,6 +457,64 @@ fn typescript_sdk_behaviours_are_healthy() {
         }
     }
     assert_eq!(jsonrpc_errors("ts_behaviours.pcap"), 0);
+}
+
+/// A real reverse proxy (Debian's nginx, gzip on) between the Python SDK and FastMCP, both
+/// legs recorded: the client's leg, gzip'd chunked SSE and JSON, reads as the upstream's plain
+/// one does, and nginx's own 502 page is an unanswered call, not a JSON-RPC error.
+#[test]
+fn nginx_gzip_and_its_502_read_as_the_upstream_leg() {
+    let path = format!(
+        "{}/tests/fixtures/nginx_gzip.pcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(path).expect("fixture");
+    let gzip = b"Content-Encoding: gzip";
+    assert!(
+        bytes.windows(gzip.len()).filter(|w| w == gzip).count() >= 5,
+        "the client's leg is compressed"
+    );
+    let evs = events("nginx_gzip.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    let leg = |port: &str| -> Vec<&Value> {
+        of(&evs, "exchange")
+            .into_iter()
+            .filter(|e| e["server"].as_str().is_some_and(|s| s.ends_with(port)))
+            .collect()
+    };
+    let (client, upstream) = (leg(":18201"), leg(":18202"));
+    let shape = |e: &&Value| {
+        [
+            "method",
+            "http_status",
+            "media_type",
+            "answered",
+            "sse_events",
+        ]
+        .into_iter()
+        .chain(["empty_content", "error_code", "session_id"])
+        .map(|k| e[k].clone())
+        .collect::<Vec<Value>>()
+    };
+    let proxied: Vec<_> = client
+        .iter()
+        .filter(|e| e["http_status"] != 502)
+        .map(shape)
+        .collect();
+    assert_eq!(proxied, upstream.iter().map(shape).collect::<Vec<_>>());
+    assert!(
+        upstream
+            .iter()
+            .filter(|e| e["http_status"] == 200 && e["method"] != "notifications/initialized")
+            .all(|e| e["answered"] == true && e["media_type"] == "sse" && e["sse_events"] == 1),
+        "{upstream:?}"
+    );
+    let outage: Vec<_> = client.iter().filter(|e| e["http_status"] == 502).collect();
+    assert_eq!(outage.len(), 1, "{outage:?}");
+    assert_eq!(outage[0]["method"], "tools/call");
+    assert_eq!(outage[0]["answered"], false);
+    assert_eq!(outage[0]["media_type"], "other");
+    assert_eq!(jsonrpc_errors("nginx_gzip.pcap"), 0);
 }
 
 #[test]
