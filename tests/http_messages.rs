@@ -259,9 +259,18 @@ fn both_ways(path: &Path) -> (Vec<Event>, Vec<Event>) {
         for piece in &pieces {
             feed(&mut by_messages, ts, c, piece, &mut out_m);
         }
-        // The gateway sees the connection end when the server closes it (or either resets).
+        // The gateway sees the connection end when the server closes it (or either resets),
+        // and the client close its side before that.
         if seg.flags.rst || (seg.flags.fin && !to_server) {
             by_messages.handle_http(ts, c.client, c.server, HttpMessage::Closed, &mut out_m);
+        } else if seg.flags.fin {
+            by_messages.handle_http(
+                ts,
+                c.client,
+                c.server,
+                HttpMessage::ClientClosed,
+                &mut out_m,
+            );
         }
         c.fins += u8::from(seg.flags.fin);
         if seg.flags.rst || c.fins == 2 {

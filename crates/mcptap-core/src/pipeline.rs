@@ -40,6 +40,10 @@ pub enum HttpMessage<'a> {
     ResponseEnd,
     /// The connection closed: a response body still open ends here (read until close).
     Closed,
+    /// The client closed its side (a FIN) while the server's side stays open: the answer still
+    /// coming and those still owed are ones it stopped waiting for (the 2026-07-28 revision
+    /// makes closing a response stream the request's cancellation). `Closed` follows.
+    ClientClosed,
 }
 
 /// Packet-level counters (kept as plain numbers: they are bumped on the hot path).
@@ -1313,7 +1317,7 @@ impl Pipeline {
         let client_half = usize::from(client != key.0);
         let server_half = 1 - client_half;
         if !self.flows.contains_key(&key) {
-            if matches!(msg, HttpMessage::Closed) {
+            if matches!(msg, HttpMessage::Closed | HttpMessage::ClientClosed) {
                 return;
             }
             self.open_flow(key, ts, Some(client_half as u8), out);
@@ -1338,6 +1342,10 @@ impl Pipeline {
             HttpMessage::ResponseBody(chunk) => http.on_body(server_half, chunk, &mut events),
             HttpMessage::ResponseEnd => http.on_message_end(server_half, &mut events),
             HttpMessage::Closed => http.on_close(server_half, BodyEnd::ServerClosed, &mut events),
+            // As a client's FIN on the wire.
+            HttpMessage::ClientClosed => {
+                http.on_close(client_half, BodyEnd::ServerClosed, &mut events)
+            }
         }
         let now_buffered = flow.buffered();
         self.buffered = self.buffered + now_buffered - flow.charged;
