@@ -1072,6 +1072,79 @@ fn a_tools_call_the_client_cancelled_raises_no_empty_result() {
     );
 }
 
+/// [`cancelled_call`] on a server without session ids (legacy stateless): the client posts
+/// `notifications/cancelled` on another connection, naming no session; its lineage (the
+/// client's address and name) says whose request it cancels.
+fn stateless_cancelled_call(cancel: bool) -> Vec<Value> {
+    let who = mcptap_testkit::mcp::Client {
+        host: "mcp.internal:8080",
+        name: "testkit-client",
+        version: "0.1.0",
+    };
+    let stateless = |answer: Vec<u8>| {
+        String::from_utf8(answer)
+            .expect("UTF-8")
+            .replace("Mcp-Session-Id: \r\n", "")
+            .into_bytes()
+    };
+    let mut setup = Conversation::new("");
+    let init = mcp::initialize_request(1, FULL_CLIENT_CAPS, "testkit-client", "0.1.0");
+    let init_result = mcp::initialize_result(1, "{}", "testkit-server");
+    setup.exchange(
+        who.post(&init, None),
+        stateless(mcp::response("", Answer::Json, &init_result)),
+    );
+    let mut calling = Conversation::new("");
+    let keep_alive: Vec<String> = (0..40)
+        .map(|_| ": keep-alive\r\n\r\n".to_string())
+        .collect();
+    calling.exchange(
+        who.post(&mcp::tools_call_request(2, "search_docs", "{}"), None),
+        stateless(sse_answer("", &keep_alive)),
+    );
+    let mut other = Conversation::new("");
+    other.exchange(
+        who.post(&mcp::tools_call_request(3, "ping first", "{}"), None),
+        stateless(mcp::response(
+            "",
+            Answer::Json,
+            &mcp::tool_result(3, "pong"),
+        )),
+    );
+    if cancel {
+        let body = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user"}}"#;
+        other.exchange(who.post(body, None), stateless(mcp::accepted("")));
+    }
+    let mut sim = Sim::new(16).with_segment_sizes(vec![64]);
+    let first = sim.connect(client(), server(), setup.take_writes());
+    sim.run(vec![first]);
+    let streaming = sim.connect(client_port(40006), server(), calling.take_writes());
+    let cancelling = sim.connect(client_port(40007), server(), other.take_writes());
+    sim.run(vec![streaming, cancelling]);
+    sim.events()
+}
+
+/// Without a session id too, a tools/call the client cancelled (from another connection)
+/// whose stream ends empty is no empty result, and its exchange says it was cancelled.
+#[test]
+fn a_stateless_tools_call_the_client_cancelled_raises_no_empty_result() {
+    let cancelled = stateless_cancelled_call(true);
+    assert!(alerts(&cancelled).is_empty(), "{:?}", alerts(&cancelled));
+    let call = cancelled
+        .iter()
+        .find(|e| e["event"] == "exchange" && e["method"] == "tools/call" && e["request_id"] == 2)
+        .expect("the cancelled call's exchange");
+    assert!(call["session_id"].is_null(), "{call}");
+    assert_eq!(
+        (&call["answered"], &call["cancelled"]),
+        (&Value::Bool(false), &Value::Bool(true)),
+        "{call}"
+    );
+    let plain = stateless_cancelled_call(false);
+    let kinds: Vec<&Value> = alerts(&plain).iter().map(|a| &a["kind"]).collect();
+    assert_eq!(kinds, vec!["empty_tool_result"], "{plain:?}");
+}
+
 /// A long-running tools/call (2025-11-25): its POST stream sends a priming event with an id
 /// and ends; the client resumes it with `Last-Event-ID` a second later. `polls` > 0: the
 /// server answers each resumption with an event with an id and `retry: 20000` and closes it,

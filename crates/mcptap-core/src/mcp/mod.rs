@@ -2772,6 +2772,18 @@ impl<D: Detector> Tracker<D> {
                 self.cancel_requests(&key, &cancels);
             }
             session_id = Some(key.1);
+        } else if let Some(lid) = lineage_id.as_deref()
+            && !cancels.is_empty()
+        {
+            // Without a session id the cancelled request is the same client's (its lineage,
+            // at this server) open request with that id, on whichever connection it went.
+            for id in &cancels {
+                self.transactions.cancel_newest(id, |ex| {
+                    ex.server == ctx.server
+                        && ex.session_id.is_none()
+                        && ex.lineage_id.as_deref() == Some(lid)
+                });
+            }
         }
         let opened = Box::new(ExchangeState {
             flow: ctx.flow,

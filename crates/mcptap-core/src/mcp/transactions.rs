@@ -357,6 +357,19 @@ impl Transactions {
         ex
     }
 
+    /// Marks cancelled the unanswered request `id` of the newest open exchange, on any flow,
+    /// that `owns` accepts (a client without a session id cancels on another connection);
+    /// false if there is none. A scan of the open exchanges: cancellations are rare.
+    pub fn cancel_newest(&mut self, id: &Id, owns: impl Fn(&ExchangeState) -> bool) -> bool {
+        let newest = self
+            .flows
+            .values_mut()
+            .flat_map(|queue| queue.iter_mut())
+            .filter(|ex| owns(ex) && ex.requests.find_open(id).is_some())
+            .max_by_key(|ex| ex.number);
+        newest.is_some_and(|ex| ex.requests.cancel(id))
+    }
+
     /// The flow is gone: forget its exchanges (given back, for their heads).
     pub fn close_flow(&mut self, flow: u64) -> VecDeque<Box<ExchangeState>> {
         match self.flows.remove(&flow) {
