@@ -2773,16 +2773,13 @@ impl<D: Detector> Tracker<D> {
             }
             session_id = Some(key.1);
         } else if let Some(lid) = lineage_id.as_deref()
+            && era == Era::Legacy
             && !cancels.is_empty()
         {
             // Without a session id the cancelled request is the same client's (its lineage,
             // at this server) open request with that id, on whichever connection it went.
             for id in &cancels {
-                self.transactions.cancel_newest(id, |ex| {
-                    ex.server == ctx.server
-                        && ex.session_id.is_none()
-                        && ex.lineage_id.as_deref() == Some(lid)
-                });
+                self.transactions.cancel_sessionless(ctx.server, lid, id);
             }
         }
         let opened = Box::new(ExchangeState {
@@ -2803,6 +2800,7 @@ impl<D: Detector> Tracker<D> {
             client_gone: false,
             server_answers,
             charged: 0,
+            indexed: false,
         });
         if let Some(dropped) = self.transactions.open(ctx.flow, opened) {
             out.push(Output::Telemetry(Telemetry::LimitHit {

@@ -192,6 +192,9 @@ pub struct ExchangeState {
     /// What [`Transactions`] charged for it when it opened; once parked (HTTP+SSE), what its
     /// session is charged for it.
     pub charged: usize,
+    /// Its requests are in [`Transactions`]' index of sessionless requests (decided when it
+    /// opened: a response may give it a session id later).
+    pub indexed: bool,
 }
 
 /// The request side of an exchange, as the handshake logic needs it.
@@ -241,6 +244,15 @@ impl ExchangeState {
             + request_bytes
             + self.lineage_id.as_ref().map_or(0, |l| l.len())
             + self.server_answers.len() * (std::mem::size_of::<crate::model::Exchange>() + 128)
+            + usize::from(self.indexed) * self.requests.len() * SESSIONLESS_ENTRY_BYTES
+    }
+
+    /// Whether its requests go in the index of sessionless requests: a legacy exchange of a
+    /// known lineage without a session id.
+    fn indexable(&self) -> bool {
+        self.era == crate::model::Era::Legacy
+            && self.session_id.is_none()
+            && self.lineage_id.is_some()
     }
 
     pub fn origin(&self) -> Origin {
@@ -262,6 +274,9 @@ impl ExchangeState {
 const QUEUE_BYTES: usize = 2 * std::mem::size_of::<(u64, VecDeque<Box<ExchangeState>>)>()
     + KEPT_QUEUE_CAPACITY * std::mem::size_of::<usize>();
 
+/// An index entry of a sessionless request (digest, key) with its table's slack.
+const SESSIONLESS_ENTRY_BYTES: usize = 2 * std::mem::size_of::<(u64, ExchangeKey)>() + 2;
+
 /// Most exchanges an empty queue keeps room for (a queue's smallest buffer).
 const KEPT_QUEUE_CAPACITY: usize = 4;
 
@@ -275,6 +290,13 @@ pub struct Transactions {
     max_per_flow: usize,
     /// Sum of the open exchanges' [`ExchangeState::cost`], as charged when they opened.
     bytes: usize,
+    /// The open requests of legacy exchanges without a session id, by a digest of (server,
+    /// lineage, request id): such a client cancels on another connection, and the request
+    /// it names is found here at once, not by a scan of every open exchange (which a client
+    /// could make quadratic). Each entry is charged in its exchange's cost.
+    sessionless: HashMap<u64, ExchangeKey>,
+    /// The digest's keyed hasher (so that no client can aim at another's entries).
+    digest: crate::table_hash::RandomState,
 }
 
 impl Transactions {
@@ -283,7 +305,49 @@ impl Transactions {
             flows: HashMap::default(),
             max_per_flow: max_per_flow.max(1),
             bytes: 0,
+            sessionless: HashMap::default(),
+            digest: Default::default(),
         }
+    }
+
+    /// Adds (or, `add` false, removes) the index entries of `ex`'s requests (an associated
+    /// function: `ex` may be borrowed from the queues beside the index).
+    fn index_sessionless(
+        index: &mut HashMap<u64, ExchangeKey>,
+        digest: &crate::table_hash::RandomState,
+        ex: &ExchangeState,
+        add: bool,
+    ) {
+        use std::hash::BuildHasher;
+        let Some(lineage) = ex.lineage_id.as_deref().filter(|_| ex.indexed) else {
+            return;
+        };
+        let key = (ex.flow, ex.number);
+        for r in ex.requests.iter() {
+            let d = digest.hash_one((ex.server, lineage, &r.id.0));
+            if add {
+                index.insert(d, key);
+            } else if index.get(&d) == Some(&key) {
+                index.remove(&d);
+            }
+        }
+    }
+
+    /// Marks cancelled the open request `id` of the legacy client without a session id whose
+    /// lineage is `lineage` at `server` (its newest with that id), on whichever connection it
+    /// went; false if there is none.
+    pub fn cancel_sessionless(&mut self, server: SocketAddr, lineage: &str, id: &Id) -> bool {
+        use std::hash::BuildHasher;
+        let digest = self.digest.hash_one((server, lineage, &id.0));
+        let Some(&key) = self.sessionless.get(&digest) else {
+            return false;
+        };
+        self.get_mut(key).is_some_and(|ex| {
+            ex.indexed
+                && ex.server == server
+                && ex.lineage_id.as_deref() == Some(lineage)
+                && ex.requests.cancel(id)
+        })
     }
 
     /// Bytes held by open exchanges and their flows' queues.
@@ -314,8 +378,10 @@ impl Transactions {
     /// flow is over its bound, which the caller drops (and counts).
     pub fn open(&mut self, flow: u64, ex: Box<ExchangeState>) -> Option<Box<ExchangeState>> {
         let mut ex = ex;
+        ex.indexed = ex.indexable();
         ex.charged = ex.cost();
         self.bytes += ex.charged;
+        let number = ex.number;
         let queue = self.flows.entry(flow).or_insert_with(|| {
             self.bytes += QUEUE_BYTES;
             VecDeque::new()
@@ -323,6 +389,7 @@ impl Transactions {
         let dropped = (queue.len() >= self.max_per_flow)
             .then(|| queue.pop_front())
             .flatten();
+        let mut replaced = None;
         if let Some(d) = &dropped {
             self.bytes -= d.charged;
         }
@@ -331,13 +398,25 @@ impl Transactions {
                 // Out of order (a caller reusing numbers): keep the queue sorted.
                 let at = queue.partition_point(|e| e.number < ex.number);
                 if queue.get(at).is_some_and(|e| e.number == ex.number) {
-                    let replaced = std::mem::replace(&mut queue[at], ex);
-                    self.bytes -= replaced.charged;
+                    let old = std::mem::replace(&mut queue[at], ex);
+                    self.bytes -= old.charged;
+                    replaced = Some(old);
                 } else {
                     queue.insert(at, ex);
                 }
             }
             _ => queue.push_back(ex),
+        }
+        // The entries of what went first, then the new one's (a replacement has its key).
+        for gone in dropped.iter().chain(replaced.iter()) {
+            Self::index_sessionless(&mut self.sessionless, &self.digest, gone, false);
+        }
+        if let Some(new) = self
+            .flows
+            .get(&flow)
+            .and_then(|q| q.get(Self::position(q, number)?))
+        {
+            Self::index_sessionless(&mut self.sessionless, &self.digest, new, true);
         }
         dropped
     }
@@ -353,21 +432,9 @@ impl Transactions {
         }
         if let Some(ex) = &ex {
             self.bytes -= ex.charged;
+            Self::index_sessionless(&mut self.sessionless, &self.digest, ex, false);
         }
         ex
-    }
-
-    /// Marks cancelled the unanswered request `id` of the newest open exchange, on any flow,
-    /// that `owns` accepts (a client without a session id cancels on another connection);
-    /// false if there is none. A scan of the open exchanges: cancellations are rare.
-    pub fn cancel_newest(&mut self, id: &Id, owns: impl Fn(&ExchangeState) -> bool) -> bool {
-        let newest = self
-            .flows
-            .values_mut()
-            .flat_map(|queue| queue.iter_mut())
-            .filter(|ex| owns(ex) && ex.requests.find_open(id).is_some())
-            .max_by_key(|ex| ex.number);
-        newest.is_some_and(|ex| ex.requests.cancel(id))
     }
 
     /// The flow is gone: forget its exchanges (given back, for their heads).
@@ -375,6 +442,9 @@ impl Transactions {
         match self.flows.remove(&flow) {
             Some(queue) => {
                 self.bytes -= QUEUE_BYTES + queue.iter().map(|ex| ex.charged).sum::<usize>();
+                for ex in &queue {
+                    Self::index_sessionless(&mut self.sessionless, &self.digest, ex, false);
+                }
                 queue
             }
             None => VecDeque::new(),
@@ -406,7 +476,57 @@ mod tests {
             client_gone: false,
             server_answers: Vec::new(),
             charged: 0,
+            indexed: false,
         })
+    }
+
+    /// A legacy client without a session id cancels on another connection: its request is
+    /// found by (server, lineage, id) on any flow, never another lineage's; the index holds
+    /// nothing once the exchanges are gone, by any way out (answered, dropped from a full
+    /// queue, the flow closed), even when a response gave one of them a session id.
+    #[test]
+    fn sessionless_requests_are_found_on_any_flow_and_leave_no_entry_behind() {
+        let mut t = Transactions::new(2);
+        let sessionless = |flow: u64, number: u64, lineage: &str, id: &str| {
+            let mut ex = exchange(number);
+            ex.flow = flow;
+            ex.lineage_id = Some(lineage.into());
+            ex.requests = Requests::new(vec![request(id)]);
+            ex
+        };
+        let server = exchange(0).server;
+        let one = Id("1".into());
+        t.open(1, sessionless(1, 0, "a", "1"));
+        t.open(2, sessionless(2, 0, "b", "1"));
+        assert!(!t.cancel_sessionless(server, "c", &one), "no such lineage");
+        assert!(t.cancel_sessionless(server, "b", &one));
+        assert!(
+            t.get((2, 0))
+                .is_some_and(|ex| ex.requests.iter().all(|r| r.cancelled))
+        );
+        assert!(
+            t.get((1, 0))
+                .is_some_and(|ex| ex.requests.iter().all(|r| !r.cancelled))
+        );
+        // A response gives flow 1's exchange a session id: its entry still goes with it.
+        if let Some(ex) = t.get_mut((1, 0)) {
+            ex.session_id = Some("s".into());
+        }
+        t.remove((1, 0));
+        // Three on a flow that keeps two: the oldest is dropped.
+        for n in 1..4 {
+            t.open(3, sessionless(3, n, "a", &n.to_string()));
+        }
+        assert!(
+            !t.cancel_sessionless(server, "a", &Id("1".into())),
+            "dropped"
+        );
+        assert!(t.cancel_sessionless(server, "a", &Id("3".into())));
+        for flow in 1..4 {
+            t.close_flow(flow);
+        }
+        assert!(t.sessionless.is_empty(), "{:?}", t.sessionless);
+        assert_eq!(t.bytes(), 0);
     }
 
     #[test]
