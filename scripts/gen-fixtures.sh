@@ -190,7 +190,8 @@ done < <("$PY" "$SRC/scenarios.py" --list)
 # mcp 2.3.0 (the dual-era 2.x SDK) gets its own venv, .venv-fixtures-v2, made like
 # .venv-fixtures by scripts/venv.sh (idempotent, pip only when requirements-v2.txt changed);
 # mcp 1.30.0 ($PY) serves the legacy end of the fallback and the HTTP+SSE pair.
-if want_fixture modern_py_auto || want_fixture modern_py_json || want_fixture dual_era_fallback_py; then
+if want_fixture modern_py_auto || want_fixture modern_py_json || want_fixture dual_era_fallback_py \
+  || want_fixture sdk2_legacy || want_fixture sdk2_stateless || want_fixture sdk2_modern_behaviours; then
   if ! grep -qsE '^/?\.venv-fixtures-v2/?$' "$ROOT/.gitignore"; then
     if [ -s "$ROOT/.gitignore" ] && [ -n "$(tail -c1 "$ROOT/.gitignore")" ]; then
       echo >> "$ROOT/.gitignore"
@@ -242,6 +243,16 @@ fi
 want_fixture sdk_behaviours && record sdk_behaviours 18191 "$PY" "$SRC/sdk_behaviours.py" --port 18191
 want_fixture sdk_resume_drop && record sdk_resume_drop 18195 \
   "$PY" "$SRC/sdk_behaviours.py" --scenario drop --port 18195
+# sdk2_behaviours.py: the same behaviours with mcp 2.3.0 on both ends: its legacy (initialize)
+# mode with a session and an event store, stateless with SSE answers (a cancel on another
+# connection, answered anyway), and the 2026-07-28 era (errors, a call cancelled by closing its
+# stream, a subscriptions/listen stream).
+want_fixture sdk2_legacy && record sdk2_legacy 18196 \
+  "$PY2" "$SRC/sdk2_behaviours.py" --scenario legacy --port 18196
+want_fixture sdk2_stateless && record sdk2_stateless 18197 \
+  "$PY2" "$SRC/sdk2_behaviours.py" --scenario legacy-sse-stateless --port 18197
+want_fixture sdk2_modern_behaviours && record sdk2_modern_behaviours 18198 \
+  "$PY2" "$SRC/sdk2_behaviours.py" --scenario modern --port 18198
 if [ "$HAVE_TS" = 1 ] && want_fixture ts_behaviours; then
   record ts_behaviours 18192 node "$SRC/ts_behaviours.mjs" --port 18192 --node-modules "$NODE_DIR"
 fi

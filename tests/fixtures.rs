@@ -438,6 +438,82 @@ fn python_sdk_client_resuming_a_stream_it_dropped_is_answered_not_cancelled() {
 }
 
 #[test]
+fn python_sdk2_legacy_behaviours_are_healthy() {
+    let evs = events("sdk2_legacy.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    assert_every_request_answered(&evs, "sdk2_legacy");
+    assert_eq!(server_requests(&evs), both_sdks_server_requests());
+    for e in of(&evs, "exchange") {
+        assert_eq!(e["era"], "legacy", "{e}");
+        assert_eq!(e["protocol_version"], "2025-11-25", "{e}");
+    }
+    let polled = call_of(&evs, "long_job");
+    assert_eq!(polled["empty_content"], false, "{polled}");
+    assert!(polled["cancelled"].is_null(), "{polled}");
+    // The 2.x client's courtesy cancel; the 2.x server answers -32800.
+    for tool in ["sleepy", "slow_progress"] {
+        let c = call_of(&evs, tool);
+        assert_eq!(c["cancelled"], true, "{c}");
+        assert_eq!(c["error_code"], -32800, "{c}");
+    }
+    assert_eq!(jsonrpc_errors("sdk2_legacy.pcap"), 0);
+}
+
+#[test]
+fn python_sdk2_stateless_cancel_on_another_connection_is_reported() {
+    let evs = events("sdk2_stateless.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    // Without a session id, notifications/cancelled came on its own connection while the
+    // call's SSE stream stayed open; the server answered anyway: cancelled and answered.
+    let sleepy = call_of(&evs, "sleepy");
+    assert_eq!(sleepy["cancelled"], true, "{sleepy}");
+    assert_eq!(sleepy["answered"], true, "{sleepy}");
+    assert_eq!(sleepy["empty_content"], false, "{sleepy}");
+    let slow = call_of(&evs, "slow_progress");
+    assert_eq!(slow["cancelled"], true, "{slow}");
+    assert_eq!(slow["answered"], false, "{slow}");
+    for e in of(&evs, "exchange") {
+        assert_eq!(e["era"], "legacy", "{e}");
+        assert!(e["session_id"].is_null(), "{e}");
+        if e["tool"] != "slow_progress" {
+            assert_eq!(e["answered"], true, "{e}");
+        }
+        if e["tool"] != "sleepy" && e["tool"] != "slow_progress" {
+            assert!(e["cancelled"].is_null(), "{e}");
+        }
+    }
+    assert_eq!(jsonrpc_errors("sdk2_stateless.pcap"), 0);
+}
+
+#[test]
+fn python_sdk2_modern_behaviours_are_healthy() {
+    let evs = events("sdk2_modern_behaviours.pcap");
+    assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
+    for e in of(&evs, "exchange") {
+        assert_eq!(e["era"], "modern", "{e}");
+        assert_eq!(e["protocol_version"], "2026-07-28", "{e}");
+    }
+    // Closing the stream cancels a 2026-07-28 request: before any answer, after a progress,
+    // and the subscriptions/listen stream the client ends.
+    for c in [
+        call_of(&evs, "sleepy"),
+        call_of(&evs, "slow_progress"),
+        of(&evs, "exchange")
+            .into_iter()
+            .find(|e| e["method"] == "subscriptions/listen")
+            .expect("subscriptions/listen"),
+    ] {
+        assert_eq!(c["cancelled"], true, "{c}");
+        assert_eq!(c["answered"], false, "{c}");
+    }
+    let refused = call_of(&evs, "ask_model");
+    assert_eq!(refused["http_status"], 400, "{refused}");
+    assert_eq!(refused["error_code"], -32600, "{refused}");
+    assert_eq!(call_of(&evs, "count_slowly")["media_type"], "sse");
+    assert_eq!(jsonrpc_errors("sdk2_modern_behaviours.pcap"), 0);
+}
+
+#[test]
 fn typescript_sdk_behaviours_are_healthy() {
     let evs = events("ts_behaviours.pcap");
     assert!(alerts(&evs).is_empty(), "{:?}", alerts(&evs));
