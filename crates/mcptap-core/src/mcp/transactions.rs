@@ -248,11 +248,13 @@ impl ExchangeState {
     }
 
     /// Whether its requests go in the index of sessionless requests: a legacy exchange of a
-    /// known lineage without a session id.
+    /// known lineage without a session id, other than an `initialize` (which a client must
+    /// not cancel, and which opens most sessions).
     fn indexable(&self) -> bool {
         self.era == crate::model::Era::Legacy
             && self.session_id.is_none()
             && self.lineage_id.is_some()
+            && self.requests.iter().any(|r| r.method != "initialize")
     }
 
     pub fn origin(&self) -> Origin {
@@ -274,6 +276,36 @@ impl ExchangeState {
 const QUEUE_BYTES: usize = 2 * std::mem::size_of::<(u64, VecDeque<Box<ExchangeState>>)>()
     + KEPT_QUEUE_CAPACITY * std::mem::size_of::<usize>();
 
+/// The index of sessionless requests is keyed by digests already keyed and mixed: its table
+/// takes them as they are instead of hashing them again.
+#[derive(Debug, Clone, Default)]
+struct Digested;
+
+impl std::hash::BuildHasher for Digested {
+    type Hasher = DigestAsIs;
+    fn build_hasher(&self) -> DigestAsIs {
+        DigestAsIs(0)
+    }
+}
+
+#[derive(Debug)]
+struct DigestAsIs(u64);
+
+impl std::hash::Hasher for DigestAsIs {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 digests are written; anything else is folded in, not dropped.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// An index entry of a sessionless request (digest, key) with its table's slack.
 const SESSIONLESS_ENTRY_BYTES: usize = 2 * std::mem::size_of::<(u64, ExchangeKey)>() + 2;
 
@@ -290,11 +322,11 @@ pub struct Transactions {
     max_per_flow: usize,
     /// Sum of the open exchanges' [`ExchangeState::cost`], as charged when they opened.
     bytes: usize,
-    /// The open requests of legacy exchanges without a session id, by a digest of (server,
-    /// lineage, request id): such a client cancels on another connection, and the request
+    /// The open requests of legacy exchanges without a session id, by a digest of (lineage,
+    /// request id; a lineage id names its server): such a client cancels on another connection, and the request
     /// it names is found here at once, not by a scan of every open exchange (which a client
     /// could make quadratic). Each entry is charged in its exchange's cost.
-    sessionless: HashMap<u64, ExchangeKey>,
+    sessionless: std::collections::HashMap<u64, ExchangeKey, Digested>,
     /// The digest's keyed hasher (so that no client can aim at another's entries).
     digest: crate::table_hash::RandomState,
 }
@@ -305,7 +337,7 @@ impl Transactions {
             flows: HashMap::default(),
             max_per_flow: max_per_flow.max(1),
             bytes: 0,
-            sessionless: HashMap::default(),
+            sessionless: Default::default(),
             digest: Default::default(),
         }
     }
@@ -313,7 +345,7 @@ impl Transactions {
     /// Adds (or, `add` false, removes) the index entries of `ex`'s requests (an associated
     /// function: `ex` may be borrowed from the queues beside the index).
     fn index_sessionless(
-        index: &mut HashMap<u64, ExchangeKey>,
+        index: &mut std::collections::HashMap<u64, ExchangeKey, Digested>,
         digest: &crate::table_hash::RandomState,
         ex: &ExchangeState,
         add: bool,
@@ -324,7 +356,7 @@ impl Transactions {
         };
         let key = (ex.flow, ex.number);
         for r in ex.requests.iter() {
-            let d = digest.hash_one((ex.server, lineage, &r.id.0));
+            let d = digest.hash_one((lineage, &r.id.0));
             if add {
                 index.insert(d, key);
             } else if index.get(&d) == Some(&key) {
@@ -338,7 +370,7 @@ impl Transactions {
     /// went; false if there is none.
     pub fn cancel_sessionless(&mut self, server: SocketAddr, lineage: &str, id: &Id) -> bool {
         use std::hash::BuildHasher;
-        let digest = self.digest.hash_one((server, lineage, &id.0));
+        let digest = self.digest.hash_one((lineage, &id.0));
         let Some(&key) = self.sessionless.get(&digest) else {
             return false;
         };
@@ -381,7 +413,7 @@ impl Transactions {
         ex.indexed = ex.indexable();
         ex.charged = ex.cost();
         self.bytes += ex.charged;
-        let number = ex.number;
+        let (number, indexed) = (ex.number, ex.indexed);
         let queue = self.flows.entry(flow).or_insert_with(|| {
             self.bytes += QUEUE_BYTES;
             VecDeque::new()
@@ -411,9 +443,9 @@ impl Transactions {
         for gone in dropped.iter().chain(replaced.iter()) {
             Self::index_sessionless(&mut self.sessionless, &self.digest, gone, false);
         }
-        if let Some(new) = self
-            .flows
-            .get(&flow)
+        if let Some(new) = indexed
+            .then(|| self.flows.get(&flow))
+            .flatten()
             .and_then(|q| q.get(Self::position(q, number)?))
         {
             Self::index_sessionless(&mut self.sessionless, &self.digest, new, true);
